@@ -1,0 +1,1 @@
+"""One module per stage; each defines `command`, a thin click command over the library."""

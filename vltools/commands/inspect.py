@@ -1,0 +1,26 @@
+"""`vltools inspect FILE...`: validate vltools files and print what they hold."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vltools.io.describe import describe
+
+
+@click.command("inspect")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file instead of the readable form.")
+def command(files: tuple[str, ...], as_json: bool) -> None:
+    """Validate each FILE (features, proxy, sims, embeddings HDF5; checkpoint; captions, regions, pairs,
+    rankings JSONL) and print its kind, counts, shapes and provenance. Exit 1 on the first invalid file."""
+    for path in files:
+        summary = describe(path)
+        if as_json:
+            click.echo(json.dumps(summary, default=str))
+            continue
+        click.echo(f"{summary.pop('path')}: {summary.pop('kind')}")
+        for key, value in summary.items():
+            shown = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+            click.echo(f"  {key}: {shown}")

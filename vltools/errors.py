@@ -1,0 +1,16 @@
+"""The one kind of error a stage reports to the user: one line, exit status 1, no traceback."""
+
+from __future__ import annotations
+
+
+class VLToolsError(Exception):
+    """A user-facing problem: bad input, missing file, offline download. Printed as one line."""
+
+
+def input_error(path: object, where: str | None, problem: str, fix: str | None = None) -> VLToolsError:
+    """Build the standard message: which file, which line or id, what is wrong, what to do."""
+    location = f"{path}" if where is None else f"{path}: {where}"
+    message = f"{location}: {problem}"
+    if fix:
+        message += f"; {fix}"
+    return VLToolsError(message)

@@ -1,0 +1,115 @@
+"""Validate any vltools file and describe it: kind, counts, shapes, provenance (for `inspect`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.features import FeaturesReader
+from vltools.io.hdf5 import decode_strings, file_kind, open_h5
+from vltools.io.records import SCHEMAS, detect_kind, iter_lines, read_records
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+REQUIRED_DATASETS = {
+    "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
+    "sims": ("sims", "image_ids", "caption_ids"),
+    "embeddings": ("ids", "emb"),
+}
+
+
+def _attrs(handle) -> dict:
+    return {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+            for k, v in handle.attrs.items()}
+
+
+def describe_hdf5(path: Path) -> dict:
+    """Check an HDF5 file of any vltools kind and summarise its datasets and attributes."""
+    with open_h5(path) as handle:
+        kind = file_kind(handle)
+        if kind is None:
+            raise VLToolsError(f"{path}: HDF5 but not a vltools file (no 'format' attribute)")
+        attrs = _attrs(handle)
+        shapes = {}
+        handle.visititems(lambda name, obj: shapes.__setitem__(name, list(obj.shape)) if hasattr(obj, "shape")
+                          else None)
+        for name in REQUIRED_DATASETS.get(kind, ()):
+            if name not in handle:
+                raise VLToolsError(f"{path}: {kind} file lacks the /{name} dataset")
+        count = len(handle["ids"]) if "ids" in handle else None
+        if kind == "sims":
+            count = len(decode_strings(handle["image_ids"][:]))
+    if kind == "features":
+        with FeaturesReader(path) as reader:
+            count = len(reader)
+    return {"kind": kind, "count": count, "shapes": shapes, "attributes": attrs}
+
+
+def describe_checkpoint(path: Path) -> dict:
+    """Load a checkpoint safely and summarise its model, config and parameters."""
+    payload = load_checkpoint(path)
+    state = payload["state_dict"]
+    return {
+        "kind": "checkpoint",
+        "model": payload.get("model"),
+        "config": payload.get("config"),
+        "vocab_size": len(payload["vocab"]) if payload.get("vocab") else None,
+        "parameters": int(sum(t.numel() for t in state.values())),
+        "tensors": len(state),
+        "train_state": {k: v for k, v in payload.get("train_state", {}).items() if isinstance(v, (int, float, str))},
+        "provenance": payload.get("provenance"),
+    }
+
+
+def describe_jsonl(path: Path) -> dict:
+    """Validate a JSONL file as the kind its first record shows and count its records."""
+    first = None
+    for number, text in iter_lines(path):
+        try:
+            first = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise VLToolsError(f"{path}: line {number}: malformed JSON ({exc.msg} at column {exc.colno}); "
+                               "fix or remove that line") from None
+        kind = detect_kind(first) if isinstance(first, dict) else None
+        if kind is None:
+            raise VLToolsError(f"{path}: line {number}: not a record of any vltools JSONL kind "
+                               f"({', '.join(SCHEMAS)})")
+        break
+    else:
+        raise VLToolsError(f"{path}: empty file: no records")
+    records = read_records(path, kind)
+    summary: dict[str, object] = {"kind": kind, "count": len(records)}
+    id_field = {"captions": "image_id", "regions": "image_id", "pairs": "pair_id", "rankings": "query",
+                "images": "image_id"}[kind]
+    summary[f"distinct_{id_field}"] = len({r[id_field] for r in records})
+    splits = {}
+    for record in records:
+        if "split" in record:
+            splits[record["split"]] = splits.get(record["split"], 0) + 1
+    if splits:
+        summary["splits"] = dict(sorted(splits.items()))
+    meta = Path(f"{path}.meta.json")
+    if meta.exists():
+        summary["provenance"] = json.loads(meta.read_text(encoding="utf-8"))
+    return summary
+
+
+def describe(path: str | os.PathLike) -> dict:
+    """Dispatch on the file's content: HDF5 signature, zip (torch checkpoint), else JSONL."""
+    path = Path(path)
+    if not path.is_file():
+        raise VLToolsError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise VLToolsError(f"{path}: empty file")
+    with open(path, "rb") as stream:
+        head = stream.read(8)
+    if head == HDF5_SIGNATURE:
+        result = describe_hdf5(path)
+    elif zipfile.is_zipfile(path) or path.suffix in (".pt", ".pth", ".tar"):
+        result = describe_checkpoint(path)
+    else:
+        result = describe_jsonl(path)
+    return {"path": str(path), **result}

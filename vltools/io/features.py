@@ -1,0 +1,164 @@
+"""The features HDF5 file (DESIGN section 3): a chunked, appendable writer and a streaming reader."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vltools.errors import VLToolsError
+from vltools.io.hdf5 import decode_strings, open_h5, set_attrs, string_dtype
+
+FLOAT_FIELDS = ("regions", "global", "featmap")
+FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask")
+FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32}
+
+
+class FeaturesWriter:
+    """Append rows (one per image) to a features file; datasets are created on the first append.
+
+    Every dataset is chunked by image so that readers can fetch any rows without loading the file.
+    `append=True` reopens a partially written file (for `--resume`).
+    """
+
+    def __init__(self, path: str | os.PathLike, attrs: dict[str, object], dtype: str = "float16",
+                 append: bool = False) -> None:
+        if dtype not in ("float16", "float32"):
+            raise VLToolsError(f"features dtype must be float16 or float32, not {dtype}")
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        if append and self.path.exists():
+            self.handle = h5py.File(self.path, "a")
+            self._seen = set(decode_strings(self.handle["ids"][:]))
+        else:
+            self.handle = h5py.File(self.path, "w")
+            set_attrs(self.handle, "features", {**attrs, "dtype": dtype})
+            self.handle.create_dataset("ids", shape=(0,), maxshape=(None,), dtype=string_dtype(), chunks=(1024,))
+            self._seen = set()
+
+    @property
+    def ids(self) -> set[str]:
+        """Ids already written (lets a resumed run skip them)."""
+        return self._seen
+
+    def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
+        """Append rows for `ids`; `arrays` are among regions, boxes, num_regions, image_size, global,
+        featmap, mask, each with len(ids) rows."""
+        unknown = set(arrays) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"unknown features fields {sorted(unknown)}")
+        duplicate = [i for i in ids if i in self._seen]
+        if duplicate or len(set(ids)) != len(ids):
+            raise VLToolsError(f"{self.path}: duplicate image id {(duplicate or list(ids))[0]!r}")
+        n = len(ids)
+        start = self.handle["ids"].shape[0]
+        for name, value in arrays.items():
+            value = np.asarray(value)
+            if value.shape[0] != n:
+                raise ValueError(f"{name} has {value.shape[0]} rows for {n} ids")
+            dtype = self.dtype if name in FLOAT_FIELDS else FIELD_DTYPES[name]
+            if name not in self.handle:
+                rest = value.shape[1:]
+                self.handle.create_dataset(name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
+                                           chunks=(1, *rest) if rest else (1024,))
+            dataset = self.handle[name]
+            dataset.resize(start + n, axis=0)
+            dataset[start:start + n] = value.astype(dtype, copy=False)
+        self.handle["ids"].resize(start + n, axis=0)
+        self.handle["ids"][start:start + n] = np.array(list(ids), dtype=object)
+        self._seen.update(ids)
+
+    def set_attr(self, name: str, value: object) -> None:
+        """Record an extra attribute (for example the failed-image summary)."""
+        self.handle.attrs[name] = value
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> FeaturesWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FeaturesReader:
+    """Read rows of a features file by id, in the order asked, without loading the whole file."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.handle = open_h5(self.path, "features")
+        if "ids" not in self.handle:
+            self.handle.close()
+            raise VLToolsError(f"{self.path}: features file has no /ids dataset; rerun the stage that wrote it")
+        self.ids = decode_strings(self.handle["ids"][:])
+        self.index = {image_id: row for row, image_id in enumerate(self.ids)}
+        if len(self.index) != len(self.ids):
+            dup = next(i for i in self.ids if self.ids.count(i) > 1)
+            raise VLToolsError(f"{self.path}: duplicate image id {dup!r} in /ids")
+        for name in FIELDS:
+            if name in self.handle and self.handle[name].shape[0] != len(self.ids):
+                raise VLToolsError(
+                    f"{self.path}: /{name} has {self.handle[name].shape[0]} rows but /ids has {len(self.ids)}; "
+                    "the file is incomplete, rerun the stage that wrote it"
+                )
+
+    @property
+    def attrs(self) -> dict[str, object]:
+        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in self.handle.attrs.items()}
+
+    @property
+    def fields(self) -> list[str]:
+        return [name for name in FIELDS if name in self.handle]
+
+    def shape(self, field: str) -> tuple[int, ...]:
+        return tuple(self.handle[field].shape)
+
+    def rows(self, ids: Sequence[str]) -> np.ndarray:
+        """Row numbers of `ids`; an unknown id is a one-line error naming it."""
+        try:
+            return np.array([self.index[i] for i in ids], dtype=np.int64)
+        except KeyError as exc:
+            raise VLToolsError(f"{self.path}: image id {exc.args[0]!r} is not in this features file") from None
+
+    def read(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The datasets `fields` (default: all present) for `ids`, rows in the order of `ids`."""
+        rows = self.rows(ids)
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        unique_rows, inverse = np.unique(sorted_rows, return_inverse=True)
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        out = {}
+        for name in fields or self.fields:
+            if name not in self.handle:
+                raise VLToolsError(f"{self.path}: has no /{name} dataset")
+            block = self.handle[name][unique_rows] if len(unique_rows) else self.handle[name][:0]
+            out[name] = block[inverse][back]
+        return out
+
+    def iter_batches(self, batch_size: int, ids: Sequence[str] | None = None,
+                     fields: Sequence[str] | None = None) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        """Stream (ids, arrays) batches over `ids` (default: the file's order)."""
+        ids = list(self.ids if ids is None else ids)
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start:start + batch_size]
+            yield chunk, self.read(chunk, fields)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> FeaturesReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,178 @@
+"""JSONL records (captions, region captions, pairs, rankings, image lists) with validation.
+
+Every error names the file, the line number and the field, and says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vltools.errors import VLToolsError, input_error
+from vltools.io.atomic import text_output
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_box(value: object) -> bool:
+    return isinstance(value, list) and len(value) == 4 and all(_is_number(v) for v in value)
+
+
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(_is_str(v) for v in value)
+
+
+def _is_number_list(value: object) -> bool:
+    return isinstance(value, list) and all(_is_number(v) for v in value)
+
+
+def _is_box_list(value: object) -> bool:
+    return isinstance(value, list) and all(_is_box(v) for v in value)
+
+
+TYPE_NAMES = {
+    _is_str: "a string",
+    _is_box: "a list of 4 numbers [x1, y1, x2, y2]",
+    _is_str_list: "a list of strings",
+    _is_number_list: "a list of numbers",
+    _is_box_list: "a list of [x1, y1, x2, y2] boxes",
+}
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Fields of one JSONL kind: required and optional, each with its type check, and the unique key."""
+
+    name: str
+    required: dict = field(default_factory=dict)
+    optional: dict = field(default_factory=dict)
+    key: tuple[str, ...] = ()
+    choices: dict = field(default_factory=dict)
+
+
+SCHEMAS = {
+    "captions": Schema("captions", {"image_id": _is_str, "caption": _is_str},
+                       {"split": _is_str, "caption_id": _is_str}, key=("caption_id",)),
+    "regions": Schema("regions", {"image_id": _is_str, "caption": _is_str, "box": _is_box},
+                      {"split": _is_str, "region_id": _is_str}, key=("region_id",)),
+    "pairs": Schema("pairs", {"pair_id": _is_str, "image_a": _is_str, "image_b": _is_str},
+                    {"description": _is_str, "split": _is_str}, key=()),
+    "rankings": Schema("rankings", {"query": _is_str, "direction": _is_str, "ids": _is_str_list,
+                                    "scores": _is_number_list}, key=("query", "direction"),
+                       choices={"direction": ("i2t", "t2i", "i2i")}),
+    "images": Schema("images", {"image_id": _is_str, "path": _is_str}, {"boxes": _is_box_list, "split": _is_str},
+                     key=("image_id",)),
+}
+
+
+def detect_kind(record: dict) -> str | None:
+    """Guess the JSONL kind of a record from its fields (used by `inspect`)."""
+    if "direction" in record and "query" in record:
+        return "rankings"
+    if "pair_id" in record:
+        return "pairs"
+    if "box" in record:
+        return "regions"
+    if "caption" in record:
+        return "captions"
+    if "path" in record:
+        return "images"
+    return None
+
+
+def validate_record(record: object, schema: Schema, path: object, line: int) -> dict:
+    """Check one decoded line against `schema`; raise a one-line error naming file, line and field."""
+    where = f"line {line}"
+    if not isinstance(record, dict):
+        raise input_error(path, where, f"expected a JSON object, found {type(record).__name__}",
+                          f"each line must be one {schema.name} record")
+    for name, check in schema.required.items():
+        if name not in record:
+            raise input_error(path, where, f"missing field '{name}'", f"every {schema.name} record needs it")
+        if not check(record[name]):
+            raise input_error(path, where, f"field '{name}' must be {TYPE_NAMES[check]}, "
+                              f"found {json.dumps(record[name])[:60]}")
+    for name, check in schema.optional.items():
+        if name in record and record[name] is not None and not check(record[name]):
+            raise input_error(path, where, f"field '{name}' must be {TYPE_NAMES[check]}, "
+                              f"found {json.dumps(record[name])[:60]}")
+    for name, allowed in schema.choices.items():
+        if record[name] not in allowed:
+            raise input_error(path, where, f"field '{name}' is {record[name]!r}", f"use one of {', '.join(allowed)}")
+    if schema.name == "rankings" and len(record["ids"]) != len(record["scores"]):
+        raise input_error(path, where, "fields 'ids' and 'scores' have different lengths")
+    return record
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line of a UTF-8 file, or of standard input for `-`."""
+    if str(path) == "-":
+        stream = sys.stdin
+        yield from ((n, line) for n, line in enumerate(stream, 1) if line.strip())
+        return
+    if not Path(path).exists():
+        raise VLToolsError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            yield from ((n, line) for n, line in enumerate(stream, 1) if line.strip())
+    except UnicodeDecodeError as exc:
+        raise input_error(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          "JSONL files must be UTF-8") from None
+
+
+def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
+    """Stream validated records of `kind` from a JSONL file; duplicate keys are errors."""
+    schema = SCHEMAS[kind]
+    seen: dict[tuple, int] = {}
+    count = 0
+    for number, text in iter_lines(path):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
+                              "fix or remove that line") from None
+        validate_record(record, schema, path, number)
+        if schema.key and all(record.get(k) is not None for k in schema.key):
+            key = tuple(record[k] for k in schema.key)
+            if key in seen:
+                shown = "/".join(key)
+                raise input_error(path, f"line {number}", f"duplicate {'/'.join(schema.key)} {shown!r} "
+                                  f"(first on line {seen[key]})", "ids must be unique")
+            seen[key] = number
+        elif kind == "pairs":
+            key = (record["pair_id"], record.get("description"))
+            if key in seen:
+                raise input_error(path, f"line {number}", f"duplicate pair_id {record['pair_id']!r} with the same "
+                                  f"description (first on line {seen[key]})", "remove the repeated line")
+            seen[key] = number
+        count += 1
+        yield record
+    if count == 0:
+        raise input_error(path, None, f"empty file: no {kind} records", f"give a JSONL file with one {kind} record "
+                          "per line")
+
+
+def read_records(path: str | os.PathLike, kind: str) -> list[dict]:
+    """All validated records of `kind` from a JSONL file (`-` for standard input)."""
+    return list(iter_records(path, kind))
+
+
+def write_records(path: str | os.PathLike | None, records: Iterable[dict]) -> int:
+    """Write records as JSONL, atomically to `path` or to standard output; return how many."""
+    count = 0
+    with text_output(path) as stream:
+        for record in records:
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count

@@ -1,0 +1,1 @@
+"""Text: tokenisation, vocabularies, tf-idf, stemming, concept vocabularies."""
