@@ -39,6 +39,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        if "Unsupported global" not in str(exc):
+            raise VLToolsError(f"{path}: not a readable checkpoint (corrupt or not a torch file)") from exc
         raise VLToolsError(
             f"{path}: needs pickle to load, which can run arbitrary code; if it is an official SGRAF checkpoint "
             "and you trust it, import it with `vltools convert sgraf-checkpoint --trust`"

@@ -1,0 +1,27 @@
+"""Shared test helpers: running the real `vltools` command in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def run_vltools(*args: str, stdin: bytes | None = None, cwd: str | Path | None = None,
+                check: bool = False) -> subprocess.CompletedProcess:
+    """Run `python -m vltools ARGS` and capture bytes of stdout and stderr."""
+    result = subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], input=stdin,
+                            capture_output=True, cwd=cwd, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"vltools {' '.join(map(str, args))} failed:\n{result.stderr.decode()}")
+    return result
+
+
+@pytest.fixture
+def vltools_cmd():
+    """The `run_vltools` function, as a fixture."""
+    return run_vltools

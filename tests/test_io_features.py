@@ -1,0 +1,97 @@
+import h5py
+import numpy as np
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesReader, FeaturesWriter
+
+
+def write_example(path, n=7, k=3, d=5, dtype="float32"):
+    rng = np.random.default_rng(0)
+    regions = rng.normal(size=(n, k, d)).astype(np.float32)
+    boxes = rng.uniform(0, 50, size=(n, k, 4)).astype(np.float32)
+    ids = [f"img{i}" for i in range(n)]
+    with FeaturesWriter(path, {"backbone": "test"}, dtype=dtype) as writer:
+        writer.add(ids[:4], regions=regions[:4], boxes=boxes[:4])
+        writer.add(ids[4:], regions=regions[4:], boxes=boxes[4:])
+    return ids, regions, boxes
+
+
+def test_rows_come_back_in_the_order_asked(tmp_path):
+    ids, regions, boxes = write_example(tmp_path / "f.h5")
+    with FeaturesReader(tmp_path / "f.h5") as reader:
+        assert reader.ids == ids
+        asked = ["img5", "img0", "img5", "img3"]
+        got = reader.read(asked)
+        expected_rows = [5, 0, 5, 3]
+        np.testing.assert_array_equal(got["regions"], regions[expected_rows])
+        np.testing.assert_array_equal(got["boxes"], boxes[expected_rows])
+
+
+def test_float16_storage_and_chunking_by_image(tmp_path):
+    _, regions, _ = write_example(tmp_path / "f.h5", dtype="float16")
+    with h5py.File(tmp_path / "f.h5") as handle:
+        assert handle["regions"].dtype == np.float16
+        assert handle["regions"].chunks == (1, 3, 5)
+        assert handle.attrs["format"] == "vltools.features"
+        assert handle.attrs["backbone"] == "test"
+        for key in ("vltools_version", "command", "created"):
+            assert key in handle.attrs
+    with FeaturesReader(tmp_path / "f.h5") as reader:
+        np.testing.assert_allclose(reader.read(["img2"])["regions"][0], regions[2], atol=2e-3)
+
+
+def test_iter_batches_covers_every_row_once(tmp_path):
+    ids, regions, _ = write_example(tmp_path / "f.h5")
+    seen = []
+    with FeaturesReader(tmp_path / "f.h5") as reader:
+        for batch_ids, arrays in reader.iter_batches(3, fields=["regions"]):
+            seen.extend(batch_ids)
+            np.testing.assert_array_equal(arrays["regions"], regions[[ids.index(i) for i in batch_ids]])
+    assert seen == ids
+
+
+def test_unknown_id_is_named(tmp_path):
+    write_example(tmp_path / "f.h5")
+    with FeaturesReader(tmp_path / "f.h5") as reader, pytest.raises(VLToolsError, match="'nope'"):
+        reader.read(["img1", "nope"])
+
+
+def test_duplicate_ids_refused_by_writer(tmp_path):
+    with FeaturesWriter(tmp_path / "f.h5", {}) as writer:
+        writer.add(["a"], regions=np.zeros((1, 2, 2)))
+        with pytest.raises(VLToolsError, match="duplicate image id 'a'"):
+            writer.add(["a"], regions=np.zeros((1, 2, 2)))
+
+
+def test_append_reopens_a_partial_file(tmp_path):
+    path = tmp_path / "f.h5"
+    with FeaturesWriter(path, {}) as writer:
+        writer.add(["a"], regions=np.ones((1, 2, 2)))
+    with FeaturesWriter(path, {}, append=True) as writer:
+        assert writer.ids == {"a"}
+        writer.add(["b"], regions=np.full((1, 2, 2), 2.0))
+    with FeaturesReader(path) as reader:
+        assert reader.ids == ["a", "b"]
+        assert reader.read(["b"])["regions"].max() == 2.0
+
+
+def test_rows_missing_from_a_dataset_is_an_error(tmp_path):
+    path = tmp_path / "f.h5"
+    write_example(path)
+    with h5py.File(path, "a") as handle:
+        handle["regions"].resize(3, axis=0)
+    with pytest.raises(VLToolsError, match="incomplete"):
+        FeaturesReader(path)
+
+
+def test_other_kind_and_non_hdf5_files_are_refused(tmp_path):
+    other = tmp_path / "sims.h5"
+    with h5py.File(other, "w") as handle:
+        handle.attrs["format"] = "vltools.sims"
+    with pytest.raises(VLToolsError, match="expected a vltools features file, found sims"):
+        FeaturesReader(other)
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5")
+    with pytest.raises(VLToolsError, match="not a readable HDF5 file"):
+        FeaturesReader(text)

@@ -1,0 +1,99 @@
+import json
+
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.io.records import detect_kind, read_records, write_records
+
+GOOD = {
+    "captions": {"image_id": "a", "caption": "a red circle", "split": "train", "caption_id": "a#0"},
+    "regions": {"image_id": "a", "caption": "red circle", "box": [1, 2, 30, 40], "region_id": "r1"},
+    "pairs": {"pair_id": "p1", "image_a": "a", "image_b": "b", "description": "left is red", "split": "test"},
+    "rankings": {"query": "a", "direction": "i2t", "ids": ["a#0", "b#0"], "scores": [0.9, 0.1]},
+    "images": {"image_id": "a", "path": "images/a.png", "boxes": [[0, 0, 5, 5]]},
+}
+REQUIRED = {"captions": "caption", "regions": "box", "pairs": "image_b", "rankings": "ids", "images": "path"}
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_valid_records_round_trip(tmp_path, kind):
+    records = [dict(GOOD[kind])]
+    write_records(tmp_path / "x.jsonl", records)
+    assert read_records(tmp_path / "x.jsonl", kind) == records
+    assert detect_kind(records[0]) == kind
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_malformed_line_names_file_and_line(tmp_path, kind):
+    lines = [json.dumps(GOOD[kind])] + ['{"image_id": "b", broken']
+    write_lines(tmp_path / "x.jsonl", lines)
+    with pytest.raises(VLToolsError, match=r"x\.jsonl: line 2: malformed JSON"):
+        read_records(tmp_path / "x.jsonl", kind)
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_missing_field_names_the_field(tmp_path, kind):
+    record = dict(GOOD[kind])
+    del record[REQUIRED[kind]]
+    write_lines(tmp_path / "x.jsonl", [json.dumps(record)])
+    with pytest.raises(VLToolsError, match=rf"line 1: missing field '{REQUIRED[kind]}'"):
+        read_records(tmp_path / "x.jsonl", kind)
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_mistyped_field_names_the_field(tmp_path, kind):
+    record = dict(GOOD[kind])
+    record[REQUIRED[kind]] = 7
+    write_lines(tmp_path / "x.jsonl", [json.dumps(GOOD[kind]), json.dumps(record)])
+    with pytest.raises(VLToolsError, match=rf"line 2: field '{REQUIRED[kind]}' must be"):
+        read_records(tmp_path / "x.jsonl", kind)
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_empty_file_is_an_error(tmp_path, kind):
+    (tmp_path / "x.jsonl").write_text("\n")
+    with pytest.raises(VLToolsError, match="empty file"):
+        read_records(tmp_path / "x.jsonl", kind)
+
+
+@pytest.mark.parametrize("kind", ["captions", "regions", "rankings", "images", "pairs"])
+def test_duplicate_ids_are_errors(tmp_path, kind):
+    write_lines(tmp_path / "x.jsonl", [json.dumps(GOOD[kind])] * 2)
+    with pytest.raises(VLToolsError, match="line 2: duplicate"):
+        read_records(tmp_path / "x.jsonl", kind)
+
+
+def test_numeric_image_id_is_a_type_error(tmp_path):
+    write_lines(tmp_path / "x.jsonl", [json.dumps({"image_id": 42, "caption": "x"})])
+    with pytest.raises(VLToolsError, match="field 'image_id' must be a string"):
+        read_records(tmp_path / "x.jsonl", "captions")
+
+
+def test_rankings_lengths_and_direction_checked(tmp_path):
+    bad = dict(GOOD["rankings"], scores=[0.5])
+    write_lines(tmp_path / "x.jsonl", [json.dumps(bad)])
+    with pytest.raises(VLToolsError, match="different lengths"):
+        read_records(tmp_path / "x.jsonl", "rankings")
+    write_lines(tmp_path / "y.jsonl", [json.dumps(dict(GOOD["rankings"], direction="sideways"))])
+    with pytest.raises(VLToolsError, match="use one of i2t, t2i, i2i"):
+        read_records(tmp_path / "y.jsonl", "rankings")
+
+
+def test_non_utf8_is_reported(tmp_path):
+    (tmp_path / "x.jsonl").write_bytes(b'{"image_id": "\xff"}\n')
+    with pytest.raises(VLToolsError, match="not UTF-8"):
+        read_records(tmp_path / "x.jsonl", "captions")
+
+
+def test_writer_leaves_nothing_on_failure(tmp_path):
+    def records():
+        yield GOOD["captions"]
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        write_records(tmp_path / "out.jsonl", records())
+    assert list(tmp_path.iterdir()) == []

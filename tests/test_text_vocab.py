@@ -1,0 +1,36 @@
+import json
+
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.text.tokenize import tokenize
+from vltools.text.vocab import Vocabulary
+
+
+def test_tokenize_lowercases_and_splits_punctuation():
+    assert tokenize("A Dog's ball, red.") == ["a", "dog", "'s", "ball", ",", "red", "."]
+
+
+def test_build_keeps_words_at_threshold_in_first_seen_order():
+    vocab = Vocabulary.build(["b a", "a b", "a c", "b a"], threshold=3)
+    assert vocab.words == ["<pad>", "<start>", "<end>", "<unk>", "b", "a"]
+    assert vocab.encode("A b zebra") == [1, 5, 4, 3, 2]
+    assert vocab.decode([1, 5, 4, 3, 2, 4]) == "a b <unk>"
+
+
+def test_scan_json_round_trip_preserves_indices(tmp_path):
+    words = ["<pad>", "<start>", "<end>", "<unk>", "dog", "cat"]
+    data = {"word2idx": {w: i for i, w in enumerate(words)}, "idx2word": {str(i): w for i, w in enumerate(words)},
+            "idx": 6}
+    (tmp_path / "v.json").write_text(json.dumps(data))
+    vocab = Vocabulary.from_scan_json(tmp_path / "v.json")
+    assert vocab("cat") == 5
+    assert vocab.to_scan_json() == data
+
+
+def test_bad_vocab_files(tmp_path):
+    (tmp_path / "v.json").write_text(json.dumps({"word2idx": {"<pad>": 0, "x": 5}}))
+    with pytest.raises(VLToolsError, match="indices must be"):
+        Vocabulary.from_scan_json(tmp_path / "v.json")
+    with pytest.raises(VLToolsError, match="<start> at index 1"):
+        Vocabulary(["<pad>", "x", "<start>", "<end>", "<unk>"])
