@@ -1,0 +1,377 @@
+"""SGR and SAF (Diao et al., AAAI 2021) computing what the authors' released code computes, batched.
+
+The released code scores one caption at a time against a block of images.  Here a block of images is
+scored against a block of captions at once: captions are grouped by length, padded words are masked out
+of every step that mixes words (the per-region l2-normalisation over words, TextSA's mean and softmax,
+the graph softmax of SGR, SAF's l1-normalisation), and the results agree with the per-caption
+computation to float rounding.  Submodule names follow the released code, so an official state dict
+loads with the prefixes `img_enc.`, `txt_enc.` and `sim_enc.`.
+
+Images with fewer real regions than the feature file's K: `encode_images` zeroes the rows of padded
+regions, and the similarity treats all-zero rows as absent (a real region's embedding is never exactly
+zero), so slices of image embeddings carry their own mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from vltools.errors import VLToolsError
+
+# cap on the elements of one [images, captions, words, embed] intermediate (fp32: 4 bytes each)
+CHUNK_ELEMENTS = 1 << 25
+
+
+def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
+    """x / (||x||_2 + eps) along `dim`, the released code's normalisation (eps added, not clamped)."""
+    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+
+
+def l1norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
+    """x / (sum |x| + eps) along `dim`."""
+    return x / (x.abs().sum(dim=dim, keepdim=True) + eps)
+
+
+def xavier_(linear: nn.Linear) -> None:
+    """The released code's init of a linear layer: uniform(+-sqrt(6 / (in + out))), zero bias."""
+    r = math.sqrt(6.0) / math.sqrt(linear.in_features + linear.out_features)
+    nn.init.uniform_(linear.weight, -r, r)
+    nn.init.zeros_(linear.bias)
+
+
+def length_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
+    """Bool [B, size]: True at the first lengths[b] positions of row b."""
+    return torch.arange(size, device=lengths.device) < lengths.to(torch.long).unsqueeze(1)
+
+
+def region_mask(img_emb: torch.Tensor) -> torch.Tensor:
+    """Bool [B, K]: True for real regions (padded regions are all-zero rows, see `encode_images`)."""
+    return img_emb.ne(0).any(dim=-1)
+
+
+class EncoderImage(nn.Module):
+    """Regions [B, K, D] -> fc -> l2norm: local region embeddings [B, K, E]."""
+
+    def __init__(self, img_dim: int, embed_size: int, no_imgnorm: bool = False) -> None:
+        super().__init__()
+        self.no_imgnorm = no_imgnorm
+        self.fc = nn.Linear(img_dim, embed_size)
+        xavier_(self.fc)
+
+    def forward(self, regions: torch.Tensor) -> torch.Tensor:
+        emb = self.fc(regions)
+        return emb if self.no_imgnorm else l2norm(emb)
+
+
+class EncoderText(nn.Module):
+    """Word ids [B, L] -> embedding -> dropout -> (Bi)GRU, directions averaged -> l2norm: [B, L, E]."""
+
+    def __init__(self, vocab_size: int, word_dim: int, embed_size: int, num_layers: int,
+                 use_bi_gru: bool = True, no_txtnorm: bool = False, dropout: float = 0.4) -> None:
+        super().__init__()
+        self.no_txtnorm = no_txtnorm
+        self.use_bi_gru = use_bi_gru
+        self.embed = nn.Embedding(vocab_size, word_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.cap_rnn = nn.GRU(word_dim, embed_size, num_layers, batch_first=True, bidirectional=use_bi_gru)
+        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+
+    def run(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GRU outputs [B, L, H * directions] (zero past each length) and final states [layers * dirs, B, H]."""
+        emb = self.dropout(self.embed(tokens))
+        packed = pack_padded_sequence(emb, lengths.detach().to("cpu", torch.long), batch_first=True,
+                                      enforce_sorted=False)
+        out, last = self.cap_rnn(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=tokens.size(1))
+        return out, last
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.run(tokens, lengths)
+        if self.use_bi_gru:
+            half = out.size(2) // 2
+            out = (out[:, :, :half] + out[:, :, half:]) / 2
+        return out if self.no_txtnorm else l2norm(out)
+
+
+class VisualSA(nn.Module):
+    """Global image by self-attention over regions, the region mean as query; BatchNorm over K positions."""
+
+    def __init__(self, embed_dim: int, dropout_rate: float, num_region: int) -> None:
+        super().__init__()
+        self.embedding_local = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.BatchNorm1d(num_region),
+                                             nn.Tanh(), nn.Dropout(dropout_rate))
+        self.embedding_global = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.BatchNorm1d(embed_dim),
+                                              nn.Tanh(), nn.Dropout(dropout_rate))
+        self.embedding_common = nn.Sequential(nn.Linear(embed_dim, 1))
+        for layer in (self.embedding_local[0], self.embedding_global[0], self.embedding_common[0]):
+            xavier_(layer)
+
+    def forward(self, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """local [B, K, E] (padded rows zero), mask [B, K] -> l2-normalised global image [B, E]."""
+        num_region = self.embedding_local[1].num_features
+        if local.size(1) != num_region:
+            raise VLToolsError(f"the images have {local.size(1)} regions each but the model was built for "
+                               f"num_regions={num_region}; use features with {num_region} regions per image "
+                               "or train a model with this num_regions")
+        raw_global = local.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        weights = self.embedding_common(self.embedding_local(local) * self.embedding_global(raw_global).unsqueeze(1))
+        weights = weights.squeeze(2).masked_fill(~mask, float("-inf")).softmax(dim=1)
+        return l2norm((weights.unsqueeze(2) * local).sum(1))
+
+
+class TextSA(nn.Module):
+    """Global caption by self-attention over its real words, the word mean as query."""
+
+    def __init__(self, embed_dim: int, dropout_rate: float) -> None:
+        super().__init__()
+        self.embedding_local = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.Tanh(), nn.Dropout(dropout_rate))
+        self.embedding_global = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.Tanh(), nn.Dropout(dropout_rate))
+        self.embedding_common = nn.Sequential(nn.Linear(embed_dim, 1))
+        for layer in (self.embedding_local[0], self.embedding_global[0], self.embedding_common[0]):
+            xavier_(layer)
+
+    def forward(self, local: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """local [B, L, E], lengths [B] -> l2-normalised global caption [B, E]."""
+        mask = length_mask(lengths, local.size(1))
+        local = local * mask.unsqueeze(2)
+        raw_global = local.sum(1) / mask.sum(1, keepdim=True)
+        weights = self.embedding_common(self.embedding_local(local) * self.embedding_global(raw_global).unsqueeze(1))
+        weights = weights.squeeze(2).masked_fill(~mask, float("-inf")).softmax(dim=1)
+        return l2norm((weights.unsqueeze(2) * local).sum(1))
+
+
+class GraphReasoning(nn.Module):
+    """One SGR step over the similarity graph: N <- relu(W_g (softmax((W_q N)(W_k N)^T) N)).
+
+    The edge logits are computed as (N M + u) N^T + (N v + c), M = W_q^T W_k, u = W_k^T b_q,
+    v = W_q^T b_k, c = b_q . b_k: the same numbers as (W_q N + b_q)(W_k N + b_k)^T with one
+    sim_dim x sim_dim product per node instead of two.
+    """
+
+    def __init__(self, sim_dim: int) -> None:
+        super().__init__()
+        self.graph_query_w = nn.Linear(sim_dim, sim_dim)
+        self.graph_key_w = nn.Linear(sim_dim, sim_dim)
+        self.sim_graph_w = nn.Linear(sim_dim, sim_dim)
+        for layer in (self.graph_query_w, self.graph_key_w, self.sim_graph_w):
+            xavier_(layer)
+
+    def _bilinear(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        wq, bq = self.graph_query_w.weight, self.graph_query_w.bias
+        wk, bk = self.graph_key_w.weight, self.graph_key_w.bias
+        return wq.t() @ wk, wk.t() @ bq, wq.t() @ bk, bq @ bk
+
+    def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """nodes [..., N, S], mask [..., N] (broadcastable; False = padded node) -> new nodes [..., N, S]."""
+        m, u, v, c = self._bilinear()
+        logits = (nodes @ m + u) @ nodes.transpose(-1, -2) + (nodes @ v + c).unsqueeze(-1)
+        edges = logits.masked_fill(~mask.unsqueeze(-2), float("-inf")).softmax(dim=-1)
+        return torch.relu(self.sim_graph_w(edges @ nodes))
+
+    def first_node(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Row 0 of `forward` only (the global node, all that the last step's output is used for): [..., S]."""
+        m, u, v, c = self._bilinear()
+        query = nodes[..., 0, :]
+        logits = (nodes @ (query @ m + u).unsqueeze(-1)).squeeze(-1) + (query @ v + c).unsqueeze(-1)
+        edges = logits.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return torch.relu(self.sim_graph_w((edges.unsqueeze(-2) @ nodes).squeeze(-2)))
+
+
+class AttentionFiltration(nn.Module):
+    """SAF: beta = l1norm(sigmoid(BN_1(w_a . N))) over real nodes, s = l2norm(sum_p beta_p N_p)."""
+
+    def __init__(self, sim_dim: int) -> None:
+        super().__init__()
+        self.attn_sim_w = nn.Linear(sim_dim, 1)
+        self.bn = nn.BatchNorm1d(1)
+        xavier_(self.attn_sim_w)
+
+    def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """nodes [Bi, Bc, N, S], mask [Bc, N] -> (vectors [Bi, Bc, S], per-caption BN stats or None).
+
+        In training the released code batch-normalises each caption's logits on their own (over the
+        images and that caption's nodes); the same is done here, and the statistics ([2, Bc]: mean,
+        unbiased variance) are returned so that the caller can update the running averages in
+        caption order once the whole batch is scored.
+        """
+        logits = self.attn_sim_w(nodes).squeeze(-1)
+        stats = None
+        if self.training and self.bn.training:
+            normed, stats = self._per_caption_bn(logits, mask)
+        else:
+            n_img, n_cap, n_node = logits.shape
+            normed = self.bn(logits.reshape(-1, 1, n_node)).reshape(n_img, n_cap, n_node)
+        beta = l1norm(torch.sigmoid(normed) * mask, dim=-1)
+        return l2norm((beta.unsqueeze(-2) @ nodes).squeeze(-2)), stats
+
+    def _per_caption_bn(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = mask.to(logits.dtype)
+        count = weight.sum(-1) * logits.size(0)
+        mean = (logits * weight).sum((0, 2)) / count
+        centred = (logits - mean[:, None]) * weight
+        var = centred.pow(2).sum((0, 2)) / count
+        normed = (logits - mean[:, None]) / torch.sqrt(var[:, None] + self.bn.eps)
+        normed = normed * self.bn.weight + self.bn.bias
+        return normed, torch.stack([mean, var * count / (count - 1)]).detach()
+
+    @torch.no_grad()
+    def update_running_stats(self, stats: torch.Tensor) -> None:
+        """Apply one BatchNorm momentum update per caption, in order (stats [2, n_captions])."""
+        n = stats.size(1)
+        keep = 1.0 - self.bn.momentum
+        powers = keep ** torch.arange(n - 1, -1, -1, device=stats.device, dtype=stats.dtype)
+        for buffer, values in ((self.bn.running_mean, stats[0]), (self.bn.running_var, stats[1])):
+            buffer.mul_(keep ** n).add_((self.bn.momentum * powers * values).sum())
+        self.bn.num_batches_tracked.add_(n)
+
+
+class EncoderSimilarity(nn.Module):
+    """Similarity representations (local + global) and their SGR or SAF aggregation into a score."""
+
+    def __init__(self, embed_size: int, sim_dim: int, module_name: str, sgr_step: int, num_regions: int,
+                 lambda_softmax: float, dropout: float) -> None:
+        super().__init__()
+        self.module_name = module_name
+        self.lambda_softmax = lambda_softmax
+        self.v_global_w = VisualSA(embed_size, dropout, num_regions)
+        self.t_global_w = TextSA(embed_size, dropout)
+        self.sim_tranloc_w = nn.Linear(embed_size, sim_dim)
+        self.sim_tranglo_w = nn.Linear(embed_size, sim_dim)
+        self.sim_eval_w = nn.Linear(sim_dim, 1)
+        for layer in (self.sim_tranloc_w, self.sim_tranglo_w, self.sim_eval_w):
+            xavier_(layer)
+        if module_name == "SGR":
+            if sgr_step < 1:
+                raise VLToolsError(f"sgr_step must be at least 1, got {sgr_step}")
+            self.SGR_module = nn.ModuleList([GraphReasoning(sim_dim) for _ in range(sgr_step)])
+        elif module_name == "SAF":
+            self.SAF_module = AttentionFiltration(sim_dim)
+        else:
+            raise VLToolsError(f"module_name must be SGR or SAF, got {module_name!r}")
+
+    def attend(self, img_emb: torch.Tensor, img_mask: torch.Tensor | None, cap_emb: torch.Tensor,
+               word_mask: torch.Tensor) -> torch.Tensor:
+        """Attended image per word (SCAN t2i, lambda=9): [Bi, K, E] x [Bc, L, E] -> [Bi, Bc, L, E].
+
+        a = leaky_relu(v_k . t_w, 0.1), l2-normalised over the caption's real words for each region,
+        alpha = softmax(lambda * a) over the real regions, c_w = l2norm(sum_k alpha_kw v_k).
+        """
+        n_img, n_reg, dim = img_emb.shape
+        n_cap, n_word, _ = cap_emb.shape
+        logits = (img_emb.reshape(-1, dim) @ cap_emb.reshape(-1, dim).t()).view(n_img, n_reg, n_cap, n_word)
+        logits = F.leaky_relu(logits, 0.1) * word_mask
+        logits = l2norm(logits, dim=-1) * self.lambda_softmax
+        if img_mask is not None:
+            logits = logits.masked_fill(~img_mask[:, :, None, None], float("-inf"))
+        alpha = logits.softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
+        context = torch.bmm(alpha.transpose(1, 2), img_emb)
+        return l2norm(context).view(n_img, n_cap, n_word, dim)
+
+    def nodes(self, img_emb: torch.Tensor, img_mask: torch.Tensor | None, img_glo: torch.Tensor,
+              cap_emb: torch.Tensor, word_mask: torch.Tensor, cap_glo: torch.Tensor) -> torch.Tensor:
+        """Similarity graph nodes [Bi, Bc, 1 + L, S]: global s_g then local s_1..s_L (padded words garbage)."""
+        context = self.attend(img_emb, img_mask, cap_emb, word_mask)
+        sim_loc = l2norm(self.sim_tranloc_w((context - cap_emb).pow(2)))
+        sim_glo = l2norm(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
+        return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
+
+    def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Nodes [Bi, Bc, N, S], node_mask [Bc, N] -> (scores [Bi, Bc] in (0, 1), SAF batch stats or None)."""
+        stats = None
+        if self.module_name == "SGR":
+            mask = node_mask.unsqueeze(0)
+            for step in self.SGR_module[:-1]:
+                nodes = step(nodes, mask)
+            vec = self.SGR_module[-1].first_node(nodes, mask)
+        else:
+            vec, stats = self.SAF_module(nodes, node_mask)
+        return torch.sigmoid(self.sim_eval_w(vec)).squeeze(-1), stats
+
+    def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks."""
+        img_mask = region_mask(img_emb)
+        img_glo = self.v_global_w(img_emb, img_mask)
+        if bool(img_mask.all()):
+            img_mask = None
+        lengths = cap_lengths.to(device=cap_emb.device, dtype=torch.long)
+        cap_glo = self.t_global_w(cap_emb, lengths)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        sorted_lengths = lengths[order].tolist()
+        parts, all_stats = [], []
+        start = 0
+        while start < len(order):
+            n_word = sorted_lengths[start]
+            stop = start + max(1, CHUNK_ELEMENTS // max(1, img_emb.size(0) * n_word * img_emb.size(2)))
+            idx = order[start:stop]
+            word_mask = length_mask(lengths[idx], n_word)
+            nodes = self.nodes(img_emb, img_mask, img_glo, cap_emb[idx, :n_word], word_mask, cap_glo[idx])
+            node_mask = torch.cat([word_mask.new_ones(len(idx), 1), word_mask], dim=1)
+            scores, stats = self.score(nodes, node_mask)
+            parts.append(scores)
+            if stats is not None:
+                all_stats.append(stats)
+            start = stop
+        inverse = torch.argsort(order)
+        if all_stats:
+            self.SAF_module.update_running_stats(torch.cat(all_stats, dim=1)[:, inverse])
+        return torch.cat(parts, dim=1)[:, inverse]
+
+
+class SGRAFModel(nn.Module):
+    """Image encoder + text encoder + similarity encoder (`img_enc`, `txt_enc`, `sim_enc`, as released)."""
+
+    separable = False
+    module_name = ""
+    DEFAULTS: dict = {
+        "img_dim": 2048, "embed_size": 1024, "word_dim": 300, "sim_dim": 256, "num_layers": 1,
+        "bi_gru": True, "no_imgnorm": False, "no_txtnorm": False, "num_regions": 36,
+        "lambda_softmax": 9.0, "dropout": 0.4,
+    }
+
+    def __init__(self, vocab_size: int, img_dim: int, embed_size: int, word_dim: int, sim_dim: int,
+                 num_layers: int, bi_gru: bool, no_imgnorm: bool, no_txtnorm: bool, num_regions: int,
+                 lambda_softmax: float, dropout: float, sgr_step: int = 0) -> None:
+        super().__init__()
+        self.img_enc = EncoderImage(img_dim, embed_size, no_imgnorm)
+        self.txt_enc = EncoderText(vocab_size, word_dim, embed_size, num_layers, bi_gru, no_txtnorm, dropout)
+        self.sim_enc = EncoderSimilarity(embed_size, sim_dim, self.module_name, sgr_step, num_regions,
+                                         lambda_softmax, dropout)
+
+    def encode_images(self, regions: torch.Tensor, num_regions: torch.Tensor | None = None) -> torch.Tensor:
+        """Regions [B, K, D] -> [B, K, E]; rows of padded regions (index >= num_regions) are zero."""
+        emb = self.img_enc(regions)
+        if num_regions is not None:
+            emb = emb * length_mask(num_regions.to(emb.device), emb.size(1)).unsqueeze(2).to(emb.dtype)
+        return emb
+
+    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Word ids [B, L] (<start> ... <end>, 0-padded) -> word embeddings [B, L, E], zero past each length."""
+        return self.txt_enc(tokens, lengths)
+
+    def similarity(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc]."""
+        return self.sim_enc(img_emb, cap_emb, cap_lengths)
+
+    def forward(self, regions: torch.Tensor, num_regions: torch.Tensor | None, tokens: torch.Tensor,
+                lengths: torch.Tensor) -> torch.Tensor:
+        """Training: scores [B, B] of the batch's images (rows) against its captions (columns)."""
+        return self.similarity(self.encode_images(regions, num_regions), self.encode_captions(tokens, lengths),
+                               lengths)
+
+
+class SGR(SGRAFModel):
+    """Similarity Graph Reasoning: score from the global node after `sgr_step` graph steps."""
+
+    module_name = "SGR"
+    DEFAULTS = {**SGRAFModel.DEFAULTS, "sgr_step": 3}
+
+
+class SAF(SGRAFModel):
+    """Similarity Attention Filtration: score from the attention-weighted sum of the nodes."""
+
+    module_name = "SAF"
