@@ -1,0 +1,233 @@
+"""`vltools convert KIND ...`: import the field's formats as vltools files, and export them back.
+
+One subcommand per format; each parses options, calls a library function of `vltools.data.converters`
+and writes the output atomically (`-o PATH`, or standard output when absent).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vltools.data.converters import (
+    birds_to_words,
+    bottom_up,
+    coco,
+    cub,
+    flickr,
+    karpathy,
+    precomp,
+    scan_vocab,
+    visual_genome,
+)
+from vltools.errors import VLToolsError
+from vltools.io.atomic import binary_output, is_stdout, text_output
+from vltools.io.progress import log
+from vltools.io.records import read_records, write_records
+from vltools.text.vocab import Vocabulary
+
+OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                      help="Output file (default: standard output).")
+DTYPE = click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+                     help="Stored float type of the features (float32 keeps the values exactly).")
+DROP_UNASSIGNED = click.option("--drop-unassigned", is_flag=True,
+                               help="Drop images in no split list instead of giving them split 'unassigned'.")
+
+
+@click.group("convert")
+def command() -> None:
+    """Import the field's formats (SCAN precomp, Karpathy, COCO, Flickr, Visual Genome, Birds-to-Words, CUB,
+    bottom-up features, SCAN vocabularies) as vltools files, and export vltools files back."""
+
+
+def _wrote(count: int, what: str, output: str | None) -> None:
+    log.info("wrote %d %s to %s", count, what, "standard output" if is_stdout(output) else output)
+
+
+@command.command("precomp")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--split", required=True, help="Split name: reads {split}_ims.npy, {split}_caps.txt.")
+@click.option("--features", "features_out", type=click.Path(dir_okay=False), help="Features HDF5 to write.")
+@click.option("--captions", "captions_out", type=click.Path(dir_okay=False), help="Captions JSONL to write.")
+@click.option("--ids", "ids_file", type=click.Path(dir_okay=False),
+              help="Image ids file (default: {split}_ids.txt or {split}_imagename.txt when present).")
+@click.option("--captions-per-image", type=click.IntRange(min=1),
+              help="Captions per image, needed when there is neither an _ims.npy nor an ids file.")
+@DTYPE
+def precomp_command(directory: str, split: str, features_out: str | None, captions_out: str | None,
+                    ids_file: str | None, captions_per_image: int | None, dtype: str) -> None:
+    """SCAN / VSE++ / SGRAF precomp DIRECTORY -> features HDF5 (--features) and captions JSONL (--captions).
+
+    Image ids come from the ids file, else are "{split}_{index}"; caption ids are "{image_id}#{k}"."""
+    if features_out is None and captions_out is None:
+        raise click.UsageError("give --features PATH, --captions PATH, or both")
+    if features_out is not None and captions_out is not None and is_stdout(features_out) and is_stdout(captions_out):
+        raise click.UsageError("only one of --features and --captions can be standard output")
+    data = precomp.read_precomp(directory, split, ids_file, captions_per_image)
+    if features_out is None:
+        write_records(captions_out, data.records)
+        _wrote(len(data.records), "captions", captions_out)
+        return
+    if data.images is None:
+        raise VLToolsError(f"{directory}: no {split}_ims.npy to convert to --features")
+    with binary_output(features_out) as target:
+        precomp.write_precomp_features(data.images, data.image_ids, target, data.files.images, dtype)
+        if captions_out is not None:
+            write_records(captions_out, data.records)
+    _wrote(len(data.image_ids), "images", features_out)
+    if captions_out is not None:
+        _wrote(len(data.records), "captions", captions_out)
+
+
+@command.command("to-precomp")
+@click.argument("features", type=click.Path(dir_okay=False))
+@click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--split", required=True, help="Split name of the files written: {split}_ims.npy, _caps.txt, _ids.txt.")
+@click.option("--field", type=click.Choice(["regions", "global"]),
+              help="Features dataset to export (default: regions if present, else global).")
+def to_precomp_command(features: str, captions: str, out_dir: str, split: str, field: str | None) -> None:
+    """Features HDF5 + captions JSONL -> precomp files in OUT_DIR, in the features' image order."""
+    paths = precomp.write_precomp(features, captions, out_dir, split, field)
+    log.info("wrote %s", ", ".join(str(path) for path in paths.values()))
+
+
+@command.command("karpathy")
+@click.argument("dataset", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--id", "id_field", type=click.Choice(karpathy.ID_FIELDS), default="filename", show_default=True,
+              help="Image id: file name, COCO id, Karpathy imgid, or filepath/filename.")
+@click.option("--text", "text_field", type=click.Choice(karpathy.TEXT_FIELDS), default="raw", show_default=True,
+              help="Caption text: the raw sentence or its tokens joined by spaces.")
+@click.option("--restval-as", help="Rename the restval split (e.g. train); default: keep 'restval'.")
+@click.option("--only-split", "only_splits", multiple=True, help="Keep only this split (repeatable).")
+def karpathy_command(dataset: str, output: str | None, id_field: str, text_field: str, restval_as: str | None,
+                     only_splits: tuple[str, ...]) -> None:
+    """Karpathy dataset_{coco,flickr8k,flickr30k}.json -> captions JSONL (caption_id = sentid)."""
+    records = karpathy.read_karpathy(dataset, id_field, text_field, restval_as, set(only_splits) or None)
+    _wrote(write_records(output, records), "captions", output)
+
+
+@command.command("coco")
+@click.argument("coco_json", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--split", help="Split field of every record (default: none).")
+@click.option("--id", "id_field", type=click.Choice(coco.ID_FIELDS), default="id", show_default=True,
+              help="Image id of an annotations file: the numeric id or the image file_name.")
+def coco_command(coco_json: str, output: str | None, split: str | None, id_field: str) -> None:
+    """COCO caption annotations, results JSON, or coco-caption SPICE input (its refs) -> captions JSONL."""
+    records = coco.read_coco(coco_json, split, id_field)
+    _wrote(write_records(output, records), "captions", output)
+
+
+@command.command("to-coco-results")
+@click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
+@OUTPUT
+def to_coco_results_command(captions: str, output: str | None) -> None:
+    """Captions JSONL (one caption per image) -> COCO results JSON [{"image_id", "caption"}]."""
+    results = coco.coco_results(read_records(captions, "captions"), captions)
+    with text_output(output) as stream:
+        json.dump(results, stream, ensure_ascii=False)
+        stream.write("\n")
+    _wrote(len(results), "results", output)
+
+
+@command.command("flickr")
+@click.argument("tokens", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--train", type=click.Path(dir_okay=False), help="List of training image names.")
+@click.option("--val", type=click.Path(dir_okay=False), help="List of validation image names.")
+@click.option("--test", type=click.Path(dir_okay=False), help="List of test image names.")
+@DROP_UNASSIGNED
+def flickr_command(tokens: str, output: str | None, train: str | None, val: str | None, test: str | None,
+                   drop_unassigned: bool) -> None:
+    """Flickr8k / Flickr30k token file (name.jpg#k TAB caption) -> captions JSONL; image_id = name.jpg."""
+    lists = {split: path for split, path in (("train", train), ("val", val), ("test", test)) if path}
+    records = flickr.read_flickr(tokens, lists, drop_unassigned)
+    _wrote(write_records(output, records), "captions", output)
+
+
+@command.command("visual-genome")
+@click.argument("regions", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--image-data", type=click.Path(dir_okay=False),
+              help="image_data.json: adds image_size [h, w] to each record.")
+@click.option("--splits", type=click.Path(dir_okay=False), help="JSON {split: [image ids]} (densecap_splits.json).")
+@click.option("--clip-boxes", is_flag=True, help="Clip boxes to the image (needs --image-data).")
+@DROP_UNASSIGNED
+def visual_genome_command(regions: str, output: str | None, image_data: str | None, splits: str | None,
+                          clip_boxes: bool, drop_unassigned: bool) -> None:
+    """Visual Genome region_descriptions.json -> region captions JSONL (box = x1 y1 x2 y2)."""
+    if clip_boxes and image_data is None:
+        raise click.UsageError("--clip-boxes needs --image-data")
+    sizes = visual_genome.read_image_sizes(image_data) if image_data else None
+    assignment = visual_genome.read_split_lists(splits) if splits else None
+    records = visual_genome.read_visual_genome(regions, sizes, assignment, clip_boxes, drop_unassigned)
+    _wrote(write_records(output, records), "regions", output)
+
+
+@command.command("birds-to-words")
+@click.argument("tsv", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--image-names", type=click.Choice(birds_to_words.IMAGE_NAMES), default="path", show_default=True,
+              help="Image ids: the URL path (photos/ID/medium.jpg), its basename, or the whole URL.")
+def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> None:
+    """Birds-to-Words TSV -> pairs JSONL, one record per description; pair_id is a hash of the two URLs."""
+    records = birds_to_words.read_birds_to_words(tsv, image_names)
+    _wrote(write_records(output, records), "pair descriptions", output)
+
+
+@command.command("cub")
+@click.argument("text_dir", type=click.Path(file_okay=False))
+@OUTPUT
+@click.option("--split-list", "split_lists", nargs=2, multiple=True, metavar="SPLIT FILE",
+              help="FILE lists image ids (<class>/<image>) or class names of SPLIT; repeatable.")
+@DROP_UNASSIGNED
+def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str, str], ...],
+                drop_unassigned: bool) -> None:
+    """CUB text_c10 folder (<class>/<image>.txt, a caption a line) -> captions JSONL; image_id = <class>/<image>."""
+    lists: dict[str, str] = {}
+    for split, path in split_lists:
+        if split in lists:
+            raise click.UsageError(f"--split-list {split} given twice")
+        lists[split] = path
+    records = cub.read_cub(text_dir, lists, drop_unassigned)
+    _wrote(write_records(output, records), "captions", output)
+
+
+@command.command("bottom-up")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@OUTPUT
+@click.option("--fields", default=",".join(bottom_up.ANDERSON_FIELDS), show_default=True,
+              help="TSV column names, comma separated (LXMERT: " + ",".join(bottom_up.LXMERT_FIELDS) + ").")
+@click.option("--max-regions", type=click.IntRange(min=1),
+              help="Keep at most this many boxes per image and pad to it (default: the most of any image).")
+@DTYPE
+def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, max_regions: int | None,
+                      dtype: str) -> None:
+    """Bottom-up attention TSV file(s), or one folder of per-image .npz -> features HDF5."""
+    names = [name.strip() for name in fields.split(",") if name.strip()]
+    with binary_output(output) as target:
+        count = bottom_up.convert_bottom_up(inputs, target, names, max_regions, dtype)
+    _wrote(count, "images", output)
+
+
+@command.command("scan-vocab")
+@click.argument("scan_json", type=click.Path(dir_okay=False))
+@OUTPUT
+def scan_vocab_command(scan_json: str, output: str | None) -> None:
+    """SCAN / SGRAF vocabulary JSON -> vltools vocabulary file (same indices)."""
+    vocab = Vocabulary.from_scan_json(scan_json)
+    scan_vocab.write_vocab_json(output, scan_vocab.vocab_document(vocab))
+    _wrote(len(vocab), "words", output)
+
+
+@command.command("to-scan-vocab")
+@click.argument("vocab_file", type=click.Path(dir_okay=False))
+@OUTPUT
+def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
+    """vltools vocabulary file -> SCAN / SGRAF vocabulary JSON (word2idx, idx2word, idx)."""
+    vocab = scan_vocab.read_vocab_file(vocab_file)
+    scan_vocab.write_vocab_json(output, vocab.to_scan_json())
+    _wrote(len(vocab), "words", output)

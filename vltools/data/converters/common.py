@@ -1,0 +1,107 @@
+"""What every converter needs: text and JSON inputs read with one-line errors, split lists, features attrs."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from vltools.errors import VLToolsError, input_error
+
+UNASSIGNED = "unassigned"
+
+
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line ending) of every line of a UTF-8 text file.
+
+    Lines are split on "\\n" only (as SCAN's `open(..., 'rb')` loop does), so a caption containing
+    another Unicode line separator stays one caption.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise VLToolsError(f"{path}: no such file")
+    number = 0
+    try:
+        with open(path, encoding="utf-8", newline="\n") as stream:
+            for number, line in enumerate(stream, 1):
+                yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise input_error(path, f"line {number + 1}", f"not UTF-8 text ({exc.reason})",
+                          "convert the file to UTF-8") from None
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """Every line of a UTF-8 text file, stripped of surrounding white space (blank lines kept)."""
+    return [text.strip() for _, text in numbered_lines(path)]
+
+
+def read_id_list(path: str | os.PathLike) -> list[str]:
+    """Ids listed one per line (blank lines skipped); a repeated id is an error naming both lines."""
+    seen: dict[str, int] = {}
+    for number, text in numbered_lines(path):
+        item = text.strip()
+        if not item:
+            continue
+        if item in seen:
+            raise input_error(path, f"line {number}", f"id {item!r} repeats line {seen[item]}",
+                              "list each id once")
+        seen[item] = number
+    if not seen:
+        raise input_error(path, None, "empty list: no ids", "give a file with one id per line")
+    return list(seen)
+
+
+def load_json(path: str | os.PathLike) -> object:
+    """Parse a JSON file; a syntax error names the line and column."""
+    path = Path(path)
+    if not path.is_file():
+        raise VLToolsError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except json.JSONDecodeError as exc:
+        raise input_error(path, f"line {exc.lineno} column {exc.colno}", f"malformed JSON ({exc.msg})",
+                          "fix the file or download it again") from None
+    except UnicodeDecodeError as exc:
+        raise input_error(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          "JSON files must be UTF-8") from None
+
+
+def field(record: object, name: str, types: type | tuple[type, ...], path: object, where: str) -> object:
+    """`record[name]` checked to be of `types` (bool is never a number); errors name file and record."""
+    if not isinstance(record, dict):
+        raise input_error(path, where, f"expected a JSON object, found {type(record).__name__}")
+    if name not in record:
+        raise input_error(path, where, f"missing field '{name}'")
+    value = record[name]
+    if isinstance(value, bool) or not isinstance(value, types):
+        wanted = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise input_error(path, where, f"field '{name}' must be {wanted}, found {json.dumps(value)[:60]}")
+    return value
+
+
+def json_list(value: object, path: object, where: str, what: str) -> list:
+    """`value` checked to be a JSON array (`what` names it in the error)."""
+    if not isinstance(value, list):
+        raise input_error(path, where, f"expected {what} as a JSON array, found {type(value).__name__}")
+    return value
+
+
+def split_assignments(split_files: dict[str, str | os.PathLike]) -> dict[str, str]:
+    """Map each id listed in the split files ({split name: path}) to its split; an id in two lists is an error."""
+    assignment: dict[str, str] = {}
+    origin: dict[str, str | os.PathLike] = {}
+    for split, path in split_files.items():
+        for item in read_id_list(path):
+            if item in assignment:
+                raise input_error(path, None, f"id {item!r} is also in the {assignment[item]} list {origin[item]}",
+                                  "each id may be in one split only")
+            assignment[item] = split
+            origin[item] = path
+    return assignment
+
+
+def features_attrs(backbone: str, regions: str, source: object) -> dict[str, str]:
+    """Attributes of a features file imported from elsewhere: the extractor's weights are not known."""
+    return {"backbone": backbone, "weights": "unknown", "regions": regions, "source": str(source)}

@@ -1,0 +1,81 @@
+"""Karpathy's `dataset_{coco,flickr8k,flickr30k}.json` (the standard captioning / retrieval splits) -> captions.
+
+Layout: `{"images": [{"filename", "imgid", "split", "sentences": [{"tokens", "raw", "imgid", "sentid"}],
+"sentids", "cocoid"?, "filepath"?}], "dataset"}`; splits are train, val, test and (COCO) restval.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from vltools.errors import input_error
+
+from .common import field, json_list, load_json
+
+ID_FIELDS = ("filename", "cocoid", "imgid", "filepath")
+TEXT_FIELDS = ("raw", "tokens")
+
+
+def karpathy_image_id(image: dict, id_field: str, path: object, where: str) -> str:
+    """The image id by `id_field`: filename, cocoid, imgid, or filepath (`filepath/filename`, COCO's layout)."""
+    if id_field == "filepath":
+        folder = field(image, "filepath", str, path, where)
+        return f"{folder}/{field(image, 'filename', str, path, where)}"
+    value = field(image, id_field, str if id_field == "filename" else int, path, where)
+    return str(value)
+
+
+def karpathy_caption(sentence: dict, text_field: str, path: object, where: str) -> str:
+    """The caption text: `raw` stripped, or the `tokens` joined by spaces."""
+    if text_field == "tokens":
+        tokens = json_list(field(sentence, "tokens", list, path, where), path, where, "tokens")
+        text = " ".join(str(token) for token in tokens)
+    else:
+        text = str(field(sentence, "raw", str, path, where)).strip()
+    if not text:
+        raise input_error(path, where, f"empty caption ('{text_field}')", "fix or remove that sentence")
+    return text
+
+
+def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_field: str = "raw",
+                  restval_as: str | None = None, splits: Collection[str] | None = None) -> list[dict]:
+    """Captions records of a Karpathy dataset JSON, in file order; caption_id = sentid.
+
+    `restval_as` renames the restval split (e.g. to train); `splits` keeps only those (after renaming).
+    """
+    if id_field not in ID_FIELDS:
+        raise ValueError(f"id_field must be one of {ID_FIELDS}")
+    if text_field not in TEXT_FIELDS:
+        raise ValueError(f"text_field must be one of {TEXT_FIELDS}")
+    data = load_json(path)
+    images = json_list(field(data, "images", list, path, "top level"), path, "top level", "images")
+    records: list[dict] = []
+    seen_images: dict[str, int] = {}
+    seen_sentences: dict[str, str] = {}
+    for index, image in enumerate(images):
+        where = f"images[{index}]"
+        image_id = karpathy_image_id(image, id_field, path, where)
+        if image_id in seen_images:
+            raise input_error(path, where, f"image id {image_id!r} repeats images[{seen_images[image_id]}]",
+                              "choose another --id field")
+        seen_images[image_id] = index
+        split = str(field(image, "split", str, path, where))
+        if split == "restval" and restval_as:
+            split = restval_as
+        sentences = json_list(field(image, "sentences", list, path, where), path, where, "sentences")
+        if splits is not None and split not in splits:
+            continue
+        for number, sentence in enumerate(sentences):
+            at = f"{where}.sentences[{number}]"
+            caption_id = str(field(sentence, "sentid", int, path, at))
+            if caption_id in seen_sentences:
+                raise input_error(path, at, f"sentid {caption_id} repeats one of {seen_sentences[caption_id]}",
+                                  "sentids must be unique")
+            seen_sentences[caption_id] = where
+            records.append({"image_id": image_id, "caption": karpathy_caption(sentence, text_field, path, at),
+                            "split": split, "caption_id": caption_id})
+    if not records:
+        raise input_error(path, None, "no captions" + (f" in splits {', '.join(sorted(splits))}" if splits else ""),
+                          "check the file and --only-split")
+    return records

@@ -1,0 +1,53 @@
+"""The vltools vocabulary file and SCAN / SGRAF vocabulary JSON, each convertible to the other.
+
+The vltools vocabulary file is JSON `{"format": "vltools.vocab", "words": [...]}`: word i has index i, with
+`<pad>`=0 `<start>`=1 `<end>`=2 `<unk>`=3 (as in SCAN). The SCAN JSON is `{word2idx, idx2word, idx}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from vltools.errors import VLToolsError, input_error
+from vltools.io.atomic import text_output
+from vltools.text.vocab import Vocabulary
+
+from .common import load_json
+
+VOCAB_FORMAT = "vltools.vocab"
+
+
+def vocab_document(vocab: Vocabulary) -> dict:
+    """The vltools vocabulary file's content."""
+    return {"format": VOCAB_FORMAT, "words": list(vocab.words)}
+
+
+def read_vocab_file(path: str | os.PathLike) -> Vocabulary:
+    """Read a vltools vocabulary file."""
+    data = load_json(path)
+    if not isinstance(data, dict) or data.get("format") != VOCAB_FORMAT:
+        raise input_error(path, None, f"not a vltools vocabulary file (no \"format\": \"{VOCAB_FORMAT}\")",
+                          "convert a SCAN vocabulary with `vltools convert scan-vocab`")
+    words = data.get("words")
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise input_error(path, "words", "must be a list of strings")
+    try:
+        return Vocabulary(words)
+    except VLToolsError as exc:
+        raise input_error(path, "words", str(exc)) from None
+
+
+def load_vocabulary(path: str | os.PathLike) -> Vocabulary:
+    """A vocabulary from either a vltools vocabulary file or a SCAN / SGRAF vocabulary JSON."""
+    data = load_json(path)
+    if isinstance(data, dict) and "word2idx" in data:
+        return Vocabulary.from_scan_json(path)
+    return read_vocab_file(path)
+
+
+def write_vocab_json(path: str | os.PathLike | None, document: dict) -> None:
+    """Write a vocabulary JSON document atomically to `path` or to standard output."""
+    with text_output(path) as stream:
+        json.dump(document, stream, ensure_ascii=False)
+        stream.write("\n")

@@ -1,0 +1,156 @@
+"""Image-caption pairs for matching models: image regions streamed from a features HDF5 + caption tokens.
+
+One item per caption (as the SCAN / SGRAF loaders do): the regions of its image, read from the
+features file when the batch is fetched (never the whole file), and the caption's token ids wrapped
+in `<start> ... <end>`. Images are numbered by first appearance in the split, so the collated
+`image_index` tells which captions of a batch share an image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
+from vltools.io.features import FeaturesReader
+from vltools.io.records import read_records
+from vltools.text.vocab import Vocabulary
+
+VOCAB_THRESHOLD = 4
+
+
+@dataclass(frozen=True)
+class CaptionSplit:
+    """The captions of one split: texts, their image ids, and the split's images in first-appearance order."""
+
+    captions: list[str]
+    caption_ids: list[str]
+    image_ids: list[str]
+    caption_image_index: np.ndarray  # (n_captions,) index into image_ids
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+
+def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[dict] | None = None) -> CaptionSplit:
+    """The captions of `split` from a captions JSONL (records without a split are in none)."""
+    records = read_records(captions_path, "captions") if records is None else records
+    chosen = [r for r in records if r.get("split") == split]
+    if not chosen:
+        found = sorted({str(r.get("split")) for r in records})
+        raise VLToolsError(f"{captions_path}: no captions in split {split!r} (splits present: {', '.join(found)}); "
+                           "choose another split with --train-split / --val-split")
+    index: dict[str, int] = {}
+    for record in chosen:
+        index.setdefault(record["image_id"], len(index))
+    return CaptionSplit(
+        captions=[r["caption"] for r in chosen],
+        caption_ids=[r.get("caption_id") or f"{r['image_id']}#{n}" for n, r in enumerate(chosen)],
+        image_ids=list(index),
+        caption_image_index=np.array([index[r["image_id"]] for r in chosen], dtype=np.int64),
+    )
+
+
+def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike) -> None:
+    """Every image the captions name must be in the features file; the error names the first missing id."""
+    with FeaturesReader(features_path) as reader:
+        known = reader.index
+        missing = [i for i in split.image_ids if i not in known]
+        if "regions" not in reader.fields:
+            raise VLToolsError(f"{features_path}: has no /regions dataset; matching models need region features "
+                               "(vltools extract-regions)")
+    if missing:
+        raise VLToolsError(f"{captions_path}: image_id {missing[0]!r} is not in {features_path} "
+                           f"({len(missing)} image(s) missing); extract its features or remove its captions")
+
+
+def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
+                    threshold: int = VOCAB_THRESHOLD) -> Vocabulary:
+    """The vocabulary given by `path` (SCAN vocab JSON, a JSON list of words, or a vltools checkpoint),
+    or else built from `captions` (words seen at least `threshold` times)."""
+    if path is None:
+        return Vocabulary.build(captions, threshold=threshold)
+    path = Path(path)
+    if not path.exists():
+        raise VLToolsError(f"{path}: no such vocabulary file")
+    if path.suffix in (".pt", ".pth"):
+        payload = load_checkpoint(path)
+        if not payload.get("vocab"):
+            raise VLToolsError(f"{path}: this {CHECKPOINT_FORMAT} has no vocabulary; give a vocab JSON instead")
+        return Vocabulary(payload["vocab"])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise VLToolsError(f"{path}: not a JSON vocabulary ({exc}); give a SCAN vocab JSON or a list of words") \
+            from None
+    if isinstance(data, list) and all(isinstance(w, str) for w in data):
+        return Vocabulary(data)
+    return Vocabulary.from_scan_json(path)
+
+
+class MatchingDataset(Dataset):
+    """Captions of one split with their images' regions; batches are read from HDF5 in one call each.
+
+    The HDF5 file is opened lazily in each process (h5py handles must not cross a fork), so the
+    dataset works with DataLoader workers.
+    """
+
+    def __init__(self, features_path: str | os.PathLike, split: CaptionSplit, vocab: Vocabulary) -> None:
+        self.features_path = Path(features_path)
+        self.split = split
+        self.tokens = [vocab.encode(c) for c in split.captions]
+        self._reader: FeaturesReader | None = None
+        self._pid: int | None = None
+
+    @property
+    def reader(self) -> FeaturesReader:
+        if self._reader is None or self._pid != os.getpid():
+            self._reader = FeaturesReader(self.features_path)
+            self._pid = os.getpid()
+        return self._reader
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        images = self.split.caption_image_index[list(indices)]
+        ids = [self.split.image_ids[i] for i in images]
+        fields = ["regions", "num_regions"] if "num_regions" in self.reader.fields else ["regions"]
+        arrays = self.reader.read(ids, fields)
+        regions = arrays["regions"]
+        counts = arrays.get("num_regions", np.full(len(ids), regions.shape[1]))
+        return [{"regions": regions[n], "num_regions": int(counts[n]), "tokens": self.tokens[i],
+                 "image_index": int(images[n]), "caption_index": int(i)} for n, i in enumerate(indices)]
+
+
+def pad_tokens(token_lists: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens LongTensor[B, L] right-padded with 0, lengths LongTensor[B]) in the given order."""
+    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
+    tokens = torch.zeros(len(token_lists), int(lengths.max()) if len(token_lists) else 0, dtype=torch.long)
+    for row, ids in enumerate(token_lists):
+        tokens[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return tokens, lengths
+
+
+def collate_matching(items: Sequence[dict]) -> dict[str, torch.Tensor]:
+    """Stack a list of items into a batch, in item order (never sorted by length)."""
+    tokens, lengths = pad_tokens([item["tokens"] for item in items])
+    return {
+        "regions": torch.from_numpy(np.stack([item["regions"] for item in items]).astype(np.float32)),
+        "num_regions": torch.tensor([item["num_regions"] for item in items], dtype=torch.long),
+        "tokens": tokens,
+        "lengths": lengths,
+        "image_index": torch.tensor([item["image_index"] for item in items], dtype=torch.long),
+        "caption_index": torch.tensor([item["caption_index"] for item in items], dtype=torch.long),
+    }
