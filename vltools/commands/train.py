@@ -1,0 +1,55 @@
+"""`vltools train`: train a model with the shared loop; runs unchanged under torchrun (DDP)."""
+
+from __future__ import annotations
+
+import click
+
+from vltools.io.progress import log
+from vltools.train import TASKS, config_defaults, task_module
+from vltools.train.config import build_config
+from vltools.train.trainer import distributed, seed_everything, train
+
+
+@click.command("train")
+@click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Best checkpoint; PATH.last.pt (resume file) and PATH.log.jsonl are written beside it.")
+@click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config key (section.key or a bare key), e.g. --set model.embed_size=512.")
+@click.option("--epochs", type=int, help="Epochs (train.epochs).")
+@click.option("--batch-size", type=int, help="Global batch size, split over processes (train.batch_size).")
+@click.option("--lr", type=float, help="Initial learning rate (train.lr).")
+@click.option("--lr-update", type=int, help="Divide the learning rate by 10 every N epochs (train.lr_update).")
+@click.option("--grad-clip", type=float, help="Max total gradient norm, 0 for none (train.grad_clip).")
+@click.option("--val-every", type=int, help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
+@click.option("--seed", type=int, help="Seed of initialisation, data order and dropout (train.seed).")
+@click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
+@click.option("--workers", type=int, help="DataLoader worker processes (train.workers).")
+@click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
+@click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, JSON word list or checkpoint; default: built "
+              "from the training captions.")
+@click.option("--train-split", default="train", show_default=True, help="Split of the captions to train on.")
+@click.option("--val-split", default="val", show_default=True, help="Split of the captions to validate on.")
+def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
+            epochs: int | None, batch_size: int | None, lr: float | None, lr_update: int | None,
+            grad_clip: float | None, val_every: int | None, seed: int | None, device: str | None,
+            workers: int | None, resume: bool, vocab: str | None, train_split: str, val_split: str) -> None:
+    """Train --model NAME on INPUTS (matching models: FEATS.h5 CAPS.jsonl) into the checkpoint -o PATH.
+
+    Validation runs every --val-every iterations and after each epoch; the best checkpoint is kept at
+    PATH. Defaults are the official SGRAF hyper-parameters; see examples/sgraf/configs/ for recipes.
+    """
+    options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
+               "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
+               "train.device": device, "train.workers": workers}
+    config = build_config(config_defaults(model_name), config_file, overrides, options)
+    with distributed(config["train"]["device"]) as env:
+        seed_everything(config["train"]["seed"])
+        task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,
+                                                  val_split=val_split)
+        summary = train(task, config, output, env, resume=resume)
+    if env.main:
+        log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
+                 summary["iteration"], task.metric, summary["best"], output)

@@ -1,0 +1,25 @@
+"""Training: the loop every model shares (`trainer`), its configuration (`config`), one task per model family.
+
+A task module (e.g. `matching`) provides `defaults(model_name)` (its `task` and `model` config
+sections) and `build_task(model_name, inputs, config, vocab=, train_split=, val_split=)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from vltools.train.config import TRAIN_DEFAULTS
+
+# model name -> task module under vltools.train
+TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching"}
+
+
+def task_module(model_name: str) -> ModuleType:
+    """The module that trains `model_name`."""
+    return importlib.import_module(f"vltools.train.{TASKS[model_name]}")
+
+
+def config_defaults(model_name: str) -> dict[str, dict[str, object]]:
+    """All config sections for `model_name`: `train` (the loop), `task` and `model`."""
+    return {"train": dict(TRAIN_DEFAULTS), **task_module(model_name).defaults(model_name)}

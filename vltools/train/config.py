@@ -1,0 +1,146 @@
+"""Training configuration: sectioned defaults, a YAML file over them, then `--set key=value` overrides.
+
+A configuration is a dict of sections (`train` for the generic loop, `task` for the task's own
+options such as the loss margin, `model` for the model's constructor). Every value is typed by its
+default, so a YAML file or a `--set` cannot slip a string where a number belongs, and a key that no
+default names is an error that names it: a typo never silently trains with the default.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+from vltools.errors import VLToolsError
+
+# The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
+TRAIN_DEFAULTS: dict[str, object] = {
+    "epochs": 40,
+    "batch_size": 128,        # global batch: split evenly over processes (DDP) and `accumulate` micro-batches
+    "accumulate": 1,          # micro-batches per process per step (gradients averaged, as DDP averages)
+    "lr": 2e-4,
+    "lr_update": 30,          # the learning rate is divided by 10 every `lr_update` epochs
+    "grad_clip": 2.0,         # max total gradient norm; 0 disables clipping
+    "val_every": 1000,        # validate every N iterations (0: only at the end of each epoch)
+    "save_every": 1000,       # write the resume file every N iterations (0: only at the end of each epoch)
+    "log_every": 10,          # one loss line in the log every N iterations
+    "seed": 0,
+    "workers": 0,
+    "device": "auto",
+}
+
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def _type_name(value: object) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        type(value), type(value).__name__)
+
+
+def coerce(value: object, default: object, key: str, source: str) -> object:
+    """`value` converted to the type of `default`; a wrong type is an error naming `key` and `source`."""
+    expected = type(default)
+    if default is None or isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if expected is bool and text.lower() in TRUE_WORDS + FALSE_WORDS:
+            return text.lower() in TRUE_WORDS
+        if expected in (int, float):
+            try:
+                return expected(text)
+            except ValueError:
+                pass
+    elif expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise VLToolsError(f"{source}: {key} must be {_type_name(default)}, not {value!r}")
+
+
+def _locate(defaults: Mapping[str, Mapping[str, object]], key: str, source: str) -> tuple[str, str]:
+    """(section, name) for `section.name` or a bare `name` found in exactly one section."""
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in defaults:
+            raise VLToolsError(f"{source}: unknown section {section!r} in {key!r}; sections are "
+                               f"{', '.join(defaults)}")
+        if name not in defaults[section]:
+            raise _unknown(defaults, key, source)
+        return section, name
+    owners = [section for section, values in defaults.items() if key in values]
+    if not owners:
+        raise _unknown(defaults, key, source)
+    if len(owners) > 1:
+        raise VLToolsError(f"{source}: {key!r} is in several sections; write one of "
+                           f"{', '.join(f'{s}.{key}' for s in owners)}")
+    return owners[0], key
+
+
+def _unknown(defaults: Mapping[str, Mapping[str, object]], key: str, source: str) -> VLToolsError:
+    known = [f"{s}.{k}" for s, values in defaults.items() for k in values]
+    close = difflib.get_close_matches(key, known + [k.split(".", 1)[1] for k in known], n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+    return VLToolsError(f"{source}: unknown config key {key!r}; {hint}")
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
+    path = Path(path)
+    if not path.exists():
+        raise VLToolsError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise VLToolsError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise VLToolsError(f"{path}: a config file must be a mapping of sections (train:, task:, model:)")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """`key=value` -> (key, value text)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise VLToolsError(f"--set {text!r}: expected KEY=VALUE, for example --set train.lr=1e-4")
+    return key.strip(), value
+
+
+def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str | os.PathLike | None = None,
+                 overrides: Iterable[str] = (), options: Mapping[str, object] | None = None) -> dict:
+    """Defaults, updated by the YAML file, then the `--set` overrides, then explicit options (highest).
+
+    The file holds sections (`train:`, `task:`, `model:`); `--set` takes `section.key=value` or a bare
+    `key=value` when only one section has that key; `options` maps keys the same way to values.
+    """
+    config = copy.deepcopy({section: dict(values) for section, values in defaults.items()})
+    if config_file is not None:
+        source = str(config_file)
+        for section, values in read_yaml(config_file).items():
+            if section not in defaults:
+                raise VLToolsError(f"{source}: unknown section {section!r}; sections are {', '.join(defaults)}")
+            if not isinstance(values, dict):
+                raise VLToolsError(f"{source}: section {section!r} must be a mapping of key: value")
+            for name, value in values.items():
+                full = f"{section}.{name}"
+                _locate(defaults, full, source)
+                config[section][name] = coerce(value, defaults[section][name], full, source)
+    for text in overrides:
+        key, value = parse_override(text)
+        section, name = _locate(defaults, key, f"--set {text}")
+        default = defaults[section][name]
+        parsed = yaml.safe_load(value) if default is None else value
+        config[section][name] = coerce(parsed, default, key, f"--set {text}")
+    for key, value in (options or {}).items():
+        if value is not None:
+            section, name = _locate(defaults, key, f"option {key}")
+            config[section][name] = coerce(value, defaults[section][name], key, f"option --{name}")
+    return config
