@@ -1,0 +1,220 @@
+"""`vltools score caption|retrieval|semantic|self-retrieval`: metrics JSON on stdout, a readable table on stderr."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import click
+import h5py
+
+from vltools.errors import VLToolsError
+from vltools.eval import caption as caption_eval
+from vltools.eval import retrieval as retrieval_eval
+from vltools.eval import self_retrieval as self_retrieval_eval
+from vltools.eval import semantic as semantic_eval
+from vltools.io.progress import log
+from vltools.io.records import read_records, write_records
+
+FILE = click.Path(dir_okay=False, allow_dash=True)
+
+
+def _is_hdf5(path: str) -> bool:
+    return path != "-" and Path(path).is_file() and h5py.is_hdf5(path)
+
+
+def _finite(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _emit(result: dict, rows: list[tuple[str, ...]]) -> None:
+    """The metrics as one JSON line on stdout; the table on stderr unless --quiet."""
+    click.echo(json.dumps(result))
+    if log.isEnabledFor(logging.INFO):
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            click.echo("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)), err=True)
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give comma-separated integers", param_hint=option) from None
+
+
+@click.group("score")
+def command() -> None:
+    """Score predictions against references: captions, cross-modal retrieval, semantic retrieval, self-retrieval.
+
+    Each subcommand prints one metrics JSON object on standard output and a readable table on standard error.
+    """
+
+
+@command.command("caption")
+@click.argument("predictions", type=FILE)
+@click.option("--refs", "refs", required=True, type=FILE,
+              help="Reference captions: captions JSONL (image_id), pairs JSONL (pair_id + description) or COCO JSON.")
+@click.option("--tokenized", is_flag=True,
+              help="The references are already PTB-tokenised (lower case, no punctuation): do not tokenise them "
+                   "again. Predictions are always tokenised.")
+@click.option("--no-spice", is_flag=True, help="Skip SPICE even when its Stanford CoreNLP models are installed.")
+@click.option("--per-image", "per_image", type=click.Path(dir_okay=False),
+              help="Also write each item's scores as JSONL (keyed like the predictions).")
+def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, per_image: str | None) -> None:
+    """BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) of PREDICTIONS, as the COCO evaluation server computes them.
+
+    PREDICTIONS: one caption per image (captions JSONL or COCO results JSON) or per pair (pair_id + caption).
+    Only the predicted ids are scored; each must have references. Needs Java (pycocoevalcap's tokenizer and
+    METEOR run on it).
+    """
+    predicted = caption_eval.read_caption_file(predictions)
+    references = caption_eval.read_caption_file(refs)
+    texts, ref_texts = caption_eval.pair_predictions(predicted, references)
+    caption_eval.java_path()
+    spice = not no_spice
+    if spice and (reason := caption_eval.spice_missing()):
+        log.warning("SPICE skipped: %s", reason)
+        spice = False
+    log.info("scoring %d predictions (by %s) against %s (%d references)", len(texts), predicted.key, refs,
+             sum(len(r) for r in ref_texts.values()))
+    scores = caption_eval.score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice)
+    if per_image:
+        write_records(per_image, ({predicted.key: item_id, **{k: _finite(v) for k, v in values.items()}}
+                                  for item_id, values in scores.per_item.items()))
+    counts = scores.bleu_counts
+    rows = [("metric", "score"), *((name, _number(value)) for name, value in scores.metrics.items()),
+            ("BLEU lengths", f"test {counts['testlen']} ref {counts['reflen']}"),
+            ("BLEU correct", " ".join(str(c) for c in counts["correct"]))]
+    _emit(scores.metrics, rows)
+
+
+def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
+    header = ("direction", "R@1", "R@5", "R@10", "medr", "meanr")
+    rows = [header]
+    for direction in ("i2t", "t2i"):
+        values = result[direction]
+        rows.append((direction, *(_number(values[k], 1) for k in ("R@1", "R@5", "R@10", "medr", "meanr"))))
+    rows.append(("rsum", _number(result["rsum"], 1), "", "", "", ""))
+    return rows
+
+
+@command.command("retrieval")
+@click.argument("scores", type=FILE)
+@click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image (needed for rankings JSONL).")
+@click.option("--protocol", type=click.Choice(["full", "coco1k"]), default="full", show_default=True,
+              help="full: all images and captions at once (COCO 5K, Flickr30K 1K); coco1k: mean over folds of "
+                   "--fold-size images and their captions, in file order.")
+@click.option("--fold-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Images per fold for --protocol coco1k.")
+def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int) -> None:
+    """R@1/5/10 both ways, medr, meanr and rsum from SCORES: a sims HDF5 file or a rankings JSONL (with --captions).
+
+    Recalls are percentages; ranks are 1-based. For rankings (top-k lists) an answer beyond the list counts as
+    not found, and medr / meanr are null when they cannot be known.
+    """
+    if _is_hdf5(scores):
+        sims = retrieval_eval.read_sims(scores)
+        if sims.caption_image_ids is None:
+            raise VLToolsError(f"{scores}: no /caption_image_ids dataset; retrieval needs the image of each caption")
+        index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, scores)
+        if protocol == "coco1k":
+            result = retrieval_eval.fold_metrics(sims.sims, index, fold_size)
+            log.info("%d folds of %d images", sims.sims.shape[0] // fold_size, fold_size)
+        else:
+            result = retrieval_eval.retrieval_metrics(sims.sims, index)
+    else:
+        if captions is None:
+            raise click.UsageError("a rankings JSONL needs --captions CAPS.jsonl to know each caption's image")
+        if protocol != "full":
+            raise VLToolsError(f"{scores}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot be "
+                               "re-ranked within folds); rerun match with --sims")
+        records = read_records(captions, "captions")
+        caption_ids = retrieval_eval.caption_ids_of(records)
+        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores, "rankings"), caption_ids,
+                                                           [r["image_id"] for r in records], scores)
+        if shortest < 10:
+            log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)
+        result = retrieval_eval.summarize(i2t, t2i)
+    result = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "n_images": result["n_images"],
+              "n_captions": result["n_captions"], "protocol": protocol}
+    _emit(result, _retrieval_rows(result))
+
+
+@command.command("semantic")
+@click.argument("model", type=FILE)
+@click.option("--proxy", type=click.Path(dir_okay=False),
+              help="Proxy HDF5 (tfidf-proxy): relevance = dot product of tf-idf vectors. Needed for NDCG / PCC.")
+@click.option("--R", "r_text", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
+              help="Comma-separated numbers of retrieved images R for NDCG@R and PCC@R.")
+@click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
+              "user-agreement score (o1 / o2: annotators who chose a / b, o3: neither).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
+def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None) -> None:
+    """Semantic retrieval (Gordo & Larlus): NDCG@R, PCC@R and their AUC against a tf-idf proxy, user agreement.
+
+    MODEL: image-to-image similarities, a sims HDF5 file (rows = query image ids, columns = database image ids)
+    or a rankings JSONL with direction i2i (whose database is every image of the proxy file). The query is
+    removed from its own ranking. All values are percentages; AUC is over a log R axis normalised to [0, 1].
+    """
+    if proxy is None and triplets is None:
+        raise click.UsageError("give --proxy for NDCG / PCC, --triplets for user agreement, or both")
+    if plot and proxy is None:
+        raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
+    r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
+    sims = retrieval_eval.read_sims(model) if _is_hdf5(model) else None
+    rankings = read_records(model, "rankings") if sims is None else None
+    result: dict[str, object] = {}
+    rows: list[tuple[str, ...]] = [("measure", "value")]
+    if proxy is not None:
+        tfidf = semantic_eval.read_proxy(proxy)
+        if sims is not None:
+            ndcg, pcc, kept = semantic_eval.semantic_from_sims(sims, tfidf, r_values, model)
+        else:
+            ndcg, pcc, kept = semantic_eval.semantic_from_rankings(rankings, tfidf, r_values, model)
+        result.update(semantic_eval.summarize_curves(ndcg, pcc, kept))
+        rows += [(f"NDCG@{r} / PCC@{r}", f"{_number(result['ndcg'][str(r)], 1)} / {_number(result['pcc'][str(r)], 1)}")
+                 for r in kept]
+        rows += [("NDCG AUC", _number(result["ndcg_auc"], 1)), ("PCC AUC", _number(result["pcc_auc"], 1))]
+        if plot:
+            semantic_eval.plot_curves(plot, result)
+    if triplets is not None:
+        annotated = semantic_eval.read_triplets(triplets)
+        if sims is not None:
+            sim_a, sim_b = semantic_eval.triplet_sims_from_matrix(sims, annotated, model)
+        else:
+            sim_a, sim_b = semantic_eval.triplet_sims_from_rankings(rankings, annotated, model)
+        agreement, used = semantic_eval.user_agreement(sim_a, sim_b, semantic_eval.triplet_counts(annotated))
+        if used < len(annotated):
+            log.info("%d triplets without any annotator choice left out", len(annotated) - used)
+        result.update({"user_agreement": agreement, "n_triplets": used})
+        rows.append(("user agreement", f"{_number(agreement, 1)} ({used} triplets)"))
+    _emit(result, rows)
+
+
+@command.command("self-retrieval")
+@click.argument("logp", type=click.Path(dir_okay=False))
+@click.option("--k", "k_text", default=",".join(map(str, self_retrieval_eval.KS)), show_default=True,
+              help="Comma-separated K values for top-K recall (capped at the number of images).")
+def self_retrieval(logp: str, k_text: str) -> None:
+    """Self-retrieval (Dai & Lin 4.1): top-K recall of each generated caption's own image, ranked by log p(c | I).
+
+    LOGP: HDF5 with /logp (n_captions x n_images), /image_ids and /caption_image_ids (or /caption_image_index).
+    """
+    ks = tuple(_int_list(k_text, "--k"))
+    if not ks or min(ks) < 1:
+        raise click.BadParameter("give positive integers", param_hint="--k")
+    data = self_retrieval_eval.read_logp(logp)
+    n_images = len(data.image_ids)
+    if max(ks) > n_images:
+        log.warning("K above the %d images is capped at %d", n_images, n_images)
+    result = self_retrieval_eval.self_retrieval(data.logp, data.caption_index, ks)
+    rows = [("K", "recall")] + [(f"R@{k}", _number(result[f"R@{k}"], 2)) for k in ks]
+    rows += [("medr", _number(result["medr"], 1)), ("meanr", _number(result["meanr"], 1))]
+    _emit(result, rows)

@@ -1,0 +1,267 @@
+"""Caption metrics exactly as the COCO caption evaluation server computes them (pycocoevalcap).
+
+BLEU-1..4 (closest reference length), METEOR 1.5, ROUGE-L, CIDEr-D and, when the Stanford CoreNLP models
+are installed, SPICE, after the same PTB tokenisation (Stanford PTBTokenizer, lower case, punctuation
+removed). Predictions and references are read from captions JSONL (keyed by `image_id`), pairs JSONL or
+pair captions (keyed by `pair_id`, text in `description` or `caption`), a COCO results JSON list or a COCO
+annotations JSON; the format is detected from the content.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vltools.errors import VLToolsError, input_error
+from vltools.io.records import iter_lines
+
+METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
+SPICE_CORENLP = "stanford-corenlp-3.6.0"
+
+
+@dataclass
+class CaptionFile:
+    """Captions of one file grouped by id, in file order, with where each came from (for error messages)."""
+
+    path: str
+    key: str
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    where: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, item_id: str, text: str, where: str) -> None:
+        self.texts.setdefault(item_id, []).append(text)
+        self.where.setdefault(item_id, []).append(where)
+
+
+@dataclass
+class CaptionScores:
+    """Corpus metrics, per-item metrics (same keys) in prediction order, BLEU's length and n-gram counts."""
+
+    metrics: dict[str, float]
+    per_item: dict[str, dict[str, float]]
+    bleu_counts: dict[str, object]
+
+
+def _id_string(value: object, path: str, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise input_error(path, where, f"id must be a string or an integer, found {json.dumps(value)[:40]}")
+    return str(value)
+
+
+def _add_json_list(result: CaptionFile, items: object, path: str, what: str) -> None:
+    if not isinstance(items, list):
+        raise input_error(path, None, f"{what} must be a list of {{image_id, caption}} objects")
+    for number, item in enumerate(items):
+        where = f"{what}[{number}]"
+        if not isinstance(item, dict) or "image_id" not in item or not isinstance(item.get("caption"), str):
+            raise input_error(path, where, "expected an object with 'image_id' and a string 'caption'")
+        result.add(_id_string(item["image_id"], path, where), item["caption"], where)
+
+
+def _add_jsonl(result: CaptionFile, path: str) -> None:
+    for number, text in iter_lines(path):
+        where = f"line {number}"
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise input_error(path, where, f"malformed JSON ({exc.msg} at column {exc.colno})",
+                              "fix or remove that line") from None
+        if not isinstance(record, dict):
+            raise input_error(path, where, "expected a JSON object")
+        key = "pair_id" if "pair_id" in record else "image_id"
+        if key not in record:
+            raise input_error(path, where, "no 'image_id' or 'pair_id' field", "each caption needs the id it describes")
+        if result.key and key != result.key:
+            raise input_error(path, where, f"record keyed by '{key}' but earlier ones by '{result.key}'",
+                              "a file holds either image captions or pair descriptions")
+        result.key = key
+        caption = record.get("caption", record.get("description"))
+        if not isinstance(caption, str):
+            raise input_error(path, where, "no string 'caption' (or 'description') field",
+                              "give the text to score or to score against")
+        result.add(_id_string(record[key], path, where), caption, where)
+
+
+def read_caption_file(path: str | os.PathLike) -> CaptionFile:
+    """Read captions keyed by image or pair id from JSONL, COCO results JSON or COCO annotations JSON."""
+    path = str(path)
+    result = CaptionFile(path, key="")
+    text = None
+    if path != "-":
+        if not Path(path).is_file():
+            raise VLToolsError(f"{path}: no such file")
+        text = Path(path).read_text(encoding="utf-8", errors="replace").lstrip()
+    whole = None
+    if text is not None and text[:1] in "[{":
+        with contextlib.suppress(json.JSONDecodeError):
+            whole = json.loads(text)
+    if isinstance(whole, list):
+        result.key = "image_id"
+        _add_json_list(result, whole, path, "results")
+    elif isinstance(whole, dict) and "annotations" in whole:
+        result.key = "image_id"
+        _add_json_list(result, whole["annotations"], path, "annotations")
+    else:
+        _add_jsonl(result, path)
+    if not result.texts:
+        raise input_error(path, None, "empty file: no captions", "give captions JSONL, pairs JSONL or COCO JSON")
+    return result
+
+
+def _shown(ids: list[str], limit: int = 5) -> str:
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return ", ".join(repr(i) for i in ids[:limit]) + more
+
+
+def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """One prediction per id, each with its references; the references of unpredicted ids are left out."""
+    duplicates = [i for i, texts in predictions.texts.items() if len(texts) > 1]
+    if duplicates:
+        first = duplicates[0]
+        raise input_error(predictions.path, ", ".join(predictions.where[first]),
+                          f"{len(duplicates)} {predictions.key}s have several predictions, e.g. {first!r}",
+                          "give exactly one caption per id")
+    missing = [i for i in predictions.texts if i not in references.texts]
+    if missing:
+        raise input_error(predictions.path, None, f"{len(missing)} predicted {predictions.key}s have no reference "
+                          f"in {references.path}: {_shown(missing)}", "score against the matching reference file")
+    predicted = {i: texts[0] for i, texts in predictions.texts.items()}
+    return predicted, {i: references.texts[i] for i in predicted}
+
+
+def java_path() -> str:
+    """The `java` executable that pycocoevalcap's tokenizer and METEOR need, or a one-line error."""
+    java = shutil.which("java")
+    if java is None:
+        raise VLToolsError(f"java not found: the PTB tokenizer and METEOR run on Java; {JAVA_FIX}")
+    return java
+
+
+def spice_missing() -> str | None:
+    """Why SPICE cannot run offline (its Stanford CoreNLP jars are absent), or None when it can."""
+    import pycocoevalcap.spice.spice as spice_module
+
+    lib = Path(spice_module.__file__).parent / "lib"
+    needed = [lib / f"{SPICE_CORENLP}.jar", lib / f"{SPICE_CORENLP}-models.jar"]
+    absent = [p for p in needed if not p.is_file()]
+    if absent:
+        return (f"the Stanford CoreNLP models are not installed ({absent[0]} is missing; run "
+                "`python -m pycocoevalcap.spice.get_stanford_models` once with network access)")
+    return None
+
+
+def ptb_tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Stanford PTB tokenisation as the COCO server does it: lower case, punctuation tokens removed."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    java_path()
+    # the tokenizer reads one sentence a line: any line break inside a caption would shift every later one
+    flat = {i: [{"caption": " ".join(t.split())} for t in captions] for i, captions in texts.items()}
+    try:
+        tokens = PTBTokenizer().tokenize(flat)
+    except OSError as exc:
+        raise VLToolsError(f"PTB tokenizer failed ({exc}); pycocoevalcap writes a temporary file beside its jar, "
+                           "so its folder must be writable") from exc
+    for item_id, captions in texts.items():
+        if len(tokens.get(item_id, ())) != len(captions):
+            raise VLToolsError(f"PTB tokenizer returned {len(tokens.get(item_id, ()))} captions for {item_id!r}, "
+                               f"expected {len(captions)}; check that `java` is {JAVA_FIX.split(': ', 1)[1]}")
+    return tokens
+
+
+@contextlib.contextmanager
+def _meteor() -> Iterator[object]:
+    """pycocoevalcap's METEOR scorer, whose java process is always closed (it would otherwise linger)."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    scorer = Meteor()
+    process = scorer.meteor_p
+    try:
+        yield scorer
+    except (ValueError, BrokenPipeError) as exc:
+        last = ""
+        if process.poll() is not None:
+            lines = process.stderr.read().decode(errors="replace").strip().splitlines()
+            last = f": {lines[-1]}" if lines else ""
+        raise VLToolsError(f"METEOR's java process failed{last}; it needs about 2 GB of memory") from exc
+    finally:
+        if scorer.lock.locked():  # a failed read leaves it held, and Meteor.__del__ would then wait forever
+            scorer.lock.release()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def _bleu(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[list[float], list[list[float]], dict]:
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+
+    scorer = BleuScorer(n=4)
+    for item_id in gts:
+        scorer += (res[item_id][0], gts[item_id])
+    score, scores = scorer.compute_score(option="closest", verbose=0)
+    correct = np.sum([comps["correct"] for comps in scorer.ctest], axis=0)
+    guess = np.sum([comps["guess"] for comps in scorer.ctest], axis=0)
+    counts = {"testlen": int(scorer.testlen()), "reflen": int(scorer.reflen()),
+              "guess": [int(g) for g in guess], "correct": [int(c) for c in correct]}
+    return score, scores, counts
+
+
+def _put(per_item: dict[str, dict[str, float]], ids: list[str], name: str, values: object) -> None:
+    for item_id, value in zip(ids, values, strict=True):
+        per_item[item_id][name] = float(value)
+
+
+def score_captions(predictions: dict[str, str], references: dict[str, list[str]], tokenized_refs: bool = False,
+                   spice: bool = True) -> CaptionScores:
+    """COCO caption metrics of one prediction per id against its references (the same ids, in any order).
+
+    `tokenized_refs`: the references are already PTB-tokenised, so only the predictions are tokenised.
+    `spice`: compute SPICE too (the caller checks `spice_missing()` first: SPICE would try to download).
+    """
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    ids = list(predictions)
+    res = ptb_tokenize({i: [predictions[i]] for i in ids})
+    gts = {i: list(references[i]) for i in ids} if tokenized_refs else ptb_tokenize({i: references[i] for i in ids})
+    gts = {i: gts[i] for i in ids}
+    res = {i: res[i] for i in ids}
+    bleu, bleu_items, counts = _bleu(gts, res)
+    metrics = {f"Bleu_{n + 1}": float(bleu[n]) for n in range(4)}
+    per_item: dict[str, dict[str, float]] = {i: {} for i in ids}
+    for n in range(4):
+        _put(per_item, ids, f"Bleu_{n + 1}", bleu_items[n])
+    with _meteor() as meteor:
+        score, items = meteor.compute_score(gts, res)
+    metrics["METEOR"] = float(score)
+    _put(per_item, ids, "METEOR", items)
+    for name, scorer in (("ROUGE_L", Rouge()), ("CIDEr", Cider())):
+        score, items = scorer.compute_score(gts, res)
+        metrics[name] = float(score)
+        _put(per_item, ids, name, items)
+    if spice:
+        from pycocoevalcap.spice.spice import Spice
+
+        try:
+            score, items = Spice().compute_score(gts, res)
+        except subprocess.CalledProcessError as exc:
+            raise VLToolsError(f"SPICE's java process failed (exit {exc.returncode}); it needs about 8 GB of "
+                               "memory; rerun with --no-spice to skip it") from exc
+        metrics["SPICE"] = float(score)
+        _put(per_item, sorted(ids), "SPICE", [item["All"]["f"] for item in items])  # SPICE returns ids sorted
+    return CaptionScores(metrics, per_item, counts)
