@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check vltools tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check vltools tests benchmarks
+	$(BIN)/ruff check .
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh $(DEMO_DIR)
