@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,14 +196,14 @@ def group_captions(captions_path: str | os.PathLike, image_ids: Sequence[str],
             skipped += 1
     if skipped:
         log.info("%s: skipped %d captions of images not in %s", captions_path, skipped, features_path)
-    per_image = len(grouped[image_ids[0]])
+    per_image = Counter(len(captions) for captions in grouped.values()).most_common(1)[0][0]
     for image_id, captions in grouped.items():
         if not captions:
             raise input_error(captions_path, None, f"image {image_id!r} of {features_path} has no caption",
                               "every image needs its captions")
         if len(captions) != per_image:
-            raise input_error(captions_path, None, f"image {image_id!r} has {len(captions)} captions but "
-                              f"{image_ids[0]!r} has {per_image}", "precomp needs the same number for every image")
+            raise input_error(captions_path, None, f"image {image_id!r} has {len(captions)} captions, most images "
+                              f"have {per_image}", "precomp needs the same number for every image")
         if any("\n" in caption for caption in captions):
             raise input_error(captions_path, None, f"a caption of image {image_id!r} contains a line break",
                               "precomp stores one caption a line; remove the line break")
