@@ -1,0 +1,374 @@
+"""The extraction run: images decoded in DataLoader workers while the main process runs batched forward
+passes (inference mode, channels-last), rows written to resumable parts, then merged into the output.
+
+Two extractors share the loop: `RegionExtractor` (extract-regions: regions, boxes, global vectors) and
+`SegmentExtractor` (segment-pool: feature map and foreground mask). Each image is padded only up to a
+multiple of the backbone stride and batched with images of the same size, so its features never depend
+on which other images share its batch (a shard gives the same rows as a single run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vltools.errors import VLToolsError, input_error
+from vltools.io.atomic import binary_output, is_stdout
+from vltools.io.progress import log, progress
+from vltools.io.provenance import ids_digest
+from vltools.vision.backbones import build_backbone, normalize
+from vltools.vision.images import DEFAULT_MAX_PIXELS, ImageDataset, ImageItem, collate_items
+from vltools.vision.masks import VOC_CLASSES, area_resize, build_fcn
+from vltools.vision.pooling import average, rmac, ten_crop_average
+from vltools.vision.regions import (
+    ROI_OUTPUT,
+    ROI_SAMPLING,
+    build_detector,
+    grid_boxes,
+    grid_features,
+    roi_features,
+    select_boxes,
+)
+from vltools.vision.shards import PartsWriter
+
+DEFAULT_SIZES = {"shorter": 600, "square": 448, "longer": 576}
+LONG_SIDE_RATIO = 5 / 3  # shorter side 600 -> long side at most 1000, as for the bottom-up features
+MAX_FAILED_SHOWN = 20
+
+
+@dataclass
+class RunOptions:
+    """How to run: batching, devices and precision, output dtype, failure policy, resumption."""
+
+    batch_size: int = 8
+    workers: int = 2
+    device: str = "auto"
+    precision: str = "fp32"
+    dtype: str = "float16"
+    strict: bool = False
+    resume: bool = False
+    commit_seconds: float = 60.0
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    seed: int = 0
+
+
+def pick_device(name: str) -> torch.device:
+    """`auto` -> cuda when available, else cpu; `cuda` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise VLToolsError(f"--device {name}: no CUDA GPU is available here; use --device cpu or auto")
+    return device
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
+def _shape_groups(samples: Sequence[dict]) -> list[list[int]]:
+    """Indices of samples grouped by image size, each group in input order."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for number, sample in enumerate(samples):
+        groups.setdefault(tuple(sample["image"].shape), []).append(number)
+    return list(groups.values())
+
+
+class _Extractor:
+    """Shared machinery: the backbone, device placement, and per-size-group forward passes."""
+
+    stage = ""
+
+    def __init__(self, backbone: str, weights: str, run: RunOptions) -> None:
+        torch.manual_seed(run.seed)
+        self.run = run
+        self.device = pick_device(run.device)
+        self.backbone, self.weights = build_backbone(backbone, weights)
+        self.backbone = self.backbone.to(self.device, memory_format=torch.channels_last)
+        self.backbone_name = backbone
+
+    def _inputs(self, samples: Sequence[dict]) -> torch.Tensor:
+        """Stack same-size uint8 images, normalise on the device, pad right/bottom to a multiple of the stride."""
+        images = torch.stack([s["image"] for s in samples]).to(self.device, non_blocking=True)
+        stride = self.backbone.stride
+        h, w = images.shape[-2:]
+        padded = F.pad(normalize(images), (0, -w % stride, 0, -h % stride))
+        return padded.contiguous(memory_format=torch.channels_last)
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        with _autocast(self.device, self.run.precision):
+            return self.backbone(inputs).float()
+
+    def base_attrs(self, items: Sequence[ImageItem]) -> dict[str, object]:
+        return {"stage": self.stage, "backbone": self.backbone_name, "weights": self.weights,
+                "stride": self.backbone.stride, "feature_dim": self.backbone.dim, "precision": self.run.precision,
+                "seed": self.run.seed, "inputs_digest": ids_digest([item.image_id for item in items])}
+
+
+class RegionExtractor(_Extractor):
+    """Region features (detector, grid or given boxes) and an optional global vector for each image."""
+
+    stage = "extract-regions"
+
+    def __init__(self, items: Sequence[ImageItem], run: RunOptions, backbone: str = "resnet101",
+                 weights: str = "imagenet", regions: str = "detector", global_pool: str | None = None,
+                 image_size: int | None = None, crop_size: int = 224, num_regions: int | None = 36,
+                 min_regions: int = 10, max_regions: int = 100, score_threshold: float = 0.2,
+                 detector_weights: str = "coco") -> None:
+        if regions == "none" and global_pool is None:
+            raise VLToolsError("--regions none needs a --global mode (avg, rmac or tencrop); nothing to extract")
+        super().__init__(backbone, weights, run)
+        self.regions = regions
+        self.global_pool = global_pool
+        self.crop_size = crop_size
+        self.num_regions = num_regions
+        self.min_regions, self.max_regions, self.score_threshold = min_regions, max_regions, score_threshold
+        if regions == "grid":
+            self.resize = "square"
+        elif regions == "none" and global_pool == "rmac":
+            self.resize = "longer"
+        else:
+            self.resize = "shorter"
+        self.image_size = image_size or DEFAULT_SIZES[self.resize]
+        self.max_size = round(self.image_size * LONG_SIDE_RATIO) if self.resize == "shorter" else None
+        self.detector = None
+        self.detector_weights = None
+        if regions == "detector":
+            if num_regions is None and not 1 <= min_regions <= max_regions:
+                raise VLToolsError(f"--min-regions {min_regions} --max-regions {max_regions}: need "
+                                   "1 <= min <= max")
+            candidates = max(num_regions or max_regions, max_regions)
+            detector, self.detector_weights = build_detector(detector_weights, self.image_size, self.max_size,
+                                                             candidates)
+            self.detector = detector.to(self.device)
+        self.slots = self._slots(items)
+
+    def _slots(self, items: Sequence[ImageItem]) -> int | None:
+        """Rows per image in /regions (K), or None without regions."""
+        if self.regions == "detector":
+            return self.num_regions or self.max_regions
+        if self.regions == "grid":
+            cells = -(-self.image_size // self.backbone.stride)
+            return cells * cells
+        if self.regions == "boxes":
+            for item in items:
+                if not item.boxes:
+                    raise VLToolsError(f"image {item.image_id!r} has no boxes; --regions boxes needs a JSONL input "
+                                       "with a non-empty 'boxes' list for every image")
+                for box in item.boxes:
+                    if not (box[2] > box[0] and box[3] > box[1]):
+                        raise VLToolsError(f"image {item.image_id!r}: box {list(box)} is empty; boxes are "
+                                           "[x1, y1, x2, y2] in pixels with x2 > x1 and y2 > y1")
+            return max(len(item.boxes) for item in items)
+        return None
+
+    @property
+    def variable(self) -> bool:
+        """Whether the number of regions varies per image (then /num_regions is written)."""
+        return self.regions == "boxes" or (self.regions == "detector" and self.num_regions is None)
+
+    def attrs(self, items: Sequence[ImageItem]) -> dict[str, object]:
+        """What the output records about how its features were made."""
+        attrs = {**self.base_attrs(items), "regions": self.regions, "global": self.global_pool or "none",
+                 "image_size": self.image_size, "resize": self.resize, "max_size": self.max_size or 0}
+        if self.regions in ("detector", "boxes"):
+            attrs["roi"] = f"roi_align {ROI_OUTPUT}x{ROI_OUTPUT} bins, {ROI_SAMPLING}x{ROI_SAMPLING} samples, " \
+                           "aligned, mean-pooled"
+        if self.regions == "detector":
+            attrs["detector"] = "fasterrcnn_resnet50_fpn"
+            attrs["detector_weights"] = self.detector_weights
+            attrs["num_regions"] = str(self.num_regions) if self.num_regions else \
+                f"{self.min_regions}-{self.max_regions} at score >= {self.score_threshold}"
+        if self.global_pool == "tencrop":
+            attrs["crop_size"] = self.crop_size
+        return attrs
+
+    def dataset(self, items: Sequence[ImageItem]) -> ImageDataset:
+        return ImageDataset(items, self.resize, self.image_size, self.max_size,
+                            ten_crop=self.crop_size if self.global_pool == "tencrop" else None,
+                            max_pixels=self.run.max_pixels)
+
+    def _boxes(self, group: list[dict], items: list[ImageItem], images: torch.Tensor) -> list[torch.Tensor]:
+        """Boxes (K_i, 4) in input pixels of each image of a same-size group."""
+        h, w = images.shape[-2:]
+        if self.regions == "grid":
+            cells = grid_boxes(-(-h // self.backbone.stride), -(-w // self.backbone.stride), self.backbone.stride,
+                               (h, w))
+            return [cells.to(self.device)] * len(group)
+        if self.regions == "boxes":
+            out = []
+            for sample, item in zip(group, items, strict=True):
+                scale = _scales(sample, (h, w))
+                given = torch.tensor(item.boxes, dtype=torch.float32) * scale
+                given[:, 0::2] = given[:, 0::2].clamp(0, w)
+                given[:, 1::2] = given[:, 1::2].clamp(0, h)
+                out.append(given.to(self.device))
+            return out
+        with _autocast(self.device, self.run.precision):
+            detections = self.detector(list(images.float().div(255.0).unbind(0)))
+        return [select_boxes(b, s, (h, w), self.num_regions, self.min_regions, self.max_regions,
+                             self.score_threshold) for b, s in detections]
+
+    def __call__(self, samples: list[dict], items: list[ImageItem]) -> dict[str, np.ndarray]:
+        """Arrays for the decoded `samples` (rows in order): image_size, and regions/boxes/num_regions/global."""
+        rows: list[dict[str, np.ndarray]] = [{} for _ in samples]
+        for indices in _shape_groups(samples):
+            group = [samples[i] for i in indices]
+            images = torch.stack([s["image"] for s in group]).to(self.device, non_blocking=True)
+            featmaps = self._forward(self._inputs(group))
+            if self.regions != "none":
+                boxes = self._boxes(group, [items[i] for i in indices], images)
+                for j, i in enumerate(indices):
+                    vectors = grid_features(featmaps[j]) if self.regions == "grid" else \
+                        roi_features(featmaps[j:j + 1], [boxes[j]], self.backbone.stride)[0]
+                    rows[i].update(self._pad(vectors, boxes[j] / _scales(group[j], images.shape[-2:]).to(self.device)))
+            if self.global_pool in ("avg", "rmac"):
+                vectors = average(featmaps) if self.global_pool == "avg" else torch.stack([rmac(f) for f in featmaps])
+                for j, i in enumerate(indices):
+                    rows[i]["global"] = vectors[j].cpu().numpy()
+        if self.global_pool == "tencrop":
+            crops = torch.cat([s["crops"] for s in samples]).to(self.device, non_blocking=True)
+            vectors = ten_crop_average(self._forward(normalize(crops).contiguous(memory_format=torch.channels_last)))
+            for i in range(len(samples)):
+                rows[i]["global"] = vectors[i].cpu().numpy()
+        out = {name: np.stack([row[name] for row in rows]) for name in rows[0]}
+        out["image_size"] = np.array([s["orig_size"] for s in samples], dtype=np.int32)
+        return out
+
+    def _pad(self, vectors: torch.Tensor, boxes: torch.Tensor) -> dict[str, np.ndarray]:
+        """One image's K x D regions and K x 4 boxes (original pixels), zero-padded to the file's K."""
+        count = len(vectors)
+        regions = np.zeros((self.slots, vectors.shape[1]), dtype=np.float32)
+        padded_boxes = np.zeros((self.slots, 4), dtype=np.float32)
+        regions[:count] = vectors.cpu().numpy()
+        padded_boxes[:count] = boxes.cpu().numpy()
+        row = {"regions": regions, "boxes": padded_boxes}
+        if self.variable:
+            row["num_regions"] = np.int32(count)
+        return row
+
+
+def _scales(sample: dict, input_hw: Sequence[int]) -> torch.Tensor:
+    """(4,) factors from original-image pixels to input pixels, as x y x y."""
+    h, w = sample["orig_size"]
+    sy, sx = input_hw[0] / h, input_hw[1] / w
+    return torch.tensor([sx, sy, sx, sy], dtype=torch.float32)
+
+
+class SegmentExtractor(_Extractor):
+    """L2C's encoder input: the backbone feature map F (D, h, w) and a foreground mask B (h, w) in [0, 1]."""
+
+    stage = "segment-pool"
+
+    def __init__(self, run: RunOptions, backbone: str = "resnet101", weights: str = "imagenet",
+                 image_size: int = 448, class_index: int = 3, seg_weights: str = "coco-voc",
+                 mask_dir: Path | None = None) -> None:
+        super().__init__(backbone, weights, run)
+        stride = self.backbone.stride
+        self.image_size = -(-image_size // stride) * stride
+        self.mask_dir = mask_dir
+        self.class_index = class_index
+        self.fcn = None
+        self.seg_weights = None
+        if mask_dir is None:
+            fcn, self.seg_weights = build_fcn(seg_weights, class_index)
+            self.fcn = fcn.to(self.device, memory_format=torch.channels_last)
+
+    def attrs(self, items: Sequence[ImageItem]) -> dict[str, object]:
+        attrs = {**self.base_attrs(items), "regions": "featmap", "image_size": self.image_size, "resize": "square"}
+        if self.mask_dir is None:
+            attrs.update(mask="fcn_resnet101", seg_weights=self.seg_weights, mask_class=self.class_index,
+                         mask_class_name=VOC_CLASSES[self.class_index])
+        else:
+            attrs["mask"] = f"files in {self.mask_dir}"
+        return attrs
+
+    def dataset(self, items: Sequence[ImageItem]) -> ImageDataset:
+        return ImageDataset(items, "square", self.image_size, max_pixels=self.run.max_pixels, mask_dir=self.mask_dir)
+
+    def __call__(self, samples: list[dict], items: list[ImageItem]) -> dict[str, np.ndarray]:
+        inputs = self._inputs(samples)
+        featmaps = self._forward(inputs)
+        size = tuple(featmaps.shape[-2:])
+        if self.fcn is None:
+            masks = torch.stack([area_resize(s["mask"][None], size)[0] for s in samples])
+        else:
+            with _autocast(self.device, self.run.precision):
+                masks = self.fcn(inputs, size)
+        return {"featmap": featmaps.cpu().numpy(), "mask": masks.float().cpu().numpy(),
+                "image_size": np.array([s["orig_size"] for s in samples], dtype=np.int32)}
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
+            items: Sequence[ImageItem], out: str | None, shard: str | None = None) -> dict[str, int]:
+    """Run `extractor` over `items` (this shard of `all_items`) and write the features file `out`
+    (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
+    run = extractor.run
+    if run.resume and is_stdout(out):
+        raise VLToolsError("--resume needs -o PATH: progress of a run to standard output cannot be kept")
+    attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
+    with contextlib.ExitStack() as stack:
+        if is_stdout(out):
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vltools-"))) / "parts"
+        else:
+            folder = Path(f"{out}.partial")
+        parts = PartsWriter(folder, attrs, run.dtype, run.commit_seconds, run.resume)
+        todo = [item for item in items if item.image_id not in parts.done]
+        if run.resume:
+            log.info(f"{extractor.stage}: resuming from {folder}: {len(items) - len(todo)} images done, "
+                     f"{len(todo)} to go")
+        failed = _loop(extractor, todo, parts)
+        with binary_output(out) as target:
+            count = parts.merge_into(target, attrs, [item.image_id for item in items], failed)
+        parts.remove()
+    _summary(extractor.stage, out, count, failed)
+    return {"written": count, "failed": len(failed)}
+
+
+def _loop(extractor: RegionExtractor | SegmentExtractor, todo: list[ImageItem], parts: PartsWriter) -> list[str]:
+    """Decode (in workers) and extract every item of `todo` into `parts`; return the failure lines."""
+    run = extractor.run
+    loader = torch.utils.data.DataLoader(
+        extractor.dataset(todo), batch_size=run.batch_size, num_workers=run.workers, collate_fn=collate_items,
+        pin_memory=extractor.device.type == "cuda", worker_init_fn=_worker_init if run.workers else None)
+    failed: list[str] = []
+    with torch.inference_mode():
+        for batch in progress(loader, total=len(loader), desc=extractor.stage, unit="batch"):
+            good = []
+            for sample in batch:
+                item = todo[sample["index"]]
+                if "error" in sample:
+                    if run.strict:
+                        raise input_error(item.path, f"image {item.image_id!r}", sample["error"],
+                                          "fix or remove it, or run without --strict to skip bad images")
+                    failed.append(f"{item.image_id}\t{sample['error']}")
+                else:
+                    good.append(sample)
+            if good:
+                good_items = [todo[s["index"]] for s in good]
+                parts.add([item.image_id for item in good_items], **extractor(good, good_items))
+    return failed
+
+
+def _summary(stage: str, out: str | None, count: int, failed: list[str]) -> None:
+    """Counts on stderr, and each skipped image (the first few) with its reason."""
+    where = "standard output" if is_stdout(out) else out
+    log.info(f"{stage}: wrote {count} images to {where}; skipped {len(failed)} bad images")
+    for line in failed[:MAX_FAILED_SHOWN]:
+        image_id, reason = line.split("\t", 1)
+        log.warning(f"{stage}: skipped {image_id}: {reason}")
+    if len(failed) > MAX_FAILED_SHOWN:
+        log.warning(f"{stage}: ... and {len(failed) - MAX_FAILED_SHOWN} more, listed in the output's /failed")

@@ -1,0 +1,58 @@
+"""Global image vectors from a last-stage feature map: average pooling, R-MAC, and ten-crop averaging."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+RMAC_LEVELS = 3
+RMAC_OVERLAP = 0.4
+RMAC_MAX_EXTRA = 6  # at most this many extra regions along the long side at the coarsest level
+
+
+def average(featmaps: torch.Tensor) -> torch.Tensor:
+    """(B, D, h, w) -> (B, D) mean over all cells."""
+    return featmaps.float().mean(dim=(2, 3))
+
+
+def _starts(length: int, size: int, count: int) -> list[int]:
+    """`count` windows of `size` spread uniformly over `length`, first at 0 and last ending at `length`."""
+    if count == 1:
+        return [(length - size) // 2]
+    step = (length - size) / (count - 1)
+    return [int(math.floor(i * step + 0.5)) for i in range(count)]
+
+
+def rmac_regions(h: int, w: int, levels: int = RMAC_LEVELS) -> list[tuple[int, int, int]]:
+    """Tolias et al. (2016) R-MAC regions of an h x w map as (y, x, size): at level l, square regions of
+    side floor(2 min(h, w) / (l + 1)), l per side along the short side and l + m along the long side, m
+    chosen so that consecutive level-1 regions overlap as close to 40% as possible."""
+    short, long = min(h, w), max(h, w)
+    extra = 0
+    if long > short:
+        overlaps = [(short - (long - short) / m) / short for m in range(1, RMAC_MAX_EXTRA + 1)]
+        extra = 1 + min(range(len(overlaps)), key=lambda i: abs(overlaps[i] - RMAC_OVERLAP))
+    regions = []
+    for level in range(1, levels + 1):
+        size = max(1, (2 * short) // (level + 1))
+        along_h = _starts(h, size, level + (extra if h > w else 0))
+        along_w = _starts(w, size, level + (extra if w > h else 0))
+        regions += [(y, x, size) for y in along_h for x in along_w]
+    return regions
+
+
+def rmac(featmap: torch.Tensor, levels: int = RMAC_LEVELS) -> torch.Tensor:
+    """(D, h, w) -> (D,): each region max-pooled and l2-normalised, summed, l2-normalised (no whitening)."""
+    featmap = featmap.float()
+    total = torch.zeros(featmap.shape[0], device=featmap.device)
+    for y, x, size in rmac_regions(featmap.shape[1], featmap.shape[2], levels):
+        total += F.normalize(featmap[:, y:y + size, x:x + size].amax(dim=(1, 2)), dim=0)
+    return F.normalize(total, dim=0)
+
+
+def ten_crop_average(crop_featmaps: torch.Tensor, crops: int = 10) -> torch.Tensor:
+    """(B * crops, D, h, w), the crops of each image consecutive -> (B, D): the average-pooled crops averaged."""
+    pooled = average(crop_featmaps)
+    return pooled.view(-1, crops, pooled.shape[1]).mean(dim=1)

@@ -1,0 +1,184 @@
+"""Resumable writing and merging of features files.
+
+A long run writes its rows into a folder of part files (`OUT.h5.partial/part-000000.h5`, ...). Each part
+is written under a temporary name and renamed when complete, so a run killed at any moment (even by
+SIGKILL) leaves only complete parts: `--resume` keeps them and recomputes nothing they hold. When the run
+ends, the parts are merged into the output (atomically) and the folder is removed. `vltools merge` uses
+the same streaming merge to join the outputs of `--shard i/n` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.hdf5 import decode_strings, string_dtype
+
+# attributes that describe how a file was made rather than what its features are
+BOOKKEEPING_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "shard", "num_failed",
+                     "inputs_digest", "merged_from", "dtype"}
+WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed"}
+MERGE_BLOCK = 256
+
+
+def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
+    """The attributes two files must share to be merged (backbone, weights, regions, sizes...)."""
+    return {k: str(v) for k, v in attrs.items() if k not in BOOKKEEPING_ATTRS}
+
+
+def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
+    """Raise a one-line error naming `other` when its options, fields, shapes or dtypes differ."""
+    mine, theirs = comparable_attrs(reference.attrs), comparable_attrs(other.attrs)
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            raise VLToolsError(f"{other.path}: attribute {key!r} is {theirs.get(key)!r} but {reference.path} has "
+                               f"{mine.get(key)!r}; only files made with the same options can be merged")
+    if reference.fields != other.fields:
+        raise VLToolsError(f"{other.path}: has datasets {other.fields} but {reference.path} has {reference.fields}; "
+                           "only files made with the same options can be merged")
+    for field in reference.fields:
+        a, b = reference.handle[field], other.handle[field]
+        if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
+            raise VLToolsError(f"{other.path}: /{field} rows are {b.shape[1:]} {b.dtype} but {reference.path} has "
+                               f"{a.shape[1:]} {a.dtype}; only files made with the same options can be merged")
+
+
+def read_failed(path: Path) -> list[str]:
+    """The `/failed` lines ("id<TAB>reason") of a features file, or none."""
+    with h5py.File(path, "r") as handle:
+        return decode_strings(handle["failed"][:]) if "failed" in handle else []
+
+
+def write_failed(writer: FeaturesWriter, lines: Sequence[str]) -> None:
+    """Record skipped images as the `/failed` dataset of "id<TAB>reason" strings and the `num_failed` attr."""
+    writer.handle.create_dataset("failed", data=np.array(list(lines), dtype=object), dtype=string_dtype())
+    writer.set_attr("num_failed", len(lines))
+
+
+def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, object],
+                   order: Sequence[str] | None = None, failed: Sequence[str] = ()) -> int:
+    """Stream the rows of features files `sources` into a new file `target`; return the row count.
+
+    Rows follow `order` (ids, each in some source) when given, else the sources' concatenation. The files
+    must agree (check_compatible) and must not share ids. Never holds more than a block of rows in memory.
+    `attrs` are the new file's attributes; its provenance (command, time, version) is this process's.
+    """
+    readers = [FeaturesReader(path) for path in sources]
+    try:
+        owner: dict[str, int] = {}
+        for number, reader in enumerate(readers):
+            check_compatible(readers[0], reader)
+            for image_id in reader.ids:
+                if image_id in owner:
+                    first = readers[owner[image_id]].path
+                    raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in {first}; merge each once")
+                owner[image_id] = number
+        dtype = str(readers[0].attrs.get("dtype", "float16"))
+        kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
+        with FeaturesWriter(target, kept, dtype=dtype) as writer:
+            if order is None:
+                for reader in readers:
+                    for ids, arrays in reader.iter_batches(MERGE_BLOCK):
+                        writer.add(ids, **arrays)
+            else:
+                for start in range(0, len(order), MERGE_BLOCK):
+                    _add_in_order(writer, readers, owner, order[start:start + MERGE_BLOCK])
+            write_failed(writer, failed)
+            return len(writer.ids)
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+def _add_in_order(writer: FeaturesWriter, readers: list[FeaturesReader], owner: dict[str, int],
+                  ids: Sequence[str]) -> None:
+    """Append rows for `ids`, fetched from whichever readers hold them, in the order of `ids`."""
+    by_source: dict[int, list[str]] = {}
+    for image_id in ids:
+        by_source.setdefault(owner[image_id], []).append(image_id)
+    fetched = {number: readers[number].read(chunk) for number, chunk in by_source.items()}
+    position = {image_id: (number, row) for number, chunk in by_source.items() for row, image_id in enumerate(chunk)}
+    fields = readers[0].fields
+    arrays = {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids]) for field in fields}
+    writer.add(list(ids), **arrays)
+
+
+class PartsWriter:
+    """Rows of an unfinished run, committed to complete part files at least every `commit_seconds`."""
+
+    def __init__(self, folder: Path, attrs: dict[str, object], dtype: str, commit_seconds: float,
+                 resume: bool) -> None:
+        self.folder = folder
+        self.attrs = attrs
+        self.dtype = dtype
+        self.commit_seconds = commit_seconds
+        if folder.exists() and not resume:
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("part-*.h5.tmp"):
+            stale.unlink()
+        self.parts = sorted(folder.glob("part-*.h5"))
+        self.done: set[str] = set()
+        for part in self.parts:
+            with FeaturesReader(part) as reader:
+                self._check_options(part, reader.attrs)
+                self.done.update(reader.ids)
+        self._writer: FeaturesWriter | None = None
+        self._started = 0.0
+
+    def _check_options(self, part: Path, attrs: dict[str, object]) -> None:
+        mine, theirs = comparable_attrs(self.attrs), comparable_attrs(attrs)
+        for key in sorted(set(mine) | set(theirs)):
+            if mine.get(key) != theirs.get(key):
+                raise VLToolsError(f"{part}: the interrupted run used {key}={theirs.get(key)!r}, this run "
+                                   f"{mine.get(key)!r}; resume with the same options, or remove {self.folder} "
+                                   "to start over")
+
+    def _next_path(self) -> Path:
+        number = int(self.parts[-1].name[5:11]) + 1 if self.parts else 0
+        return self.folder / f"part-{number:06d}.h5"
+
+    def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
+        """Append rows; commit the current part when it has been open for `commit_seconds`."""
+        if self._writer is None:
+            self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype)
+            self._started = time.monotonic()
+        self._writer.add(ids, **arrays)
+        self.done.update(ids)
+        if time.monotonic() - self._started >= self.commit_seconds:
+            self.commit()
+
+    def commit(self) -> None:
+        """Close the current part and rename it to its final name, making its rows durable."""
+        if self._writer is None:
+            return
+        tmp = self._writer.path
+        self._writer.close()
+        self._writer = None
+        final = Path(str(tmp)[: -len(".tmp")])
+        os.replace(tmp, final)
+        self.parts.append(final)
+
+    def merge_into(self, target: Path, attrs: dict[str, object], order: Sequence[str],
+                   failed: Sequence[str]) -> int:
+        """Commit, then merge every part into `target` in `order` (ids not written are left out)."""
+        self.commit()
+        present = [image_id for image_id in order if image_id in self.done]
+        if self.parts:
+            return merge_features(self.parts, target, attrs, present, failed)
+        with FeaturesWriter(target, {k: v for k, v in attrs.items() if k not in WRITER_ATTRS},
+                            dtype=self.dtype) as writer:
+            write_failed(writer, failed)
+        return 0
+
+    def remove(self) -> None:
+        """Delete the parts folder (once the merged output is safely in place)."""
+        shutil.rmtree(self.folder)
