@@ -1,0 +1,70 @@
+"""Tiny matching worlds for the matching tests: a features file, captions JSONL and random-weight checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vltools.io.checkpoints import save_checkpoint
+from vltools.io.features import FeaturesWriter
+from vltools.io.records import write_records
+from vltools.models import build_model
+from vltools.text.vocab import SPECIALS
+
+WORDS = ["a", "red", "green", "blue", "circle", "square", "triangle", "left", "of", "above", "small", "big"]
+VOCAB = [*SPECIALS, *WORDS]
+REGIONS, IMG_DIM = 4, 16
+TINY = {
+    "vse": {"img_dim": IMG_DIM, "embed_size": 24, "word_dim": 12},
+    "sgr": {"img_dim": IMG_DIM, "embed_size": 24, "word_dim": 12, "sim_dim": 8, "num_regions": REGIONS,
+            "sgr_step": 2},
+    "saf": {"img_dim": IMG_DIM, "embed_size": 24, "word_dim": 12, "sim_dim": 8, "num_regions": REGIONS},
+}
+
+
+def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised small model (eval mode) with the test vocabulary."""
+    torch.manual_seed(seed)
+    return build_model(name, TINY[name], len(VOCAB)).eval()
+
+
+def save_tiny(path: Path, name: str, seed: int = 0, vocab: list[str] | None = None) -> Path:
+    """Save a random tiny model as a vltools checkpoint; BatchNorm running stats are randomised too so that
+    eval-mode outputs are not trivially the initial ones."""
+    model = tiny_model(name, seed)
+    generator = torch.Generator().manual_seed(seed + 100)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            module.running_mean.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
+            module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
+    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=vocab or VOCAB)
+    return path
+
+
+def make_world(folder: Path, n_images: int = 7, per_image: int = 3, extra_images: int = 2, seed: int = 0,
+               ragged: bool = True) -> tuple[Path, Path]:
+    """features.h5 (n_images + extra unreferenced images, file order shuffled relative to the captions, some
+    images with fewer real regions) and captions.jsonl (per_image captions each, split "test", plus a "train"
+    caption that the test split must ignore)."""
+    rng = np.random.default_rng(seed)
+    ids = [f"img{i}" for i in range(n_images + extra_images)]
+    file_order = list(rng.permutation(ids))
+    regions = rng.normal(size=(len(ids), REGIONS, IMG_DIM)).astype(np.float32)
+    counts = rng.integers(2, REGIONS + 1, size=len(ids)) if ragged else np.full(len(ids), REGIONS)
+    for row, count in enumerate(counts):
+        regions[row, count:] = 0
+    features = folder / "features.h5"
+    with FeaturesWriter(features, {"backbone": "random"}, dtype="float32") as writer:
+        writer.add(file_order, regions=regions, num_regions=counts.astype(np.int32))
+    records = []
+    for k in range(per_image):
+        for i in range(n_images):
+            words = rng.choice(WORDS + ["unseen"], size=int(rng.integers(2, 9)))
+            records.append({"image_id": f"img{i}", "caption": " ".join(words), "split": "test",
+                            "caption_id": f"img{i}#{k}"})
+    records.insert(3, {"image_id": "img0", "caption": "a red circle", "split": "train", "caption_id": "train0"})
+    captions = folder / "captions.jsonl"
+    write_records(captions, records)
+    return features, captions

@@ -1,0 +1,64 @@
+"""`vltools encode`: image or caption embeddings of a separable model, for search over large galleries."""
+
+from __future__ import annotations
+
+import click
+
+from vltools.data.matching import check_images, read_split
+from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
+from vltools.io.provenance import ids_digest
+from vltools.matching.embed import embed_blocks, require_separable, write_embeddings
+from vltools.matching.inputs import check_features, hdf5_kind, load_model
+from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks, resolve_device
+
+
+@click.command("encode")
+@click.argument("source", metavar="FEATS.h5|CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
+              help="A separable checkpoint (vse).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Embeddings HDF5 (default: standard output, never a terminal).")
+@click.option("--split", default="test", show_default=True, help="For captions: encode this split.")
+@click.option("--captions", "captions_path", type=click.Path(dir_okay=False),
+              help="For images: encode only the images that the --split captions of this JSONL name, in the "
+                   "order `vltools match` uses (first mention), so that the result can be scored.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
+def command(source: str, model_path: str, output: str | None, split: str, captions_path: str | None,
+            batch_size: int, precision: str, device: str) -> None:
+    """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
+    --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
+
+    `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
+    embeddings and are refused."""
+    loaded = load_model(model_path)
+    require_separable(loaded.model, loaded.name, model_path)
+    chosen_device = resolve_device(device)
+    loaded.model.to(chosen_device)
+    attrs = {"model": loaded.name, "checkpoint": model_path, "checkpoint_digest": loaded.digest, "source": source,
+             "precision": precision}
+    if hdf5_kind(source) is not None:
+        ids = None
+        if captions_path is not None:
+            chosen = read_split(captions_path, split)
+            check_images(chosen, source, captions_path)
+            ids = chosen.image_ids
+        with FeaturesReader(source) as reader:
+            check_features(reader, [loaded])
+            ids = reader.ids if ids is None else ids
+            blocks = FeatureBlocks(reader, ids, batch_size)
+            write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", chosen_device, precision),
+                             {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
+            count = len(ids)
+    else:
+        chosen = read_split(source, split)
+        blocks = CaptionBlocks(loaded.tokenize(chosen.captions), batch_size)
+        write_embeddings(output, chosen.caption_ids,
+                         embed_blocks(loaded.model, blocks, "captions", chosen_device, precision),
+                         {**attrs, "side": "captions", "split": split, "ids_digest": ids_digest(chosen.caption_ids)},
+                         caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
+        count = len(chosen.caption_ids)
+    log.info("encoded %d %s with %s", count, "images" if hdf5_kind(source) is not None else "captions", loaded.name)
+

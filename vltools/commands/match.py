@@ -1,0 +1,173 @@
+"""`vltools match`: rank captions for images and images for captions with trained matching models."""
+
+from __future__ import annotations
+
+import click
+import numpy as np
+import torch
+
+from vltools.data.matching import check_images, read_split
+from vltools.errors import VLToolsError
+from vltools.eval.retrieval import write_sims
+from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
+from vltools.io.provenance import ids_digest
+from vltools.io.records import write_records
+from vltools.matching.embed import Embeddings, open_embeddings, require_separable
+from vltools.matching.inputs import check_features, hdf5_kind, load_model, load_models
+from vltools.matching.rerank import FirstStage, rerank
+from vltools.matching.similarity import (
+    PRECISIONS,
+    CaptionBlocks,
+    FeatureBlocks,
+    resolve_device,
+    similarity_blocks,
+)
+from vltools.matching.topk import EXACT, rankings, search, topk_rows
+
+MEMORY_NOTE = """\b
+Memory (SGR, embed 1024, 36 regions, default blocks, fp32): the output matrix is n_images x n_captions x 4 B
+(1K x 5K: 20 MB; 5K x 25K: 500 MB), the cached image embeddings n_images x 36 x 1024 x 4 B per model (1K: 150 MB;
+5K: 740 MB, capped by --image-cache-mb), and one block's work is bounded by the model's chunking of the
+[images x captions x words x 1024] intermediates (2^25 floats = 128 MB each, a few alive at once).
+Measured peak resident memory: see examples/sgraf/README.md."""
+
+
+@click.command("match", epilog=MEMORY_NOTE)
+@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5", type=click.Path(dir_okay=False))
+@click.argument("second", metavar="CAPS.jsonl|CAP_EMB.h5", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--model", "model_paths", multiple=True, metavar="CKPT",
+              help="Matching checkpoint; repeat for an ensemble (SGRAF = --model sgr.pt --model saf.pt: mean of "
+                   "their similarities). Not used with two embeddings files.")
+@click.option("--split", default="test", show_default=True, help="Captions of this split are matched.")
+@click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Results kept per query in the rankings.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Rankings JSONL (default: standard output).")
+@click.option("--sims", "sims_path", type=click.Path(dir_okay=False),
+              help="Also write the full n_images x n_captions matrix (HDF5 that `vltools score retrieval` reads).")
+@click.option("--rerank", "rerank_k", type=click.IntRange(min=1), metavar="K",
+              help="Two-stage search: --first-stage proposes K candidates per query, --model reranks only those.")
+@click.option("--first-stage", type=click.Path(dir_okay=False), metavar="VSE.pt",
+              help="Separable checkpoint (vse) proposing candidates for --rerank.")
+@click.option("--index", default=EXACT, show_default=True,
+              help="Search over separable embeddings: exact (blocked matmul) or a FAISS index factory string "
+                   "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
+@click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
+              help="IVF lists visited per query (FAISS IVF indexes).")
+@click.option("--batch-images", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Images per similarity block.")
+@click.option("--batch-captions", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Captions per similarity block.")
+@click.option("--image-cache-mb", type=click.FloatRange(min=0), default=2048.0, show_default=True,
+              help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
+def command(first: str, second: str, model_paths: tuple[str, ...], split: str, top_k: int, output: str | None,
+            sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str, nprobe: int,
+            batch_images: int, batch_captions: int, image_cache_mb: float, precision: str, device: str) -> None:
+    """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
+
+    Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
+    or two files from `vltools encode` (image then caption embeddings of one separable model).
+    Queries follow input order: images in order of first mention in the split's captions, then captions
+    in file order. Every image a selected caption names must be in FEATS.h5.
+    """
+    if hdf5_kind(first) == "embeddings":
+        if model_paths or rerank_k:
+            raise VLToolsError(f"{first}: embeddings were given, which are already encoded; drop --model/--rerank")
+        _match_embeddings(first, second, top_k, output, sims_path, index, nprobe, resolve_device(device))
+        return
+    if rerank_k is not None and first_stage is None:
+        raise VLToolsError("--rerank K needs --first-stage VSE.pt, the separable model that proposes candidates")
+    if rerank_k is not None and sims_path:
+        raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
+    chosen = read_split(second, split)
+    check_images(chosen, first, second)
+    loaded = load_models(model_paths)
+    chosen_device = resolve_device(device)
+    for item in loaded:
+        item.model.to(chosen_device)
+    tokens = loaded[0].tokenize(chosen.captions)
+    caption_image_ids = [chosen.image_ids[i] for i in chosen.caption_image_index]
+    with FeaturesReader(first) as reader:
+        check_features(reader, loaded)
+        images = FeatureBlocks(reader, chosen.image_ids, batch_images)
+        captions = CaptionBlocks(tokens, batch_captions)
+        models = [item.model for item in loaded]
+        if rerank_k is not None:
+            stage = load_model(first_stage)
+            require_separable(stage.model, stage.name, first_stage)
+            check_features(reader, [stage])
+            stage.model.to(chosen_device)
+            plan = FirstStage(stage.model, CaptionBlocks(stage.tokenize(chosen.captions), batch_captions),
+                              index, nprobe)
+            (i2t_values, i2t_indices), (t2i_values, t2i_indices) = rerank(
+                models, plan, images, captions, rerank_k, top_k, chosen_device, precision)
+        else:
+            sims = similarity_blocks(models, images, captions, chosen_device, precision, image_cache_mb)
+            i2t_values, i2t_indices = topk_rows(sims, top_k)
+            t2i_values, t2i_indices = topk_rows(sims.T, top_k)
+    if sims_path:
+        write_sims(sims_path, sims.numpy(), chosen.image_ids, chosen.caption_ids, caption_image_ids,
+                   attrs={"models": ",".join(str(i.path) for i in loaded),
+                          "model_names": ",".join(i.name for i in loaded),
+                          "checkpoint_digests": ",".join(i.digest for i in loaded), "features": first,
+                          "captions": second, "split": split, "precision": precision,
+                          "image_ids_digest": ids_digest(chosen.image_ids),
+                          "caption_ids_digest": ids_digest(chosen.caption_ids)})
+    _write_rankings(output, chosen.image_ids, chosen.caption_ids, (i2t_values, i2t_indices), (t2i_values, t2i_indices))
+    log.info("matched %d images x %d captions with %s", len(chosen.image_ids), len(chosen.captions),
+             " + ".join(i.name for i in loaded))
+
+
+def _write_rankings(output: str | None, image_ids: list[str], caption_ids: list[str], i2t: tuple, t2i: tuple) -> None:
+    def records():
+        yield from rankings(image_ids, caption_ids, np.asarray(i2t[0]), np.asarray(i2t[1]), "i2t")
+        yield from rankings(caption_ids, image_ids, np.asarray(t2i[0]), np.asarray(t2i[1]), "t2i")
+
+    write_records(output, records())
+
+
+def _match_embeddings(first: str, second: str, top_k: int, output: str | None, sims_path: str | None,
+                      index: str, nprobe: int, device: torch.device) -> None:
+    """Top-k search (and optionally the full matrix) between image and caption embeddings files."""
+    images = open_embeddings(first)
+    try:
+        if hdf5_kind(second) != "embeddings":
+            raise VLToolsError(f"{second}: expected caption embeddings (vltools encode CAPS.jsonl) after the image "
+                               f"embeddings {first}")
+        captions = open_embeddings(second)
+        try:
+            _check_pair(images, captions)
+            i2t = search(images.emb, captions.emb, top_k, index, nprobe, device)
+            t2i = search(captions.emb, images.emb, top_k, index, nprobe, device)
+            if sims_path:
+                gallery = torch.from_numpy(np.asarray(captions.emb[()], dtype=np.float32))
+                sims = np.concatenate([(torch.from_numpy(np.asarray(images.emb[s:s + 4096], dtype=np.float32))
+                                        @ gallery.T).numpy() for s in range(0, len(images.ids), 4096)])
+                write_sims(sims_path, sims, images.ids, captions.ids, captions.caption_image_ids,
+                           attrs={"image_embeddings": first, "caption_embeddings": second,
+                                  "checkpoint_digest": str(images.checkpoint_digest)})
+        finally:
+            captions.close()
+    finally:
+        images.close()
+    _write_rankings(output, images.ids, captions.ids, i2t, t2i)
+
+
+def _check_pair(images: Embeddings, captions: Embeddings) -> None:
+    """Image embeddings first, caption embeddings second, both from the same checkpoint."""
+    if images.side != "images":
+        raise VLToolsError(f"{images.path}: holds {images.side or 'unknown'} embeddings; give the image embeddings "
+                           "first, then the caption embeddings")
+    if captions.side != "captions":
+        raise VLToolsError(f"{captions.path}: holds {captions.side or 'unknown'} embeddings; give caption "
+                           "embeddings (vltools encode CAPS.jsonl) second")
+    if images.checkpoint_digest != captions.checkpoint_digest:
+        raise VLToolsError(f"{captions.path}: encoded by another checkpoint than {images.path} "
+                           f"({captions.checkpoint_digest} vs {images.checkpoint_digest}); encode both sides with "
+                           "the same model")
+    if images.emb.shape[1] != captions.emb.shape[1]:
+        raise VLToolsError(f"{captions.path}: {captions.emb.shape[1]}-d embeddings vs {images.emb.shape[1]}-d in "
+                           f"{images.path}")

@@ -1,0 +1,108 @@
+"""Standalone embeddings from separable models (VSE-style): one vector per image or caption, and their files.
+
+Only a separable model (`model.separable`) embeds an image or a caption on its own; a cross-attention
+model's encodings mean something only jointly with the other side, inside `model.similarity`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+
+from vltools.errors import VLToolsError
+from vltools.io.atomic import binary_output
+from vltools.io.hdf5 import decode_strings, open_h5, set_attrs, string_dtype
+from vltools.io.progress import progress
+from vltools.matching.similarity import autocast, encode_captions, encode_images, evaluating
+
+SIDES = ("images", "captions")
+
+
+def require_separable(model: nn.Module, name: str, source: object) -> None:
+    """A one-line error naming `source` when `model` has no standalone embeddings."""
+    if not getattr(model, "separable", False):
+        raise VLToolsError(
+            f"{source}: model {name!r} is a cross-attention model: its image and caption encodings only mean "
+            "something jointly, inside its similarity, so it has no standalone embeddings; use a separable model "
+            "(vse) or run `vltools match` with this checkpoint directly")
+
+
+def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
+                 precision: str = "fp32") -> Iterator[np.ndarray]:
+    """float32 [B, E] embeddings of each block of images or captions (`FeatureBlocks` / `CaptionBlocks`)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, not {side!r}")
+    with evaluating([model]), torch.inference_mode(), autocast(device, precision):
+        for block in progress(blocks, total=len(blocks), desc=f"encode {side}", unit="blocks"):
+            if side == "images":
+                emb = encode_images([model], block, device)[0]
+            else:
+                emb = encode_captions([model], block, device)[0][0]
+            yield emb.float().cpu().numpy()
+
+
+def embed_all(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
+              precision: str = "fp32") -> np.ndarray:
+    """All embeddings of `blocks` as one [N, E] float32 array (for galleries that fit in memory)."""
+    return np.concatenate(list(embed_blocks(model, blocks, side, device, precision)))
+
+
+@dataclass
+class Embeddings:
+    """An open embeddings file: ids, the `/emb` dataset (read lazily), its side, and its model's digest."""
+
+    path: Path
+    ids: list[str]
+    emb: h5py.Dataset
+    side: str
+    checkpoint_digest: str | None
+    caption_image_ids: list[str] | None
+    handle: h5py.File
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def open_embeddings(path: str | os.PathLike) -> Embeddings:
+    """Open and check an embeddings file written by `vltools encode`."""
+    handle = open_h5(path, "embeddings")
+    for name in ("ids", "emb"):
+        if name not in handle:
+            handle.close()
+            raise VLToolsError(f"{path}: embeddings file lacks the /{name} dataset; rerun vltools encode")
+    ids = decode_strings(handle["ids"][()])
+    emb = handle["emb"]
+    if emb.ndim != 2 or emb.shape[0] != len(ids):
+        handle.close()
+        raise VLToolsError(f"{path}: /emb has shape {emb.shape} for {len(ids)} ids; rerun vltools encode")
+    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in handle.attrs.items()}
+    image_ids = decode_strings(handle["caption_image_ids"][()]) if "caption_image_ids" in handle else None
+    return Embeddings(Path(path), ids, emb, str(attrs.get("side", "")), attrs.get("checkpoint_digest"),
+                      image_ids, handle)
+
+
+def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
+                     attrs: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
+    """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
+    with binary_output(path) as target, h5py.File(target, "w") as handle:
+        set_attrs(handle, "embeddings", attrs)
+        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        if caption_image_ids is not None:
+            handle.create_dataset("caption_image_ids", data=np.array(list(caption_image_ids), dtype=object),
+                                  dtype=string_dtype())
+        row = 0
+        for block in blocks:
+            if "emb" not in handle:
+                handle.create_dataset("emb", shape=(len(ids), block.shape[1]), dtype=np.float32,
+                                      chunks=(min(len(ids), 1024), block.shape[1]))
+            handle["emb"][row:row + len(block)] = block
+            row += len(block)
+        if row != len(ids):
+            raise ValueError(f"{row} embeddings written for {len(ids)} ids")

@@ -1,0 +1,96 @@
+"""Loading what matching needs: checkpoints as models with their vocabularies, checked against the data."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.describe import HDF5_SIGNATURE
+from vltools.io.features import FeaturesReader
+from vltools.io.hdf5 import file_kind, open_h5
+from vltools.text.vocab import Vocabulary
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint built into its model (eval mode), with its vocabulary and a digest of the file."""
+
+    path: Path
+    name: str
+    model: nn.Module
+    vocab: Vocabulary
+    config: dict
+    digest: str
+
+    def tokenize(self, captions: Sequence[str]) -> list[list[int]]:
+        """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary."""
+        return [self.vocab.encode(caption) for caption in captions]
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """First 16 hex digits of the file's SHA-256: which weights an output came from."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def load_model(path: str | os.PathLike) -> LoadedModel:
+    """Load a vltools checkpoint (weights only) and build its model in eval mode."""
+    from vltools.models import model_from_checkpoint
+
+    payload = load_checkpoint(path)
+    if not payload.get("vocab"):
+        raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
+                           "trained with (retrain, or convert with --vocab)")
+    model = model_from_checkpoint(payload)
+    return LoadedModel(Path(path), str(payload["model"]), model, Vocabulary(payload["vocab"]),
+                       dict(payload.get("config") or {}), file_digest(path))
+
+
+def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
+    """Load every checkpoint; an ensemble's members must share the vocabulary (same caption tokens)."""
+    if not paths:
+        raise VLToolsError("no model given; pass --model CHECKPOINT (repeat it for an ensemble such as SGRAF)")
+    loaded = [load_model(path) for path in paths]
+    for other in loaded[1:]:
+        if other.vocab.words != loaded[0].vocab.words:
+            raise VLToolsError(f"{other.path}: its vocabulary differs from that of {loaded[0].path}; the models of "
+                               "an ensemble must be trained on the same vocabulary (train with --vocab)")
+    return loaded
+
+
+def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> None:
+    """The features' region dimension must be what every model was built for."""
+    if "regions" not in reader.fields:
+        raise VLToolsError(f"{reader.path}: has no /regions dataset; matching models need region features "
+                           "(vltools extract-regions)")
+    dim = reader.shape("regions")[2]
+    for item in loaded:
+        wanted = item.config.get("img_dim")
+        if wanted is not None and int(wanted) != dim:
+            raise VLToolsError(f"{reader.path}: regions are {dim}-d but {item.path} was trained on {wanted}-d "
+                               "features; use features from the same extractor as the training data")
+
+
+def hdf5_kind(path: str | os.PathLike) -> str | None:
+    """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
+    when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5."""
+    if str(path) == "-":
+        return None
+    try:
+        with open(path, "rb") as stream:
+            if stream.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+                return None
+    except FileNotFoundError:
+        raise VLToolsError(f"{path}: no such file") from None
+    with open_h5(path) as handle:
+        return file_kind(handle) or "hdf5"

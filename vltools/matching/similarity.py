@@ -1,0 +1,197 @@
+"""The full n_images x n_captions similarity matrix, computed one (image block x caption block) at a time.
+
+Cross-attention models (SGR, SAF) cannot embed an image or a caption on its own, so every pair goes
+through `model.similarity`. Doing all pairs at once would need n_images x n_captions x words x embed
+floats; blocks bound the working memory to block_images x block_captions x words x embed floats while
+each call stays large and batched (no Python loop per caption). Caption blocks form the outer loop, so
+each caption is encoded once per model; image embeddings are cached up to `image_cache_mb` (images beyond
+the budget are re-read and re-encoded for every caption block, trading time for memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from vltools.data.matching import pad_tokens
+from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesReader
+from vltools.io.progress import progress
+
+ImageBlock = tuple[torch.Tensor, "torch.Tensor | None"]
+CaptionBlock = tuple[torch.Tensor, torch.Tensor]
+PRECISIONS = ("fp32", "bf16")
+
+
+class CaptionBlocks(Sequence):
+    """Tokenised captions (each wrapped in <start> ... <end>) served as padded blocks of `batch_size`."""
+
+    def __init__(self, tokens: Sequence[Sequence[int]], batch_size: int) -> None:
+        if batch_size < 1:
+            raise VLToolsError(f"caption batch size must be at least 1, not {batch_size}")
+        self.tokens = list(tokens)
+        self.batch_size = batch_size
+        self.sizes = [len(self.tokens[s:s + batch_size]) for s in range(0, len(self.tokens), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> CaptionBlock:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.batch_size
+        return pad_tokens(self.tokens[start:start + self.batch_size])
+
+    def take(self, indices: Sequence[int]) -> CaptionBlock:
+        """A block of any captions, by position (used by reranking to fetch candidates)."""
+        return pad_tokens([self.tokens[i] for i in indices])
+
+
+class FeatureBlocks(Sequence):
+    """Region features of `ids` (in that order) read lazily from a features file, `batch_size` images a block.
+
+    Each block is (regions float32 [B, K, D], num_regions [B] or None when the file has fixed K).
+    """
+
+    def __init__(self, reader: FeaturesReader, ids: Sequence[str], batch_size: int) -> None:
+        if batch_size < 1:
+            raise VLToolsError(f"image batch size must be at least 1, not {batch_size}")
+        if "regions" not in reader.fields:
+            raise VLToolsError(f"{reader.path}: has no /regions dataset; matching needs region features "
+                               "(vltools extract-regions)")
+        reader.rows(ids)
+        self.reader = reader
+        self.ids = list(ids)
+        self.batch_size = batch_size
+        self.fields = ["regions", "num_regions"] if "num_regions" in reader.fields else ["regions"]
+        self.sizes = [len(self.ids[s:s + batch_size]) for s in range(0, len(self.ids), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> ImageBlock:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.batch_size
+        return self.take(range(start, min(start + self.batch_size, len(self.ids))))
+
+    def take(self, indices: Sequence[int]) -> ImageBlock:
+        """A block of any of the images, by position in `ids` (used by reranking to fetch candidates)."""
+        arrays = self.reader.read([self.ids[i] for i in indices], self.fields)
+        regions = torch.from_numpy(np.asarray(arrays["regions"], dtype=np.float32))
+        counts = arrays.get("num_regions")
+        return regions, None if counts is None else torch.from_numpy(counts.astype(np.int64))
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` picks CUDA when available, else CPU; `cuda[:k]` without a GPU is a one-line error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise VLToolsError(f"--device {device!r} is not a device; use auto, cpu or cuda[:k]") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise VLToolsError(f"--device {device}: no CUDA GPU is available here; use --device cpu")
+    return chosen
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast for `precision == "bf16"`, plain fp32 otherwise."""
+    if precision not in PRECISIONS:
+        raise VLToolsError(f"--precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@contextlib.contextmanager
+def evaluating(models: Sequence[nn.Module]) -> Iterator[None]:
+    """Put models in eval mode (no dropout, BatchNorm running stats) and restore their modes afterwards."""
+    modes = [m.training for m in models]
+    for model in models:
+        model.eval()
+    try:
+        yield
+    finally:
+        for model, mode in zip(models, modes, strict=True):
+            model.train(mode)
+
+
+def as_models(models: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
+    """One model or several (an ensemble) as a non-empty list."""
+    found = [models] if isinstance(models, nn.Module) else list(models)
+    if not found:
+        raise ValueError("at least one model is needed")
+    return found
+
+
+def block_sizes(blocks: Sequence) -> list[int]:
+    """Rows of each block: the sequence's `sizes` when it has them, else the first tensor's length."""
+    sizes = getattr(blocks, "sizes", None)
+    return list(sizes) if sizes is not None else [len(block[0]) for block in blocks]
+
+
+def encode_images(models: Sequence[nn.Module], block: ImageBlock, device: torch.device) -> list[torch.Tensor]:
+    """Each model's image embeddings of one block."""
+    regions, counts = block
+    regions = regions.to(device, non_blocking=True)
+    counts = None if counts is None else counts.to(device, non_blocking=True)
+    return [model.encode_images(regions, counts) for model in models]
+
+
+def encode_captions(models: Sequence[nn.Module], block: CaptionBlock,
+                    device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each model's caption embeddings of one block, and the lengths on the device."""
+    tokens, lengths = (t.to(device, non_blocking=True) for t in block)
+    return [model.encode_captions(tokens, lengths) for model in models], lengths
+
+
+def ensemble_similarity(models: Sequence[nn.Module], image_embs: Sequence[torch.Tensor],
+                        caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
+    """Mean over models of their [Bi, Bc] similarity blocks, in float32 (SGRAF = mean of SGR and SAF)."""
+    total = None
+    for model, img, cap in zip(models, image_embs, caption_embs, strict=True):
+        sims = model.similarity(img, cap, lengths).float()
+        total = sims if total is None else total + sims
+    return total / len(models)
+
+
+def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[ImageBlock],
+                      captions: Sequence[CaptionBlock], device: str | torch.device = "cpu",
+                      precision: str = "fp32", image_cache_mb: float = 2048.0,
+                      desc: str = "similarity") -> torch.Tensor:
+    """The full [n_images, n_captions] float32 CPU matrix of the models' mean similarity, block by block.
+
+    `images` and `captions` are sequences of blocks (`FeatureBlocks`, `CaptionBlocks`, or lists of
+    tuples already in memory); rows and columns follow their order. Runs under inference mode with the
+    models in eval mode; `precision="bf16"` uses autocast.
+    """
+    models = as_models(models)
+    device = resolve_device(device) if isinstance(device, str) else device
+    image_sizes, caption_sizes = block_sizes(images), block_sizes(captions)
+    row_starts = np.concatenate([[0], np.cumsum(image_sizes)]).astype(int)
+    out = torch.empty(int(row_starts[-1]), int(sum(caption_sizes)), dtype=torch.float32)
+    budget = image_cache_mb * 2**20
+    cache: dict[int, list[torch.Tensor]] = {}
+    cached_bytes = 0
+    column = 0
+    with evaluating(models), torch.inference_mode(), autocast(device, precision):
+        for caption_index in progress(range(len(captions)), total=len(captions), desc=desc, unit="caption blocks"):
+            caption_embs, lengths = encode_captions(models, captions[caption_index], device)
+            width = caption_sizes[caption_index]
+            for image_index in range(len(images)):
+                image_embs = cache.get(image_index)
+                if image_embs is None:
+                    image_embs = encode_images(models, images[image_index], device)
+                    size = sum(e.numel() * e.element_size() for e in image_embs)
+                    if cached_bytes + size <= budget:
+                        cache[image_index] = image_embs
+                        cached_bytes += size
+                rows = slice(row_starts[image_index], row_starts[image_index + 1])
+                sims = ensemble_similarity(models, image_embs, caption_embs, lengths)
+                out[rows, column:column + width] = sims.cpu()
+            column += width
+    return out

@@ -1,0 +1,119 @@
+"""Top-k search: over a similarity matrix, or over separable embeddings (exact blocked matmul or FAISS).
+
+Exact search keeps a running top-k while it walks the gallery in blocks, so neither the query x gallery
+matrix nor the gallery itself has to be in memory at once. With `faiss` installed (an optional extra),
+`index` can name any FAISS index factory string: "Flat" (exact inner product), "IVF1024,Flat",
+"IVF4096,PQ64", ... (approximate; `nprobe` lists are visited per query).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from vltools.errors import VLToolsError
+
+EXACT = "exact"
+
+
+def faiss_available() -> bool:
+    """Whether the optional `faiss` package can be imported."""
+    return importlib.util.find_spec("faiss") is not None
+
+
+def topk_rows(sims: torch.Tensor, k: int, block_rows: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k scores and column indices of each row of `sims`, best first, `block_rows` rows at a time."""
+    k = min(k, sims.shape[1])
+    values = torch.empty(sims.shape[0], k, dtype=sims.dtype)
+    indices = torch.empty(sims.shape[0], k, dtype=torch.long)
+    for start in range(0, sims.shape[0], block_rows):
+        values[start:start + block_rows], indices[start:start + block_rows] = sims[start:start + block_rows].topk(k)
+    return values, indices
+
+
+def merge_topk(best: tuple[torch.Tensor, torch.Tensor] | None, scores: torch.Tensor, offset: int,
+               k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold a block of scores [Q, G_block] (gallery columns starting at `offset`) into a running top-k."""
+    values, indices = scores.topk(min(k, scores.shape[1]), dim=1)
+    indices = indices + offset
+    if best is not None:
+        values = torch.cat([best[0], values], dim=1)
+        indices = torch.cat([best[1], indices], dim=1)
+        values, order = values.topk(min(k, values.shape[1]), dim=1)
+        indices = indices.gather(1, order)
+    return values, indices
+
+
+def blocks_of(array, block: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """(offset, float32 tensor) blocks of rows of an array-like (numpy array or h5py dataset)."""
+    for start in range(0, len(array), block):
+        yield start, torch.from_numpy(np.asarray(array[start:start + block], dtype=np.float32))
+
+
+def exact_search(queries, gallery, k: int, batch_queries: int = 1024, batch_gallery: int = 65536,
+                 device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k of every query row against the gallery rows (array-likes, read in blocks)."""
+    device = torch.device(device)
+    all_values, all_indices = [], []
+    for _, query in blocks_of(queries, batch_queries):
+        query = query.to(device)
+        best = None
+        for offset, items in blocks_of(gallery, batch_gallery):
+            best = merge_topk(best, query @ items.to(device).T, offset, k)
+        all_values.append(best[0].cpu())
+        all_indices.append(best[1].cpu())
+    return torch.cat(all_values).numpy(), torch.cat(all_indices).numpy()
+
+
+def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
+                 batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Inner-product top-k through a FAISS index built from the factory string `index` over the gallery."""
+    if not faiss_available():
+        raise VLToolsError(f"--index {index!r} needs faiss, which is not installed; install the extra "
+                           "(pip install 'vltools[faiss]') or use --index exact")
+    import faiss
+
+    vectors = np.ascontiguousarray(np.asarray(gallery[:], dtype=np.float32))
+    try:
+        built = faiss.index_factory(vectors.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise VLToolsError(f"--index {index!r} is not a FAISS index factory string ({str(exc).splitlines()[0]}); "
+                           "try Flat, IVF1024,Flat or IVF4096,PQ64") from None
+    if not built.is_trained:
+        built.train(vectors)
+    built.add(vectors)
+    if hasattr(built, "nprobe"):
+        built.nprobe = nprobe
+    k = min(k, vectors.shape[0])
+    values, indices = [], []
+    for _, query in blocks_of(queries, batch_queries):
+        found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k)
+        values.append(found_values)
+        indices.append(found_indices)
+    return np.concatenate(values), np.concatenate(indices)
+
+
+def search(queries, gallery, k: int, index: str = EXACT, nprobe: int = 16,
+           device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Top-k gallery rows by inner product for every query row: `index="exact"` or a FAISS factory string."""
+    if len(gallery) == 0 or len(queries) == 0:
+        raise VLToolsError("nothing to search: the query or the gallery set is empty")
+    if index == EXACT:
+        return exact_search(queries, gallery, k, device=device)
+    return faiss_search(queries, gallery, k, index, nprobe)
+
+
+def rankings(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.ndarray, indices: np.ndarray,
+             direction: str) -> Iterator[dict]:
+    """Rankings records (vltools `rankings` JSONL kind) from top-k scores and gallery indices, queries in order.
+
+    FAISS marks missing results (an IVF probe that found fewer than k) with index -1; those are dropped.
+    """
+    for query, row_values, row_indices in zip(query_ids, np.asarray(values), np.asarray(indices), strict=True):
+        keep = row_indices >= 0
+        yield {"query": query, "direction": direction,
+               "ids": [gallery_ids[i] for i in row_indices[keep]],
+               "scores": [float(v) for v in row_values[keep]]}
