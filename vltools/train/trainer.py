@@ -220,7 +220,9 @@ class Trainer:
     """Runs a task's training; see the module docstring for the schedule, files and parallelism."""
 
     def __init__(self, task: Task, config: dict, output: str | os.PathLike, env: Distributed) -> None:
-        self.task, self.config, self.options, self.env = task, config, config["train"], env
+        # the model section as built: the task fills in what the data fixes (e.g. the feature size)
+        self.config = {**config, "model": task.checkpoint_info()["config"]}
+        self.task, self.options, self.env = task, config["train"], env
         self.output = Path(output)
         self.last_path = sibling(self.output, ".last.pt")
         self.log_path = sibling(self.output, ".log.jsonl")
