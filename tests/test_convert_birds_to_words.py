@@ -31,8 +31,8 @@ def descriptions() -> list[str]:
 def build_tsv(path, header: bool = True) -> None:
     rows = [list(COLUMNS)] if header else []
     for number, text in enumerate(descriptions(), 1):
-        rows.append([LEFT[0], LEFT[1], "species-left-placeholder", "base", RIGHT[0], RIGHT[1], "species-right-placeholder",
-                     "visual", "test", str(number), text])
+        rows.append([LEFT[0], LEFT[1], "species-left-placeholder", "base",
+                     RIGHT[0], RIGHT[1], "species-right-placeholder", "visual", "test", str(number), text])
     path.write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
 
 
