@@ -254,28 +254,26 @@ class EncoderSimilarity(nn.Module):
         else:
             raise VLToolsError(f"module_name must be SGR or SAF, got {module_name!r}")
 
-    def attend(self, img_emb: torch.Tensor, img_mask: torch.Tensor | None, cap_emb: torch.Tensor,
-               word_mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
         """Attended image per word (SCAN t2i, lambda=9): [Bi, K, E] x [Bc, L, E] -> [Bi, Bc, L, E].
 
         a = leaky_relu(v_k . t_w, 0.1), l2-normalised over the caption's real words for each region,
-        alpha = softmax(lambda * a) over the real regions, c_w = l2norm(sum_k alpha_kw v_k).
+        alpha = softmax(lambda * a) over regions, c_w = l2norm(sum_k alpha_kw v_k).  A padded region
+        (zero row) adds nothing to the sum, and the final l2norm removes the rescaling its weight causes,
+        so it needs no mask.
         """
         n_img, n_reg, dim = img_emb.shape
         n_cap, n_word, _ = cap_emb.shape
         logits = (img_emb.reshape(-1, dim) @ cap_emb.reshape(-1, dim).t()).view(n_img, n_reg, n_cap, n_word)
         logits = F.leaky_relu(logits, 0.1) * word_mask
-        logits = l2norm(logits, dim=-1) * self.lambda_softmax
-        if img_mask is not None:
-            logits = logits.masked_fill(~img_mask[:, :, None, None], float("-inf"))
-        alpha = logits.softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
+        alpha = (l2norm(logits, dim=-1) * self.lambda_softmax).softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
         context = torch.bmm(alpha.transpose(1, 2), img_emb)
         return l2norm(context).view(n_img, n_cap, n_word, dim)
 
-    def nodes(self, img_emb: torch.Tensor, img_mask: torch.Tensor | None, img_glo: torch.Tensor,
-              cap_emb: torch.Tensor, word_mask: torch.Tensor, cap_glo: torch.Tensor) -> torch.Tensor:
+    def nodes(self, img_emb: torch.Tensor, img_glo: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor,
+              cap_glo: torch.Tensor) -> torch.Tensor:
         """Similarity graph nodes [Bi, Bc, 1 + L, S]: global s_g then local s_1..s_L (padded words garbage)."""
-        context = self.attend(img_emb, img_mask, cap_emb, word_mask)
+        context = self.attend(img_emb, cap_emb, word_mask)
         sim_loc = l2norm(self.sim_tranloc_w((context - cap_emb).pow(2)))
         sim_glo = l2norm(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
         return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
@@ -294,10 +292,7 @@ class EncoderSimilarity(nn.Module):
 
     def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
         """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks."""
-        img_mask = region_mask(img_emb)
-        img_glo = self.v_global_w(img_emb, img_mask)
-        if bool(img_mask.all()):
-            img_mask = None
+        img_glo = self.v_global_w(img_emb, region_mask(img_emb))
         lengths = cap_lengths.to(device=cap_emb.device, dtype=torch.long)
         cap_glo = self.t_global_w(cap_emb, lengths)
         order = torch.argsort(lengths, descending=True, stable=True)
@@ -309,7 +304,7 @@ class EncoderSimilarity(nn.Module):
             stop = start + max(1, CHUNK_ELEMENTS // max(1, img_emb.size(0) * n_word * img_emb.size(2)))
             idx = order[start:stop]
             word_mask = length_mask(lengths[idx], n_word)
-            nodes = self.nodes(img_emb, img_mask, img_glo, cap_emb[idx, :n_word], word_mask, cap_glo[idx])
+            nodes = self.nodes(img_emb, img_glo, cap_emb[idx, :n_word], word_mask, cap_glo[idx])
             node_mask = torch.cat([word_mask.new_ones(len(idx), 1), word_mask], dim=1)
             scores, stats = self.score(nodes, node_mask)
             parts.append(scores)
