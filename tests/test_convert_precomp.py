@@ -95,9 +95,10 @@ def test_ids_file_with_one_line_per_caption(tmp_path):
     shutil.copy(DATA / "csran_f30k" / "test_caps.txt", folder)
     (folder / "test_ids.txt").write_text("".join(f"{i}\n" * 5 for i in (391895, 522418, 184613, 318219, 554625,
                                                                          397133, 37777, 252219, 87038, 174482)))
-    data = precomp.read_precomp(folder, "test", per_image=5)
-    assert data.image_ids[:3] == ["391895", "522418", "184613"]
-    assert data.records[5]["caption_id"] == "522418#0"
+    for per_image in (5, None):
+        data = precomp.read_precomp(folder, "test", per_image=per_image)
+        assert data.image_ids[:3] == ["391895", "522418", "184613"]
+        assert data.records[5]["caption_id"] == "522418#0"
 
 
 def test_csran_full_imagename_against_ten_images_fails_cleanly(tmp_path, vltools_cmd):

@@ -121,6 +121,12 @@ def read_precomp_ids(path: str | os.PathLike, n_images: int, per_image: int) -> 
     return ids
 
 
+def count_id_runs(path: str | os.PathLike) -> int:
+    """How many images an ids file names: its runs of equal consecutive lines (one line or one per caption)."""
+    ids = [text.strip() for _, text in numbered_lines(path) if text.strip()]
+    return sum(1 for i, image_id in enumerate(ids) if i == 0 or image_id != ids[i - 1])
+
+
 def precomp_caption_records(captions: Sequence[str], image_ids: Sequence[str], split: str) -> list[dict]:
     """Captions JSONL records: caption line i belongs to image i // per_image; caption_id = `{image_id}#{k}`."""
     per_image = len(captions) // len(image_ids)
@@ -148,8 +154,7 @@ def read_precomp(directory: str | os.PathLike, split: str, ids: str | os.PathLik
     if images is not None:
         n_images, source = images.shape[0], files.images
     elif files.ids is not None and per_image is None:
-        n_images = sum(1 for _, text in numbered_lines(files.ids) if text.strip())
-        source = files.ids
+        n_images, source = count_id_runs(files.ids), files.ids
     elif per_image is not None:
         n_images, source = len(captions) // per_image, f"--captions-per-image {per_image}"
     else:
