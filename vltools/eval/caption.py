@@ -3,8 +3,8 @@
 BLEU-1..4 (closest reference length), METEOR 1.5, ROUGE-L, CIDEr-D and, when the Stanford CoreNLP models
 are installed, SPICE, after the same PTB tokenisation (Stanford PTBTokenizer, lower case, punctuation
 removed). Predictions and references are read from captions JSONL (keyed by `image_id`), pairs JSONL or
-pair captions (keyed by `pair_id`, text in `description` or `caption`), a COCO results JSON list or a COCO
-annotations JSON; the format is detected from the content.
+pair captions (keyed by `pair_id`, text in `description` or `caption`), or any COCO caption JSON that
+vltools.data.converters.coco reads (annotations, results, SPICE input); the format is detected from the content.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vltools.data.converters.coco import read_coco
 from vltools.errors import VLToolsError, input_error
 from vltools.io.records import iter_lines
 
@@ -57,16 +58,6 @@ def _id_string(value: object, path: str, where: str) -> str:
     return str(value)
 
 
-def _add_json_list(result: CaptionFile, items: object, path: str, what: str) -> None:
-    if not isinstance(items, list):
-        raise input_error(path, None, f"{what} must be a list of {{image_id, caption}} objects")
-    for number, item in enumerate(items):
-        where = f"{what}[{number}]"
-        if not isinstance(item, dict) or "image_id" not in item or not isinstance(item.get("caption"), str):
-            raise input_error(path, where, "expected an object with 'image_id' and a string 'caption'")
-        result.add(_id_string(item["image_id"], path, where), item["caption"], where)
-
-
 def _add_jsonl(result: CaptionFile, path: str) -> None:
     for number, text in iter_lines(path):
         where = f"line {number}"
@@ -91,25 +82,31 @@ def _add_jsonl(result: CaptionFile, path: str) -> None:
         result.add(_id_string(record[key], path, where), caption, where)
 
 
+def _is_coco_json(path: str) -> bool:
+    """Whether a file is one JSON document in a COCO layout (a list, or an object with 'annotations')."""
+    if path == "-" or not Path(path).is_file():
+        return False
+    with open(path, encoding="utf-8", errors="replace") as stream:
+        head = stream.read(4096).lstrip()
+    if head.startswith("["):
+        return True
+    if not head.startswith("{"):
+        return False
+    try:
+        whole = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False  # JSONL: several objects
+    return isinstance(whole, dict) and "annotations" in whole
+
+
 def read_caption_file(path: str | os.PathLike) -> CaptionFile:
-    """Read captions keyed by image or pair id from JSONL, COCO results JSON or COCO annotations JSON."""
+    """Read captions keyed by image or pair id from JSONL, or a COCO annotations / results / SPICE-input JSON."""
     path = str(path)
     result = CaptionFile(path, key="")
-    text = None
-    if path != "-":
-        if not Path(path).is_file():
-            raise VLToolsError(f"{path}: no such file")
-        text = Path(path).read_text(encoding="utf-8", errors="replace").lstrip()
-    whole = None
-    if text is not None and text[:1] in "[{":
-        with contextlib.suppress(json.JSONDecodeError):
-            whole = json.loads(text)
-    if isinstance(whole, list):
+    if _is_coco_json(path):
         result.key = "image_id"
-        _add_json_list(result, whole, path, "results")
-    elif isinstance(whole, dict) and "annotations" in whole:
-        result.key = "image_id"
-        _add_json_list(result, whole["annotations"], path, "annotations")
+        for number, record in enumerate(read_coco(path)):
+            result.add(record["image_id"], record["caption"], f"entry {number}")
     else:
         _add_jsonl(result, path)
     if not result.texts:
@@ -227,11 +224,11 @@ def _put(per_item: dict[str, dict[str, float]], ids: list[str], name: str, value
 
 
 def score_captions(predictions: dict[str, str], references: dict[str, list[str]], tokenized_refs: bool = False,
-                   spice: bool = True) -> CaptionScores:
+                   spice: bool = False) -> CaptionScores:
     """COCO caption metrics of one prediction per id against its references (the same ids, in any order).
 
     `tokenized_refs`: the references are already PTB-tokenised, so only the predictions are tokenised.
-    `spice`: compute SPICE too (the caller checks `spice_missing()` first: SPICE would try to download).
+    `spice`: compute SPICE too; an error if its CoreNLP models are missing (pycocoevalcap would download them).
     """
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
@@ -257,6 +254,8 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
     if spice:
         from pycocoevalcap.spice.spice import Spice
 
+        if reason := spice_missing():
+            raise VLToolsError(f"SPICE cannot run: {reason}")
         try:
             score, items = Spice().compute_score(gts, res)
         except subprocess.CalledProcessError as exc:
