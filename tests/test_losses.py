@@ -29,6 +29,7 @@ def test_loss_matches_brute_force(max_violation, use_mask):
     if use_mask:   # pairs 1 and 4 show the same image, so caption 4 is a positive of image 1 and vice versa
         positive[1, 4] = positive[4, 1] = True
         positive[2, 6] = positive[6, 2] = True
+        sims[1, 4] = sims[4, 1] = sims[2, 6] = 1.5   # would be the hardest negatives if not masked
     loss = hardest_negative_loss(sims, margin=0.2, max_violation=max_violation,
                                  positive_mask=positive if use_mask else None)
     expected = brute_force(sims.tolist(), 0.2, max_violation, positive.tolist())
