@@ -1,0 +1,192 @@
+"""The shared training loop on the tiny matching world: data order, schedule, determinism, resume after a
+kill, learning, the JSONL log and the best checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from tiny_matching import TINY, chance_rsum, make_world
+
+from vltools.cli import cli
+from vltools.data.matching import read_split
+from vltools.eval.retrieval import retrieval_metrics
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.features import FeaturesReader
+from vltools.models import model_from_checkpoint
+from vltools.text.vocab import Vocabulary
+from vltools.train.trainer import GlobalBatchSampler, learning_rate
+
+# 25 training images x 5 captions, batch 16: 8 steps an epoch
+BASE = [*TINY, "--batch-size", "16", "--lr", "2e-3", "--val-every", "4", "--set", "train.save_every=2",
+        "--set", "train.log_every=1", "--device", "cpu"]
+EPOCHS = 4
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("world"))
+
+
+def train_args(world, output, *extra):
+    features, captions = world
+    return ["--quiet", "train", "--model", "vse", str(features), str(captions), "-o", str(output), *BASE, *extra]
+
+
+def run_inprocess(world, output, *extra):
+    result = CliRunner().invoke(cli, train_args(world, output, *extra), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return load_checkpoint(f"{output}.last.pt")
+
+
+def log_records(output):
+    with open(f"{output}.log.jsonl", encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream]
+
+
+def without_timing(records):
+    return [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in records]
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def reference(world, tmp_path_factory):
+    """An uninterrupted run with seed 0 (shared by the determinism, resume and log tests)."""
+    output = tmp_path_factory.mktemp("reference") / "m.pt"
+    return output, run_inprocess(world, output, "--epochs", str(EPOCHS), "--seed", "0")
+
+
+def test_sampler_splits_each_global_batch_into_shares():
+    n, batch = 45, 16
+    whole = GlobalBatchSampler(n, batch, shares=1, first=0, count=1, seed=3)
+    assert whole.steps == 3
+    whole.set_epoch(2)
+    global_batches = list(whole)
+    assert sorted(i for b in global_batches for i in b) == list(range(n))
+    for world_size, accumulate in ((2, 1), (1, 2), (2, 2), (4, 1)):
+        shares = world_size * accumulate
+        per_rank = []
+        for rank in range(world_size):
+            sampler = GlobalBatchSampler(n, batch, shares, rank * accumulate, accumulate, seed=3)
+            sampler.set_epoch(2)
+            per_rank.append(list(sampler))
+            assert len(sampler) == len(per_rank[-1]) == 3 * accumulate
+        for step, expected in enumerate(global_batches):
+            parts = [per_rank[r][step * accumulate + a] for r in range(world_size) for a in range(accumulate)]
+            assert [i for part in parts for i in part] == expected
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    resumed = GlobalBatchSampler(n, batch, 1, 0, 1, seed=3)
+    resumed.set_epoch(2, start=1)
+    assert list(resumed) == global_batches[1:]
+    other = GlobalBatchSampler(n, batch, 1, 0, 1, seed=3)
+    other.set_epoch(3)
+    assert list(other) != global_batches
+    # a last global batch smaller than the number of shares is dropped (here 1 item for 2 shares)
+    assert GlobalBatchSampler(33, 16, 2, 0, 1, seed=0).steps == 2
+
+
+def test_learning_rate_steps_down_tenfold():
+    options = {"lr": 2e-4, "lr_update": 30}
+    for epoch, expected in ((0, 2e-4), (29, 2e-4), (30, 2e-5), (59, 2e-5), (60, 2e-6)):
+        assert math.isclose(learning_rate(options, epoch), expected, rel_tol=1e-12)
+    assert learning_rate({"lr": 1.0, "lr_update": 0}, 100) == 1.0
+
+
+def test_same_seed_same_weights_other_seed_differs(world, reference, tmp_path):
+    _, payload = reference
+    again = run_inprocess(world, tmp_path / "a.pt", "--epochs", str(EPOCHS), "--seed", "0")
+    assert same_weights(payload["state_dict"], again["state_dict"])
+    other = run_inprocess(world, tmp_path / "b.pt", "--epochs", str(EPOCHS), "--seed", "1")
+    assert not same_weights(payload["state_dict"], other["state_dict"])
+
+
+def test_resume_after_kill_matches_uninterrupted_run(world, reference, tmp_path):
+    output = tmp_path / "m.pt"
+    last = tmp_path / "m.pt.last.pt"
+    args = [sys.executable, "-m", "vltools", *train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0")]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
+    killed_at = load_checkpoint(last)["train_state"]["iteration"]
+    total = EPOCHS * 8
+    assert 0 < killed_at < total, killed_at
+    resumed = run_inprocess(world, output, "--epochs", str(EPOCHS), "--seed", "0", "--resume")
+    assert resumed["train_state"]["iteration"] == total
+    reference_output, reference_payload = reference
+    assert same_weights(resumed["state_dict"], reference_payload["state_dict"])
+    assert same_weights(resumed["train_state"]["optimizer"]["state"][0],
+                        reference_payload["train_state"]["optimizer"]["state"][0])
+    # the log is cut back to the resume point, so it reads as if the run had never stopped
+    assert without_timing(log_records(output)) == without_timing(log_records(reference_output))
+    assert same_weights(load_checkpoint(output)["state_dict"], load_checkpoint(reference_output)["state_dict"])
+
+
+def test_resume_refuses_changed_settings(world, reference, tmp_path):
+    output, _ = reference
+    copy = tmp_path / "m.pt"
+    copy.with_name("m.pt.last.pt").write_bytes(output.with_name("m.pt.last.pt").read_bytes())
+    result = CliRunner().invoke(cli, train_args(world, copy, "--epochs", str(EPOCHS), "--seed", "5", "--resume"))
+    assert result.exit_code != 0
+    assert "was written with train.seed=0, now 5" in str(result.exception)
+
+
+def test_log_has_losses_and_validations_and_best_checkpoint_is_kept(world, reference):
+    output, _ = reference
+    records = log_records(output)
+    assert records[0]["type"] == "config" and records[0]["config"]["model"]["embed_size"] == 32
+    train_lines = [r for r in records if r["type"] == "train"]
+    val_lines = [r for r in records if r["type"] == "val"]
+    assert [r["iteration"] for r in train_lines] == list(range(1, EPOCHS * 8 + 1))
+    assert all(np.isfinite(r["loss"]) and r["lr"] == 2e-3 for r in train_lines)
+    # every 4 iterations, the epoch ends (8, 16, ...) once each
+    assert [r["iteration"] for r in val_lines] == list(range(4, EPOCHS * 8 + 1, 4))
+    scores = [r["rsum"] for r in val_lines]
+    best_index = int(np.argmax(scores))  # the first of equal maxima: later ties do not replace it
+    assert [r["best"] for r in val_lines] == [s > max(scores[:i], default=-1) for i, s in enumerate(scores)]
+    best = load_checkpoint(output)
+    assert best["train_state"]["iteration"] == val_lines[best_index]["iteration"]
+    assert best["train_state"]["best_rsum"] == scores[best_index]
+    # the kept weights score that rsum when evaluated independently of the trainer
+    features, captions = world
+    val = read_split(captions, "val")
+    model = model_from_checkpoint(best)
+    vocab = Vocabulary(best["vocab"])
+    with FeaturesReader(features) as reader, torch.no_grad():
+        regions = torch.from_numpy(reader.read(val.image_ids, ["regions"])["regions"].astype(np.float32))
+        images = model.encode_images(regions, None)
+    tokens = [vocab.encode(c) for c in val.captions]
+    columns = []
+    for ids in tokens:  # one caption at a time: no padding involved
+        with torch.no_grad():
+            caption = model.encode_captions(torch.tensor([ids]), torch.tensor([len(ids)]))
+            columns.append(model.similarity(images, caption, torch.tensor([len(ids)]))[:, 0])
+    sims = torch.stack(columns, dim=1).numpy()
+    assert retrieval_metrics(sims, val.caption_image_index)["rsum"] == pytest.approx(scores[best_index], abs=1e-6)
+
+
+def test_learns_well_above_chance(reference):
+    output, _ = reference
+    best = load_checkpoint(output)["train_state"]["best_rsum"]
+    chance = chance_rsum(20)  # 20 validation images x 5 captions
+    assert best > 1.6 * chance, (best, chance)
+
+
+def test_training_does_not_leave_deterministic_mode_on(world, reference):
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert os.environ.get("WORLD_SIZE") is None
