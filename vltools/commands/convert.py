@@ -18,14 +18,12 @@ from vltools.data.converters import (
     flickr,
     karpathy,
     precomp,
-    scan_vocab,
     visual_genome,
 )
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output, is_stdout, text_output
 from vltools.io.progress import log
 from vltools.io.records import read_records, write_records
-from vltools.text.vocab import Vocabulary
 
 OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                       help="Output file (default: standard output).")
@@ -218,7 +216,9 @@ def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, 
 @OUTPUT
 def scan_vocab_command(scan_json: str, output: str | None) -> None:
     """SCAN / SGRAF vocabulary JSON -> vltools vocabulary file (same indices)."""
-    vocab = Vocabulary.from_scan_json(scan_json)
+    from vltools.data.converters import scan_vocab  # imported here: the vocabulary loads nltk (about 1 s)
+
+    vocab = scan_vocab.Vocabulary.from_scan_json(scan_json)
     scan_vocab.write_vocab_json(output, scan_vocab.vocab_document(vocab))
     _wrote(len(vocab), "words", output)
 
@@ -228,6 +228,9 @@ def scan_vocab_command(scan_json: str, output: str | None) -> None:
 @OUTPUT
 def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
     """vltools vocabulary file -> SCAN / SGRAF vocabulary JSON (word2idx, idx2word, idx)."""
+    from vltools.data.converters import scan_vocab  # imported here: the vocabulary loads nltk (about 1 s)
+
     vocab = scan_vocab.read_vocab_file(vocab_file)
     scan_vocab.write_vocab_json(output, vocab.to_scan_json())
     _wrote(len(vocab), "words", output)
+

@@ -241,13 +241,14 @@ def write_precomp(features_path: str | os.PathLike, captions_path: str | os.Path
         rows = max(1, chunk_bytes // max(int(np.prod(shape[1:])) * 4, 1))
         with contextlib.ExitStack() as stack:
             temps = {name: stack.enter_context(atomic_path(path)) for name, path in paths.items()}
-            array = np.lib.format.open_memmap(temps["ims"], mode="w+", dtype=np.float32, shape=shape)
-            for start in progress(range(0, len(image_ids), rows), total=-(-len(image_ids) // rows),
-                                  desc="precomp export", unit="chunks"):
-                chunk = image_ids[start:start + rows]
-                array[start:start + len(chunk)] = reader.read(chunk, [field])[field]
-            array.flush()
-            del array
+            with open(temps["ims"], "wb") as stream:
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                          "shape": shape}
+                np.lib.format.write_array_header_1_0(stream, header)
+                for start in progress(range(0, len(image_ids), rows), total=-(-len(image_ids) // rows),
+                                      desc="precomp export", unit="chunks"):
+                    block = reader.handle[field][start:start + rows]
+                    stream.write(block.astype(np.float32, copy=False).tobytes())
             with open(temps["caps"], "w", encoding="utf-8", newline="\n") as stream:
                 stream.writelines(f"{caption}\n" for captions in grouped for caption in captions)
             with open(temps["ids"], "w", encoding="utf-8", newline="\n") as stream:
