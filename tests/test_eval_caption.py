@@ -1,0 +1,95 @@
+"""vltools.eval.caption: reading every accepted layout, pairing predictions with references, hand-checked scores.
+
+The published COCO demo numbers are reproduced end to end in tests/test_score_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.eval.caption import java_path, pair_predictions, read_caption_file, score_captions
+
+
+def write(path, text: str):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def jsonl(path, records: list[dict]):
+    return write(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_reads_jsonl_pairs_and_coco_layouts(tmp_path):
+    captions = read_caption_file(jsonl(tmp_path / "c.jsonl", [{"image_id": "a", "caption": "x"},
+                                                               {"image_id": "a", "caption": "y"}]))
+    assert (captions.key, captions.texts) == ("image_id", {"a": ["x", "y"]})
+    pairs = read_caption_file(jsonl(tmp_path / "p.jsonl", [
+        {"pair_id": "p1", "image_a": "a", "image_b": "b", "description": "left is bigger"},
+        {"pair_id": "p1", "image_a": "a", "image_b": "b", "description": "right is red"}]))
+    assert (pairs.key, pairs.texts) == ("pair_id", {"p1": ["left is bigger", "right is red"]})
+    predicted_pairs = read_caption_file(jsonl(tmp_path / "pp.jsonl", [{"pair_id": "p1", "caption": "bigger"}]))
+    assert predicted_pairs.texts == {"p1": ["bigger"]}
+    results = read_caption_file(write(tmp_path / "r.json", json.dumps([{"image_id": 42, "caption": "a cat"}])))
+    assert results.texts == {"42": ["a cat"]}
+    annotations = {"images": [{"id": 42, "file_name": "x.jpg"}],
+                   "annotations": [{"image_id": 42, "id": 1, "caption": "A cat."},
+                                   {"image_id": 42, "id": 2, "caption": "A kitten."}]}
+    refs = read_caption_file(write(tmp_path / "a.json", json.dumps(annotations)))
+    assert refs.texts == {"42": ["A cat.", "A kitten."]}
+
+
+def test_reading_errors(tmp_path):
+    with pytest.raises(VLToolsError, match="empty"):
+        read_caption_file(write(tmp_path / "empty.jsonl", "\n"))
+    with pytest.raises(VLToolsError, match="line 2.*'pair_id'"):
+        read_caption_file(jsonl(tmp_path / "mixed.jsonl", [{"image_id": "a", "caption": "x"},
+                                                           {"pair_id": "p", "caption": "y"}]))
+    with pytest.raises(VLToolsError, match="line 1.*caption"):
+        read_caption_file(jsonl(tmp_path / "notext.jsonl", [{"image_id": "a"}]))
+    with pytest.raises(VLToolsError, match="no such file"):
+        read_caption_file(tmp_path / "absent.jsonl")
+
+
+def test_pairing_names_missing_and_duplicate_ids(tmp_path):
+    refs = read_caption_file(jsonl(tmp_path / "refs.jsonl", [{"image_id": i, "caption": "x"} for i in "abc"]))
+    predictions = read_caption_file(jsonl(tmp_path / "pred.jsonl", [{"image_id": "b", "caption": "y"}]))
+    assert pair_predictions(predictions, refs) == ({"b": "y"}, {"b": ["x"]})
+    missing = read_caption_file(jsonl(tmp_path / "m.jsonl", [{"image_id": i, "caption": "y"} for i in "aqz"]))
+    with pytest.raises(VLToolsError, match="2 predicted image_ids have no reference.*'q', 'z'"):
+        pair_predictions(missing, refs)
+    twice = read_caption_file(jsonl(tmp_path / "d.jsonl", [{"image_id": "a", "caption": "y"},
+                                                           {"image_id": "a", "caption": "z"}]))
+    with pytest.raises(VLToolsError, match="line 1, line 2.*several predictions.*'a'"):
+        pair_predictions(twice, refs)
+
+
+def test_missing_java_names_the_package(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(VLToolsError, match="apt-get install default-jre-headless"):
+        java_path()
+
+
+def test_hand_checked_scores():
+    # "a man riding a horse ." -> PTB tokens: a man riding a horse (5 words; the full stop is removed)
+    # refs: "a man rides a horse", "a person on a horse"
+    # unigrams: a, a, man, horse match (riding does not): 4/5; bigrams: "a man", "a horse" of 4: 2/4
+    # closest reference length 5 = candidate length: no brevity penalty.  BLEU-2 = sqrt(4/5 * 2/4)
+    # ROUGE-L: LCS with ref 1 = "a man a horse" (4): P = R = 4/5 -> F = 0.8 (ref 2 LCS is 3)
+    # second image: the prediction equals its only reference: every per-item BLEU and ROUGE-L is 1
+    scores = score_captions({"1": "a man riding a horse .", "2": "Two dogs play in the snow"},
+                            {"1": ["A man rides a horse.", "a person on a horse"],
+                             "2": ["two dogs play in the snow"]})
+    first, second = scores.per_item["1"], scores.per_item["2"]
+    assert first["Bleu_1"] == pytest.approx(0.8, abs=1e-6)
+    assert first["Bleu_2"] == pytest.approx(math.sqrt(0.8 * 0.5), abs=1e-6)
+    assert first["ROUGE_L"] == pytest.approx(0.8)
+    assert second["Bleu_4"] == pytest.approx(1.0, abs=1e-6) and second["ROUGE_L"] == pytest.approx(1.0)
+    assert 0 < first["METEOR"] < second["METEOR"] <= 1
+    assert scores.bleu_counts["testlen"] == 5 + 6 and scores.bleu_counts["reflen"] == 5 + 6
+    assert scores.bleu_counts["correct"][:2] == [4 + 6, 2 + 5]
+    assert scores.metrics["ROUGE_L"] == pytest.approx((0.8 + 1.0) / 2)
+    assert set(scores.metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}

@@ -1,0 +1,167 @@
+"""`vltools score ...` end to end: the published COCO caption demo numbers, JSON layouts, exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vltools.eval.retrieval import retrieval_metrics, write_sims
+from vltools.eval.self_retrieval import write_logp
+from vltools.eval.semantic import user_agreement
+from vltools.io.hdf5 import write_arrays
+
+COCO = Path(__file__).parent / "data" / "coco_caption"
+PUBLISHED = {"Bleu_1": 0.579, "Bleu_2": 0.404, "Bleu_3": 0.279, "Bleu_4": 0.191, "METEOR": 0.195,
+             "ROUGE_L": 0.396, "CIDEr": 0.600}
+
+
+def stdout_json(result) -> dict:
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def one_line_error(result, *needles: str) -> str:
+    assert result.returncode == 1, (result.returncode, result.stderr.decode())
+    message = result.stderr.decode().strip()
+    assert result.stdout == b"" and "Traceback" not in message
+    last = message.splitlines()[-1]
+    for needle in needles:
+        assert needle in last, last
+    return last
+
+
+def jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_coco_caption_demo_numbers(tmp_path, vltools_cmd):
+    # the coco-caption demo: 1000 fake captions (raw, PTB-tokenised here) against references already tokenised
+    per_image = tmp_path / "per_image.jsonl"
+    result = vltools_cmd("score", "caption", COCO / "captions_val2014_fakecap_results.json",
+                         "--refs", COCO / "fakecap_1000_tokenized_refs_and_tests.spice_input.json", "--tokenized",
+                         "--per-image", per_image)
+    metrics = stdout_json(result)
+    assert set(metrics) - {"SPICE"} == set(PUBLISHED)
+    assert {name: round(value, 3) for name, value in metrics.items() if name in PUBLISHED} == PUBLISHED
+    table = result.stderr.decode()
+    assert "test 9893 ref 9855" in table and "5732 2510 1043 423" in table
+    rows = [json.loads(line) for line in per_image.read_text().splitlines()]
+    assert len(rows) == 1000 and rows[0]["image_id"] == "404464"
+    for name in ("ROUGE_L", "CIDEr"):  # both are plain means of the per-image scores
+        assert np.mean([row[name] for row in rows]) == pytest.approx(metrics[name])
+
+
+def test_caption_input_errors(tmp_path, vltools_cmd):
+    refs = jsonl(tmp_path / "refs.jsonl", [{"image_id": i, "caption": "a dog"} for i in ("1", "2")])
+    unknown = jsonl(tmp_path / "unknown.jsonl", [{"image_id": "1", "caption": "a dog"},
+                                                 {"image_id": "77", "caption": "a cat"}])
+    one_line_error(vltools_cmd("score", "caption", unknown, "--refs", refs), "unknown.jsonl", "'77'")
+    twice = jsonl(tmp_path / "twice.jsonl", [{"image_id": "1", "caption": "a dog"},
+                                             {"image_id": "1", "caption": "a cat"}])
+    one_line_error(vltools_cmd("score", "caption", twice, "--refs", refs), "twice.jsonl", "'1'", "several")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    one_line_error(vltools_cmd("score", "caption", empty, "--refs", refs), "empty.jsonl", "empty")
+    predictions = jsonl(tmp_path / "pred.jsonl", [{"image_id": "1", "caption": "a dog"}])
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + "/nonexistent"}
+    no_java = subprocess.run([sys.executable, "-m", "vltools", "score", "caption", str(predictions), "--refs",
+                              str(refs)], capture_output=True, env=env, timeout=120)
+    one_line_error(no_java, "java", "apt-get install default-jre-headless")
+
+
+def sims_world(tmp_path, n_images=20, per_image=3, seed=0):
+    rng = np.random.default_rng(seed)
+    index = np.repeat(np.arange(n_images), per_image)
+    sims = rng.normal(size=(n_images, len(index))) + 1.5 * (np.arange(n_images)[:, None] == index)
+    images = [f"im{i}" for i in range(n_images)]
+    captions = [f"im{i}#{k}" for i in range(n_images) for k in range(per_image)]
+    path = tmp_path / "sims.h5"
+    write_sims(path, sims, images, captions, [images[i] for i in index])
+    return path, sims, index, images, captions
+
+
+def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
+    path, sims, index, images, captions = sims_world(tmp_path)
+    result = stdout_json(vltools_cmd("score", "retrieval", path))
+    assert list(result) == ["i2t", "t2i", "rsum", "n_images", "n_captions", "protocol"]
+    assert list(result["i2t"]) == ["R@1", "R@5", "R@10", "medr", "meanr"]
+    expected = retrieval_metrics(sims, index)
+    for key in ("i2t", "t2i", "rsum"):
+        assert result[key] == pytest.approx(expected[key])
+    assert result["protocol"] == "full"
+    assert (result["n_images"], result["n_captions"]) == (20, 60)
+    folds = stdout_json(vltools_cmd("score", "retrieval", path, "--protocol", "coco1k", "--fold-size", "10"))
+    assert folds["protocol"] == "coco1k"
+    assert folds["rsum"] == pytest.approx(sum(folds[d][f"R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
+    rankings = []
+    for i, image in enumerate(images):
+        order = np.argsort(-sims[i])
+        rankings.append({"query": image, "direction": "i2t", "ids": [captions[j] for j in order],
+                         "scores": sims[i, order].tolist()})
+    for j, caption in enumerate(captions):
+        order = np.argsort(-sims[:, j])
+        rankings.append({"query": caption, "direction": "t2i", "ids": [images[i] for i in order],
+                         "scores": sims[order, j].tolist()})
+    ranks_path = jsonl(tmp_path / "ranks.jsonl", rankings)
+    caps = jsonl(tmp_path / "caps.jsonl", [{"image_id": images[i], "caption": "x"} for i in index])
+    from_rankings = stdout_json(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps))
+    for key in ("i2t", "t2i", "rsum"):
+        assert from_rankings[key] == pytest.approx(result[key])
+    assert vltools_cmd("score", "retrieval", ranks_path).returncode == 2
+    one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps, "--protocol", "coco1k"),
+                   "sims")
+
+
+def test_retrieval_refuses_mismatched_ids(tmp_path, vltools_cmd):
+    path = tmp_path / "bad.h5"
+    write_sims(path, np.zeros((2, 3)), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "ghost"])
+    one_line_error(vltools_cmd("score", "retrieval", path), "bad.h5", "'ghost'")
+    write_sims(path, np.zeros((2, 2)), ["a", "b"], ["c0", "c1"], ["a", "a"])
+    one_line_error(vltools_cmd("score", "retrieval", path), "bad.h5", "no caption", "'b'")
+
+
+def test_semantic_with_proxy_triplets_and_plot(tmp_path, vltools_cmd):
+    rng = np.random.default_rng(4)
+    ids = [f"im{i}" for i in range(12)]
+    tfidf = rng.random((12, 9)) * (rng.random((12, 9)) < 0.5) + np.eye(12, 9) * 0.1
+    tfidf /= np.linalg.norm(tfidf, axis=1, keepdims=True)
+    rows, cols = np.nonzero(tfidf)
+    proxy = tmp_path / "proxy.h5"
+    write_arrays(proxy, "proxy", {"ids": ids, "tfidf/data": tfidf[rows, cols], "tfidf/indices": cols,
+                                  "tfidf/indptr": np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=12))]),
+                                  "tfidf/shape": np.array([12, 9])})
+    oracle = tmp_path / "oracle.h5"
+    write_sims(oracle, tfidf[:4] @ tfidf.T, ids[:4], ids)
+    triplets = [{"query": "im0", "a": "im1", "b": "im2", "o1": 2, "o2": 1, "o3": 0},
+                {"query": "im3", "a": "im5", "b": "im4", "o1": 0, "o2": 3, "o3": 1}]
+    triplet_file = jsonl(tmp_path / "triplets.jsonl", triplets)
+    plot = tmp_path / "curves.png"
+    result = stdout_json(vltools_cmd("score", "semantic", oracle, "--proxy", proxy, "--R", "1,2,5,20",
+                                     "--triplets", triplet_file, "--plot", plot))
+    assert result["R"] == [1, 2, 5]  # 11 database images per query: R = 20 is left out
+    assert result["ndcg"] == pytest.approx({"1": 100.0, "2": 100.0, "5": 100.0})
+    assert result["ndcg_auc"] == pytest.approx(100.0) and result["pcc_auc"] == pytest.approx(100.0)
+    relevance = tfidf @ tfidf.T
+    expected = user_agreement(np.array([relevance[0, 1], relevance[3, 5]]),
+                              np.array([relevance[0, 2], relevance[3, 4]]), np.array([[2, 1, 0], [0, 3, 1]]))
+    assert result["user_agreement"] == pytest.approx(expected[0]) and result["n_triplets"] == 2
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert vltools_cmd("score", "semantic", oracle, "--plot", plot, "--triplets", triplet_file).returncode == 2
+    bad = jsonl(tmp_path / "bad_triplets.jsonl", [{**triplets[0], "o3": -1}])
+    one_line_error(vltools_cmd("score", "semantic", oracle, "--triplets", bad), "bad_triplets.jsonl", "line 1", "o3")
+
+
+def test_self_retrieval(tmp_path, vltools_cmd):
+    logp = np.array([[-1.0, -2.0, -3.0], [-5.0, -4.0, -0.5]])
+    path = tmp_path / "logp.h5"
+    write_logp(path, logp, ["a", "b", "c"], ["a", "b"])
+    result = stdout_json(vltools_cmd("score", "self-retrieval", path))
+    assert result == pytest.approx({"R@1": 50.0, "R@5": 100.0, "R@50": 100.0, "R@500": 100.0, "medr": 1.0,
+                                    "meanr": 1.5, "n_captions": 2, "n_images": 3})
