@@ -234,3 +234,20 @@ def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
     scan_vocab.write_vocab_json(output, vocab.to_scan_json())
     _wrote(len(vocab), "words", output)
 
+
+@command.command("sgraf-checkpoint")
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.option("--vocab", "vocab_file", required=True, type=click.Path(dir_okay=False),
+              help="The vocabulary it was trained with (SCAN JSON such as f30k_precomp_vocab.json, or vltools).")
+@click.option("--trust", is_flag=True, help="Load the pickle (it can run code from the file): only for trusted files.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="vltools checkpoint to write.")
+def sgraf_checkpoint_command(checkpoint: str, vocab_file: str, trust: bool, output: str) -> None:
+    """Released SGRAF checkpoint (model_best.pth.tar) -> vltools checkpoint for `match`, `train --resume`."""
+    # imported here so that the other subcommands do not load torch
+    from vltools.data.converters.sgraf_checkpoint import import_sgraf_checkpoint
+    from vltools.io.checkpoints import save_checkpoint
+
+    payload = import_sgraf_checkpoint(checkpoint, vocab_file, trust)
+    save_checkpoint(output, **payload)
+    log.info("wrote %s model (%s) to %s", payload["model"], ", ".join(f"{k}={v}" for k, v in payload["config"].items()),
+             output)
