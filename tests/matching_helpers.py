@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
+from vltools.cli import main
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesWriter
 from vltools.io.records import write_records
@@ -24,22 +26,23 @@ TINY = {
 }
 
 
-def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
+def tiny_model(name: str, seed: int = 0, vocab_size: int = len(VOCAB)) -> torch.nn.Module:
     """A randomly initialised small model (eval mode) with the test vocabulary."""
     torch.manual_seed(seed)
-    return build_model(name, TINY[name], len(VOCAB)).eval()
+    return build_model(name, TINY[name], vocab_size).eval()
 
 
 def save_tiny(path: Path, name: str, seed: int = 0, vocab: list[str] | None = None) -> Path:
     """Save a random tiny model as a vltools checkpoint; BatchNorm running stats are randomised too so that
     eval-mode outputs are not trivially the initial ones."""
-    model = tiny_model(name, seed)
+    vocab = vocab or VOCAB
+    model = tiny_model(name, seed, len(vocab))
     generator = torch.Generator().manual_seed(seed + 100)
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm1d):
             module.running_mean.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
             module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
-    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=vocab or VOCAB)
+    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=vocab)
     return path
 
 
@@ -68,3 +71,13 @@ def make_world(folder: Path, n_images: int = 7, per_image: int = 3, extra_images
     captions = folder / "captions.jsonl"
     write_records(captions, records)
     return features, captions
+
+
+def fails(capsys, *args: str) -> str:
+    """Run the CLI entry point in-process; assert exit status 1 with nothing on stdout; return stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quiet", *args])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 1, captured.err
+    assert captured.out == ""
+    return captured.err

@@ -1,0 +1,74 @@
+"""`vltools encode` + `vltools match` on two embeddings files equals `vltools match` through the model."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from matching_helpers import fails, make_world, save_tiny
+
+from vltools.cli import cli
+from vltools.eval.retrieval import read_sims
+from vltools.io.hdf5 import decode_strings
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("encode")
+    features, captions = make_world(folder, n_images=6, per_image=3)
+    return folder, features, captions, save_tiny(folder / "vse.pt", "vse", 7), save_tiny(folder / "sgr.pt", "sgr", 8)
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_embeddings_files(world):
+    folder, features, captions, vse, _ = world
+    run("encode", "--model", str(vse), str(features), "-o", str(folder / "all.h5"))
+    run("encode", "--model", str(vse), str(captions), "-o", str(folder / "caps.h5"))
+    with h5py.File(folder / "all.h5") as handle:
+        assert handle.attrs["side"] == "images" and handle.attrs["model"] == "vse"
+        assert len(decode_strings(handle["ids"][()])) == 8
+        np.testing.assert_allclose(np.linalg.norm(handle["emb"][()], axis=1), 1.0, rtol=1e-5)
+    with h5py.File(folder / "caps.h5") as handle:
+        ids = decode_strings(handle["ids"][()])
+        assert handle.attrs["side"] == "captions" and len(ids) == 18 and "train0" not in ids
+        assert decode_strings(handle["caption_image_ids"][()]) == [i.split("#")[0] for i in ids]
+
+
+def test_match_on_embeddings_equals_match_through_model(world):
+    folder, features, captions, vse, _ = world
+    run("encode", "--model", str(vse), str(features), "--captions", str(captions), "-o", str(folder / "img.h5"))
+    run("encode", "--model", str(vse), str(captions), "-o", str(folder / "cap.h5"))
+    via_files = run("match", str(folder / "img.h5"), str(folder / "cap.h5"), "--top-k", "5",
+                    "--sims", str(folder / "emb_sims.h5"))
+    via_model = run("match", "--model", str(vse), str(features), str(captions), "--top-k", "5",
+                    "--sims", str(folder / "model_sims.h5"))
+    for a, b in zip(via_files.splitlines(), via_model.splitlines(), strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["query"], a["direction"], a["ids"]) == (b["query"], b["direction"], b["ids"])
+        np.testing.assert_allclose(a["scores"], b["scores"], rtol=1e-5, atol=1e-6)
+    from_files, from_model = read_sims(folder / "emb_sims.h5"), read_sims(folder / "model_sims.h5")
+    assert from_files.image_ids == from_model.image_ids
+    assert from_files.caption_image_ids == from_model.caption_image_ids
+    np.testing.assert_allclose(from_files.sims, from_model.sims, rtol=1e-5, atol=1e-6)
+
+
+def test_refusals(world, capsys):
+    folder, features, captions, vse, sgr = world
+    err = fails(capsys, "encode", "--model", str(sgr), str(features), "-o", str(folder / "x.h5"))
+    assert "cross-attention" in err and not (folder / "x.h5").exists()
+    run("encode", "--model", str(vse), str(features), "-o", str(folder / "i.h5"))
+    run("encode", "--model", str(vse), str(captions), "-o", str(folder / "c.h5"))
+    err = fails(capsys, "match", str(folder / "c.h5"), str(folder / "i.h5"))
+    assert "image embeddings first" in err
+    other = save_tiny(folder / "vse2.pt", "vse", 9)
+    run("encode", "--model", str(other), str(captions), "-o", str(folder / "c2.h5"))
+    err = fails(capsys, "match", str(folder / "i.h5"), str(folder / "c2.h5"))
+    assert "another checkpoint" in err

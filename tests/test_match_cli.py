@@ -1,0 +1,107 @@
+"""`vltools match`: rankings agree with the sims matrix, sims are what the model computes and what score reads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from matching_helpers import VOCAB, fails, make_world, save_tiny
+
+from vltools.cli import cli
+from vltools.data.matching import pad_tokens
+from vltools.eval.retrieval import read_sims
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.features import FeaturesReader
+from vltools.io.records import read_records, write_records
+from vltools.models import model_from_checkpoint
+from vltools.text.vocab import Vocabulary
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("match")
+    features, captions = make_world(folder, n_images=6, per_image=3)
+    models = {name: save_tiny(folder / f"{name}.pt", name, seed) for seed, name in enumerate(["sgr", "saf", "vse"])}
+    return folder, features, captions, models
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def direct_sims(checkpoint, features, captions) -> tuple[np.ndarray, list[str], list[str]]:
+    """Independent reference: the test split in file order, images by first mention, one unblocked call."""
+    records = [r for r in read_records(captions, "captions") if r["split"] == "test"]
+    image_ids = list(dict.fromkeys(r["image_id"] for r in records))
+    model = model_from_checkpoint(load_checkpoint(checkpoint))
+    tokens, lengths = pad_tokens([Vocabulary(VOCAB).encode(r["caption"]) for r in records])
+    with FeaturesReader(features) as reader:
+        arrays = reader.read(image_ids, ["regions", "num_regions"])
+    with torch.inference_mode():
+        img = model.encode_images(torch.from_numpy(arrays["regions"]), torch.from_numpy(arrays["num_regions"]).long())
+        sims = model.similarity(img, model.encode_captions(tokens, lengths), lengths).numpy()
+    return sims, image_ids, [r["caption_id"] for r in records]
+
+
+def test_rankings_and_sims(world):
+    folder, features, captions, models = world
+    sims_path = folder / "sims.h5"
+    lines = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "4",
+                "--sims", str(sims_path), "--batch-images", "4", "--batch-captions", "5").splitlines()
+    expected, image_ids, caption_ids = direct_sims(models["sgr"], features, captions)
+    written = read_sims(sims_path)
+    assert written.image_ids == image_ids and written.caption_ids == caption_ids
+    assert written.caption_image_ids == [c.split("#")[0] for c in caption_ids]
+    np.testing.assert_allclose(written.sims, expected, rtol=1e-5, atol=1e-6)
+    records = [json.loads(line) for line in lines]
+    assert [r["query"] for r in records] == image_ids + caption_ids
+    assert [r["direction"] for r in records] == ["i2t"] * len(image_ids) + ["t2i"] * len(caption_ids)
+    for row, record in enumerate(records[:len(image_ids)]):
+        assert record["ids"] == [caption_ids[j] for j in np.argsort(-expected[row])[:4]]
+        np.testing.assert_allclose(record["scores"], np.sort(expected[row])[::-1][:4], rtol=1e-5)
+    for column, record in enumerate(records[len(image_ids):]):
+        assert record["ids"] == [image_ids[i] for i in np.argsort(-expected[:, column])[:4]]
+    score = json.loads(run("score", "retrieval", str(sims_path)))
+    assert score["n_images"] == 6 and score["n_captions"] == 18
+
+
+def test_ensemble_is_mean_of_members(world):
+    folder, features, captions, models = world
+    run("match", "--model", str(models["sgr"]), "--model", str(models["saf"]), str(features), str(captions),
+        "--sims", str(folder / "both.h5"), "-o", str(folder / "both.jsonl"))
+    sgr, _, _ = direct_sims(models["sgr"], features, captions)
+    saf, _, _ = direct_sims(models["saf"], features, captions)
+    np.testing.assert_allclose(read_sims(folder / "both.h5").sims, (sgr + saf) / 2, rtol=1e-5, atol=1e-6)
+    assert len(read_records(folder / "both.jsonl", "rankings")) == 6 + 18
+
+
+def test_rerank_everything_equals_full_match(world):
+    folder, features, captions, models = world
+    full = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "3")
+    reranked = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "3",
+                   "--rerank", "18", "--first-stage", str(models["vse"]))
+    for a, b in zip(full.splitlines(), reranked.splitlines(), strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["query"], a["direction"], a["ids"]) == (b["query"], b["direction"], b["ids"])
+        np.testing.assert_allclose(a["scores"], b["scores"], rtol=1e-5)
+
+
+def test_bad_inputs_exit_1_naming_the_problem(world, capsys):
+    folder, features, captions, models = world
+    records = read_records(captions, "captions")
+    write_records(folder / "missing.jsonl", [*records, {"image_id": "ghost", "caption": "a red circle",
+                                                        "split": "test", "caption_id": "ghost#0"}])
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(folder / "missing.jsonl"))
+    assert "'ghost'" in err
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--rerank", "3")
+    assert "--first-stage" in err
+    other = save_tiny(folder / "other.pt", "saf", 5, vocab=[*VOCAB, "extra"])
+    err = fails(capsys, "match", "--model", str(models["sgr"]), "--model", str(other), str(features), str(captions))
+    assert "vocabulary differs" in err
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--split", "val")
+    assert "'val'" in err

@@ -1,0 +1,91 @@
+"""Two-stage reranking: with K = everything it equals the full match; with small K only candidates are scored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from matching_helpers import VOCAB, make_world, tiny_model
+from torch import nn
+
+from vltools.io.features import FeaturesReader
+from vltools.io.records import read_records
+from vltools.matching.embed import embed_all
+from vltools.matching.rerank import FirstStage, rerank
+from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
+from vltools.matching.topk import topk_rows
+from vltools.text.vocab import Vocabulary
+
+
+class Counting(nn.Module):
+    """Delegates to a model and counts the image-caption pairs its similarity scores."""
+
+    separable = False
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.pairs = 0
+
+    def encode_images(self, regions, num_regions):
+        return self.model.encode_images(regions, num_regions)
+
+    def encode_captions(self, tokens, lengths):
+        return self.model.encode_captions(tokens, lengths)
+
+    def similarity(self, img, cap, lengths):
+        self.pairs += img.shape[0] * cap.shape[0]
+        return self.model.similarity(img, cap, lengths)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    features, captions = make_world(tmp_path_factory.mktemp("world"), n_images=6, per_image=3)
+    records = [r for r in read_records(captions, "captions") if r["split"] == "test"]
+    vocab = Vocabulary(VOCAB)
+    return features, list(dict.fromkeys(r["image_id"] for r in records)), [vocab.encode(r["caption"]) for r in records]
+
+
+def test_rerank_of_everything_equals_full_match(world):
+    features, image_ids, tokens = world
+    sgr, saf, vse = tiny_model("sgr", 1), tiny_model("saf", 2), tiny_model("vse", 3)
+    with FeaturesReader(features) as reader:
+        images = FeatureBlocks(reader, image_ids, 4)
+        captions = CaptionBlocks(tokens, 7)
+        full = similarity_blocks([sgr, saf], images, captions)
+        (i2t_values, i2t_indices), (t2i_values, t2i_indices) = rerank(
+            [sgr, saf], FirstStage(vse, captions), images, captions, k_candidates=18, top_k=5,
+            device=torch.device("cpu"))
+    want_values, want_indices = topk_rows(full, 5)
+    np.testing.assert_array_equal(i2t_indices, want_indices.numpy())
+    np.testing.assert_allclose(i2t_values, want_values.numpy(), rtol=1e-5, atol=1e-6)
+    want_values, want_indices = topk_rows(full.T.contiguous(), 5)
+    np.testing.assert_array_equal(t2i_indices, want_indices.numpy())
+    np.testing.assert_allclose(t2i_values, want_values.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_small_k_scores_only_the_candidates(world):
+    features, image_ids, tokens = world
+    sgr, vse = tiny_model("sgr", 1), tiny_model("vse", 3)
+    counting = Counting(sgr)
+    k = 3
+    with FeaturesReader(features) as reader:
+        images = FeatureBlocks(reader, image_ids, 4)
+        captions = CaptionBlocks(tokens, 5)
+        full = similarity_blocks(sgr, images, captions).numpy()
+        img = embed_all(vse, images, "images", torch.device("cpu"))
+        cap = embed_all(vse, captions, "captions", torch.device("cpu"))
+        (i2t_values, i2t_indices), (t2i_values, t2i_indices) = rerank(
+            counting, FirstStage(vse, captions), images, captions, k_candidates=k, top_k=2,
+            device=torch.device("cpu"))
+    assert counting.pairs == (len(image_ids) + len(tokens)) * k
+    first = img @ cap.T
+    for query, (values, indices) in enumerate(zip(i2t_values, i2t_indices, strict=True)):
+        proposed = np.argsort(-first[query])[:k]
+        assert set(indices) <= set(proposed)
+        best = proposed[np.argsort(-full[query, proposed])][:2]
+        np.testing.assert_array_equal(indices, best)
+        np.testing.assert_allclose(values, full[query, best], rtol=1e-5)
+    for query, indices in enumerate(t2i_indices):
+        proposed = np.argsort(-first[:, query])[:k]
+        np.testing.assert_array_equal(indices, proposed[np.argsort(-full[proposed, query])][:2])

@@ -1,0 +1,80 @@
+"""Top-k search: blocked exact search and top-k rows agree with a full argsort; FAISS when installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vltools.errors import VLToolsError
+from vltools.matching.topk import exact_search, faiss_available, rankings, search, topk_rows
+
+
+def brute(queries: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    scores = queries @ gallery.T
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, axis=1), order
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(37, 8)).astype(np.float32), rng.normal(size=(53, 8)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 5, 53, 80])
+def test_topk_rows_matches_argsort(data, k):
+    queries, gallery = data
+    sims = queries @ gallery.T
+    values, indices = topk_rows(torch.from_numpy(sims), k, block_rows=10)
+    want_values, want_indices = brute(queries, gallery, min(k, 53))
+    np.testing.assert_array_equal(indices.numpy(), want_indices)
+    np.testing.assert_allclose(values.numpy(), want_values, rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch_queries,batch_gallery", [(1, 1), (5, 7), (100, 100)])
+def test_exact_search_blocks_match_brute_force(data, batch_queries, batch_gallery):
+    queries, gallery = data
+    values, indices = exact_search(queries, gallery, 6, batch_queries, batch_gallery)
+    want_values, want_indices = brute(queries, gallery, 6)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_allclose(values, want_values, rtol=1e-5, atol=1e-6)
+
+
+def test_rankings_records_drop_missing_results():
+    values = np.array([[0.9, 0.5, -np.inf]], dtype=np.float32)
+    indices = np.array([[2, 0, -1]])
+    (record,) = rankings(["q"], ["a", "b", "c"], values, indices, "i2t")
+    assert record == {"query": "q", "direction": "i2t", "ids": ["c", "a"], "scores": [pytest.approx(0.9),
+                                                                                     pytest.approx(0.5)]}
+
+
+def test_empty_inputs_are_an_error(data):
+    queries, _ = data
+    with pytest.raises(VLToolsError, match="empty"):
+        search(queries, np.zeros((0, 8), np.float32), 3)
+
+
+@pytest.mark.skipif(faiss_available(), reason="faiss is installed")
+def test_faiss_index_without_faiss_says_what_to_do(data):
+    queries, gallery = data
+    with pytest.raises(VLToolsError, match="faiss.*not installed.*--index exact"):
+        search(queries, gallery, 3, index="Flat")
+
+
+def test_faiss_flat_equals_exact(data):
+    pytest.importorskip("faiss")
+    queries, gallery = data
+    values, indices = search(queries, gallery, 5, index="Flat")
+    want_values, want_indices = brute(queries, gallery, 5)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_allclose(values, want_values, rtol=1e-5, atol=1e-5)
+
+
+def test_faiss_ivf_with_all_lists_probed_is_exact(data):
+    pytest.importorskip("faiss")
+    queries, gallery = data
+    _, indices = search(queries, gallery, 5, index="IVF4,Flat", nprobe=4)
+    np.testing.assert_array_equal(indices, brute(queries, gallery, 5)[1])
+    with pytest.raises(VLToolsError, match="factory string"):
+        search(queries, gallery, 5, index="NotAnIndex")
