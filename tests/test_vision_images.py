@@ -1,0 +1,184 @@
+"""Image listing and robust decoding: every bad-image kind is reported, odd modes become RGB."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vltools.errors import VLToolsError
+from vltools.vision.images import (
+    BadImage,
+    ImageDataset,
+    list_inputs,
+    load_rgb,
+    parse_shard,
+    resized_shape,
+    shard_items,
+    ten_crops,
+)
+
+PHOTOS = Path(__file__).parent / "data" / "photos"
+
+
+def _jpeg_bytes(image: Image.Image, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", **kwargs)
+    return buffer.getvalue()
+
+
+def test_folder_listing_is_recursive_sorted_with_relative_unicode_ids(tmp_path):
+    (tmp_path / "sub" / "déjà").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "sub" / "déjà" / "ünï.png")
+    Image.new("RGB", (8, 8)).save(tmp_path / "b.JPG")
+    (tmp_path / "notes.txt").write_text("not listed")
+    items = list_inputs([tmp_path])
+    assert [item.image_id for item in items] == ["b.JPG", "sub/déjà/ünï.png"]
+    assert items[1].path == tmp_path / "sub" / "déjà" / "ünï.png"
+
+
+def test_list_file_and_jsonl_inputs_resolve_relative_paths(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "imgs" / "a.png")
+    (tmp_path / "list.txt").write_text("imgs/a.png\n\n")
+    records = [{"image_id": "x", "path": "imgs/a.png", "boxes": [[0, 0, 4, 4]]}]
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    from_list = list_inputs([tmp_path / "list.txt"])
+    from_jsonl = list_inputs([tmp_path / "in.jsonl"])
+    assert from_list[0].image_id == "imgs/a.png" and from_list[0].path == tmp_path / "imgs" / "a.png"
+    assert from_jsonl[0].image_id == "x" and from_jsonl[0].boxes == ((0.0, 0.0, 4.0, 4.0),)
+    assert from_jsonl[0].path == tmp_path / "imgs" / "a.png"
+
+
+def test_duplicate_ids_and_empty_folder_are_errors(tmp_path):
+    (tmp_path / "list.txt").write_text("a.png\na.png\n")
+    with pytest.raises(VLToolsError, match="appears twice"):
+        list_inputs([tmp_path / "list.txt"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(VLToolsError, match="no image files"):
+        list_inputs([tmp_path / "empty"])
+
+
+def test_shard_takes_every_nth_item_and_parses_i_over_n():
+    items = list(range(10))
+    assert shard_items(items, (1, 3)) == [1, 4, 7]
+    assert sorted(sum((shard_items(items, (i, 3)) for i in range(3)), [])) == items
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ("4/4", "a/b", "1"):
+        with pytest.raises(VLToolsError):
+            parse_shard(bad)
+
+
+def test_resized_shape_modes():
+    assert resized_shape(300, 600, "shorter", 100) == (100, 200)
+    assert resized_shape(100, 1000, "shorter", 100, max_size=500) == (50, 500)
+    assert resized_shape(300, 600, "longer", 100) == (50, 100)
+    assert resized_shape(300, 600, "square", 64) == (64, 64)
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("zero-byte", "empty file"),
+    ("truncated", "truncated"),
+    ("text", "not an image"),
+    ("bomb-error", "decompression bomb"),
+    ("bomb-warning", "decompression bomb"),
+])
+def test_bad_images_raise_bad_image_with_reason(tmp_path, kind, reason):
+    path = tmp_path / "bad.jpg"
+    whole = _jpeg_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
+    if kind == "zero-byte":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(whole[: len(whole) // 2])
+    elif kind == "text":
+        path.write_text("hello, I am not a JPEG\n")
+    else:
+        path.write_bytes(whole)
+    max_pixels = {"bomb-error": 1000, "bomb-warning": 3000}.get(kind, 10**8)  # 4096 px: > 2x limit, > limit
+    previous = Image.MAX_IMAGE_PIXELS
+    with pytest.raises(BadImage, match=reason):
+        load_rgb(path, max_pixels=max_pixels)
+    assert Image.MAX_IMAGE_PIXELS == previous
+
+
+def test_cmyk_jpeg_becomes_rgb(tmp_path):
+    path = tmp_path / "cmyk.jpg"
+    Image.new("CMYK", (16, 12), (0, 255, 255, 0)).save(path)  # pure red in CMYK
+    image, size = load_rgb(path)
+    assert image.mode == "RGB" and size == (12, 16)
+    r, g, b = np.asarray(image).reshape(-1, 3).mean(0)
+    assert r > 200 and g < 60 and b < 60
+
+
+def test_16_bit_png_is_rescaled_to_8_bit(tmp_path):
+    path = tmp_path / "deep.png"
+    Image.fromarray(np.array([[0, 32768, 65535]], dtype=np.uint16)).save(path)
+    image, _ = load_rgb(path)
+    assert image.mode == "RGB"
+    assert np.asarray(image)[0, :, 0].tolist() == [0, 128, 255]
+
+
+def test_palette_and_alpha_pngs_become_rgb_on_white(tmp_path):
+    palette = tmp_path / "palette.png"
+    Image.new("RGB", (8, 8), (10, 200, 30)).convert("P", palette=Image.ADAPTIVE).save(palette)
+    la = tmp_path / "la.png"
+    Image.new("LA", (8, 8), (0, 0)).save(la)  # black, fully transparent
+    rgba = tmp_path / "rgba.png"
+    Image.new("RGBA", (8, 8), (0, 0, 255, 255)).save(rgba)
+    assert np.asarray(load_rgb(palette)[0])[0, 0].tolist() == [10, 200, 30]
+    assert np.asarray(load_rgb(la)[0])[0, 0].tolist() == [255, 255, 255]
+    assert np.asarray(load_rgb(rgba)[0])[0, 0].tolist() == [0, 0, 255]
+
+
+def test_exif_rotated_jpeg_is_upright_with_transposed_size(tmp_path):
+    array = np.zeros((20, 40, 3), dtype=np.uint8)
+    array[:, :20] = (255, 0, 0)  # left half red
+    image = Image.fromarray(array)
+    exif = image.getexif()
+    exif[0x0112] = 6  # stored rotated: display after rotating 90 degrees clockwise
+    path = tmp_path / "rotated.jpg"
+    path.write_bytes(_jpeg_bytes(image, exif=exif.tobytes(), quality=95))
+    upright, (h, w) = load_rgb(path)
+    assert (h, w) == (40, 20) and upright.size == (20, 40)
+    pixels = np.asarray(upright).astype(int)
+    assert pixels[2, 10, 0] > 200 and pixels[-3, 10, 0] < 60  # the red half is now on top
+    drafted, size = load_rgb(path, plan=lambda hh, ww: (hh // 4, ww // 4))
+    assert size == (40, 20)
+
+
+def test_large_jpeg_draft_decoding_keeps_original_size():
+    path = PHOTOS / "china.jpg"
+    full, size = load_rgb(path)
+    small, small_size = load_rgb(path, plan=lambda h, w: resized_shape(h, w, "shorter", 96))
+    assert size == small_size == (427, 640) and full.size == (640, 427)
+    assert min(small.size) >= 96 and small.size[0] < 640
+
+
+def test_dataset_yields_resized_images_and_failures(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    shutil.copy(PHOTOS / "chelsea.png", folder / "cat.png")
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    items = list_inputs([folder])
+    dataset = ImageDataset(items, "shorter", 64, max_size=100)
+    broken, cat = dataset[0], dataset[1]
+    assert "error" in broken and items[0].image_id == "broken.png"
+    assert cat["orig_size"] == (300, 451)
+    assert tuple(cat["image"].shape) == (3, 64, 96) and cat["image"].dtype.is_floating_point is False
+    crops = ImageDataset(items[1:], "shorter", 64, ten_crop=32)[0]["crops"]
+    assert tuple(crops.shape) == (10, 3, 32, 32)
+
+
+def test_ten_crops_are_corners_centre_and_flips():
+    array = np.arange(16 * 16 * 3, dtype=np.uint8).reshape(16, 16, 3)
+    image = Image.fromarray(array)
+    crops = ten_crops(image, 14).numpy().transpose(0, 2, 3, 1)  # shorter side 16 -> 16, crops of 14
+    assert np.array_equal(crops[0], array[:14, :14])
+    assert np.array_equal(crops[3], array[2:, 2:])
+    assert np.array_equal(crops[4], array[1:15, 1:15])
+    assert np.array_equal(crops[5], crops[0][:, ::-1])

@@ -1,0 +1,51 @@
+"""Global pooling: R-MAC regions follow Tolias et al.'s grid, R-MAC and averages match brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vltools.vision.pooling import average, rmac, rmac_regions, ten_crop_average
+
+
+def test_rmac_regions_of_a_square_map():
+    # 12 x 12: level 1 one 12-wide region, level 2 four 8-wide (starts 0, 4), level 3 nine 6-wide (0, 3, 6)
+    expected = [(0, 0, 12)] + [(y, x, 8) for y in (0, 4) for x in (0, 4)] + \
+        [(y, x, 6) for y in (0, 3, 6) for x in (0, 3, 6)]
+    assert rmac_regions(12, 12) == expected
+
+
+def test_rmac_regions_of_a_wide_map_overlap_about_40_percent():
+    # 12 x 18: one extra region along the width (2 level-1 regions overlapping 50%, the closest to 40%)
+    regions = rmac_regions(12, 18)
+    level1 = [r for r in regions if r[2] == 12]
+    level2 = [r for r in regions if r[2] == 8]
+    level3 = [r for r in regions if r[2] == 6]
+    assert level1 == [(0, 0, 12), (0, 6, 12)]
+    assert level2 == [(y, x, 8) for y in (0, 4) for x in (0, 5, 10)]
+    assert level3 == [(y, x, 6) for y in (0, 3, 6) for x in (0, 4, 8, 12)]
+
+
+def test_rmac_equals_brute_force_sum_of_normalised_region_maxima():
+    rng = np.random.default_rng(0)
+    featmap = rng.standard_normal((5, 12, 12)).astype(np.float32)
+    total = np.zeros(5)
+    regions = [(0, 0, 12)] + [(y, x, 8) for y in (0, 4) for x in (0, 4)] + \
+        [(y, x, 6) for y in (0, 3, 6) for x in (0, 3, 6)]
+    for y, x, s in regions:
+        v = featmap[:, y:y + s, x:x + s].max(axis=(1, 2))
+        total += v / np.linalg.norm(v)
+    expected = total / np.linalg.norm(total)
+    assert np.allclose(rmac(torch.from_numpy(featmap)).numpy(), expected, atol=1e-6)
+
+
+def test_rmac_of_a_one_cell_map_is_the_normalised_cell():
+    cell = torch.tensor([3.0, 4.0]).view(2, 1, 1)
+    assert torch.allclose(rmac(cell), torch.tensor([0.6, 0.8]))
+
+
+def test_average_and_ten_crop_average():
+    maps = torch.arange(2 * 10 * 3 * 4, dtype=torch.float32).view(20, 3, 2, 2)
+    per_crop = maps.view(20, 3, 4).mean(-1)
+    assert torch.allclose(average(maps), per_crop)
+    assert torch.allclose(ten_crop_average(maps), torch.stack([per_crop[:10].mean(0), per_crop[10:].mean(0)]))

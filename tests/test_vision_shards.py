@@ -1,0 +1,88 @@
+"""Resumable parts and the streaming merge: order, compatibility checks, duplicates, stale parts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.vision.shards import PartsWriter, merge_features, read_failed, write_failed
+
+ATTRS = {"backbone": "resnet18", "weights": "none", "regions": "grid", "image_size": 64}
+
+
+def _rows(ids, dim=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"regions": rng.standard_normal((len(ids), 2, dim)).astype(np.float32),
+            "image_size": rng.integers(1, 100, (len(ids), 2)).astype(np.int32)}
+
+
+def _write(path, ids, attrs=ATTRS, dim=3, seed=0, failed=()):
+    rows = _rows(ids, dim, seed)
+    with FeaturesWriter(path, attrs, dtype="float32") as writer:
+        writer.add(ids, **rows)
+        write_failed(writer, list(failed))
+    return rows
+
+
+def test_merge_concatenates_in_given_order_and_keeps_failed(tmp_path):
+    a = _write(tmp_path / "a.h5", ["x", "y"], seed=1, failed=["bad\tempty file"])
+    b = _write(tmp_path / "b.h5", ["z"], seed=2)
+    count = merge_features([tmp_path / "a.h5", tmp_path / "b.h5"], tmp_path / "m.h5", ATTRS,
+                           failed=["bad\tempty file"])
+    with FeaturesReader(tmp_path / "m.h5") as merged:
+        assert count == 3 and merged.ids == ["x", "y", "z"]
+        data = merged.read(["x", "y", "z"])
+    assert np.array_equal(data["regions"], np.concatenate([a["regions"], b["regions"]]))
+    assert read_failed(tmp_path / "m.h5") == ["bad\tempty file"]
+
+
+def test_merge_follows_an_explicit_order_across_sources(tmp_path):
+    a = _write(tmp_path / "a.h5", ["x", "z"], seed=1)
+    b = _write(tmp_path / "b.h5", ["y"], seed=2)
+    merge_features([tmp_path / "a.h5", tmp_path / "b.h5"], tmp_path / "m.h5", ATTRS, order=["z", "y", "x"])
+    with FeaturesReader(tmp_path / "m.h5") as merged:
+        assert merged.ids == ["z", "y", "x"]
+        regions = merged.read(["z", "y", "x"])["regions"]
+    assert np.array_equal(regions, np.stack([a["regions"][1], b["regions"][0], a["regions"][0]]))
+
+
+def test_merge_refuses_different_options_shapes_and_duplicate_ids(tmp_path):
+    _write(tmp_path / "a.h5", ["x"])
+    _write(tmp_path / "other_backbone.h5", ["y"], attrs={**ATTRS, "backbone": "resnet50"})
+    _write(tmp_path / "other_dim.h5", ["y"], dim=4)
+    _write(tmp_path / "dup.h5", ["x"])
+    cases = [("other_backbone.h5", "backbone"), ("other_dim.h5", "/regions"), ("dup.h5", "'x' is also in")]
+    for name, what in cases:
+        with pytest.raises(VLToolsError, match=what) as info:
+            merge_features([tmp_path / "a.h5", tmp_path / name], tmp_path / "m.h5", ATTRS)
+        assert str(info.value).startswith(str(tmp_path / name))
+
+
+def test_parts_commit_resume_and_merge(tmp_path):
+    folder = tmp_path / "out.h5.partial"
+    parts = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
+    rows = _rows(["a", "b", "c"])
+    parts.add(["a", "b"], regions=rows["regions"][:2], image_size=rows["image_size"][:2])
+    assert sorted(p.name for p in folder.iterdir()) == ["part-000000.h5"]
+    (folder / "part-000001.h5.tmp").write_bytes(b"half-written by a killed run")
+    resumed = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=True)
+    assert resumed.done == {"a", "b"} and not (folder / "part-000001.h5.tmp").exists()
+    resumed.add(["c"], regions=rows["regions"][2:], image_size=rows["image_size"][2:])
+    assert resumed.merge_into(tmp_path / "out.h5", ATTRS, ["c", "b", "a", "never-done"], []) == 3
+    resumed.remove()
+    assert not folder.exists()
+    with FeaturesReader(tmp_path / "out.h5") as merged:
+        assert merged.ids == ["c", "b", "a"]
+        assert np.array_equal(merged.read(["a", "b", "c"])["regions"], rows["regions"])
+
+
+def test_resume_with_different_options_is_refused(tmp_path):
+    folder = tmp_path / "out.h5.partial"
+    parts = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
+    parts.add(["a"], **_rows(["a"]))
+    with pytest.raises(VLToolsError, match="backbone"):
+        PartsWriter(folder, {**ATTRS, "backbone": "vgg19"}, "float32", commit_seconds=0, resume=True)
+    fresh = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
+    assert fresh.done == set() and not list(folder.iterdir())
