@@ -42,7 +42,6 @@ def read_birds_to_words(path: str | os.PathLike, names: str = "path") -> list[di
     path = Path(path)
     if not path.is_file():
         raise VLToolsError(f"{path}: no such file")
-    csv.field_size_limit(1 << 24)
     records = []
     owner: dict[str, str] = {}
     with open(path, encoding="utf-8", newline="") as stream:

@@ -21,19 +21,14 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     path = Path(path)
     if not path.is_file():
         raise VLToolsError(f"{path}: no such file")
-    number = 0
-    try:
-        with open(path, encoding="utf-8", newline="\n") as stream:
-            for number, line in enumerate(stream, 1):
-                yield number, line.rstrip("\r\n")
-    except UnicodeDecodeError as exc:
-        raise input_error(path, f"line {number + 1}", f"not UTF-8 text ({exc.reason})",
-                          "convert the file to UTF-8") from None
-
-
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """Every line of a UTF-8 text file, stripped of surrounding white space (blank lines kept)."""
-    return [text.strip() for _, text in numbered_lines(path)]
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise input_error(path, f"line {number}", f"not UTF-8 text ({exc.reason})",
+                                  "convert the file to UTF-8") from None
+            yield number, text.rstrip("\r\n")
 
 
 def read_id_list(path: str | os.PathLike) -> list[str]:
