@@ -115,8 +115,8 @@ def read_precomp_ids(path: str | os.PathLike, n_images: int, per_image: int) -> 
     else:
         raise input_error(path, None, f"{len(lines)} lines for {n_images} images of {per_image} captions each",
                           f"give {n_images} lines (one per image) or {n_images * per_image} (one per caption)")
-    if len(set(ids)) != len(ids):
-        repeated = next(i for i in ids if ids.count(i) > 1)
+    repeated = next((image_id for image_id, n in Counter(ids).items() if n > 1), None)
+    if repeated is not None:
         raise input_error(path, None, f"image id {repeated!r} names two images", "image ids must be unique")
     return ids
 
