@@ -31,6 +31,7 @@ VOCAB_THRESHOLD = 4
 class CaptionSplit:
     """The captions of one split: texts, their image ids, and the split's images in first-appearance order."""
 
+    name: str
     captions: list[str]
     caption_ids: list[str]
     image_ids: list[str]
@@ -52,6 +53,7 @@ def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[d
     for record in chosen:
         index.setdefault(record["image_id"], len(index))
     return CaptionSplit(
+        name=split,
         captions=[r["caption"] for r in chosen],
         caption_ids=[r.get("caption_id") or f"{r['image_id']}#{n}" for n, r in enumerate(chosen)],
         image_ids=list(index),

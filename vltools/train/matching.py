@@ -24,6 +24,7 @@ from vltools.data.matching import (
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.features import FeaturesReader
+from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import hardest_negative_loss
 from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
@@ -67,10 +68,14 @@ class MatchingTask:
 
     metric = "rsum"
 
-    def __init__(self, model_name: str, config: dict, features: str | os.PathLike, train: CaptionSplit,
-                 val: CaptionSplit, vocab: Vocabulary) -> None:
+    def __init__(self, model_name: str, config: dict, features: str | os.PathLike, captions: str | os.PathLike,
+                 train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary) -> None:
         self.model_name, self.options, self.vocab = model_name, config["task"], vocab
         self.features, self.val = features, val
+        self.inputs = {"features": str(features), "captions": str(captions), "train_split": train.name,
+                       "val_split": val.name, "train_captions": len(train), "val_captions": len(val),
+                       "train_captions_digest": ids_digest(train.caption_ids),
+                       "val_captions_digest": ids_digest(val.caption_ids)}
         self.model_config = data_config(model_name, config["model"], features)
         self.model: nn.Module = build_model(model_name, self.model_config, len(vocab))
         self.train_data = MatchingDataset(features, train, vocab)
@@ -99,7 +104,8 @@ class MatchingTask:
         return flat
 
     def checkpoint_info(self) -> dict:
-        return {"model": self.model_name, "config": self.model_config, "vocab": self.vocab.words}
+        return {"model": self.model_name, "config": self.model_config, "vocab": self.vocab.words,
+                "inputs": self.inputs}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,
@@ -113,4 +119,4 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     for split in (train, val):
         check_images(split, features, captions)
     words = load_vocabulary(vocab, train.captions, threshold=config["task"]["vocab_threshold"])
-    return MatchingTask(model_name, config, features, train, val, words)
+    return MatchingTask(model_name, config, features, captions, train, val, words)

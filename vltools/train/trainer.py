@@ -60,7 +60,7 @@ class Task(Protocol):
         """Validation metrics of the (unwrapped, eval-mode) model."""
 
     def checkpoint_info(self) -> dict:
-        """`model` (name), `config` (full model config) and `vocab` for save_checkpoint."""
+        """`model` (name), `config` (full model config), `vocab` for save_checkpoint; `inputs` (provenance)."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,8 @@ def deterministic(enabled: bool) -> Iterator[None]:
 class Trainer:
     """Runs a task's training; see the module docstring for the schedule, files and parallelism."""
 
-    def __init__(self, task: Task, config: dict, output: str | os.PathLike, env: Distributed) -> None:
+    def __init__(self, task: Task, config: dict, output: str | os.PathLike, env: Distributed,
+                 resume: bool = False) -> None:
         # the model section as built: the task fills in what the data fixes (e.g. the feature size)
         self.config = {**config, "model": task.checkpoint_info()["config"]}
         self.task, self.options, self.env = task, config["train"], env
@@ -228,6 +229,8 @@ class Trainer:
         self.log_path = sibling(self.output, ".log.jsonl")
         if not self.output.parent.exists():
             raise VLToolsError(f"{self.output}: the folder {self.output.parent} does not exist; create it first")
+        if resume and not self.last_path.exists():
+            raise VLToolsError(f"{self.last_path}: no resume file; train without --resume first")
         for key in ("batch_size", "accumulate", "epochs"):
             if self.options[key] < 1:
                 raise VLToolsError(f"train.{key} must be at least 1, not {self.options[key]}")
@@ -241,13 +244,14 @@ class Trainer:
                                           self.options["seed"])
         self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None}
         self.log: JsonLog
+        self.resume = resume
         torch.manual_seed(self.options["seed"] + env.rank)
 
-    def run(self, resume: bool = False) -> dict:
+    def run(self) -> dict:
         """Train to the configured number of epochs; return the final state (epoch, iteration, best)."""
-        keep = self._resume() if resume else None
+        keep = self._resume() if self.resume else None
         self.log = JsonLog(self.log_path, keep, self.env.main)
-        if not resume:
+        if not self.resume:
             self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
         with deterministic(self.env.device.type == "cpu"):
             for epoch in range(self.state["epoch"], self.options["epochs"]):
@@ -335,7 +339,8 @@ class Trainer:
     def _position(self, metrics: dict | None = None) -> dict:
         position = {"epoch": self.state["epoch"], "step": self.state["step"], "iteration": self.state["iteration"],
                     "metric": self.task.metric, f"best_{self.task.metric}": self.state["best"],
-                    "config": self.config}
+                    "config": self.config, "inputs": self.task.checkpoint_info().get("inputs", {}),
+                    "world_size": self.env.world_size}
         if metrics is not None:
             position["metrics"] = {k: float(v) for k, v in metrics.items()}
         return position
@@ -350,15 +355,13 @@ class Trainer:
         if self.env.main:
             info = self.task.checkpoint_info()
             train_state = {**self._position(), "optimizer": self.optimizer.state_dict(), "rng": states,
-                           "log_lines": self.log.lines, "world_size": self.env.world_size}
+                           "log_lines": self.log.lines}
             save_checkpoint(self.last_path, info["model"], info["config"], self.model.state_dict(),
                             vocab=info.get("vocab"), train_state=train_state)
         self.env.barrier()
 
     def _resume(self) -> int:
         """Restore model, optimizer, RNG and position from PATH.last.pt; return the log lines to keep."""
-        if not self.last_path.exists():
-            raise VLToolsError(f"{self.last_path}: no resume file; train without --resume first")
         payload = load_checkpoint(self.last_path)
         saved = payload["train_state"]
         _check_resumable(saved.get("config", {}), self.config, self.last_path)
@@ -380,4 +383,4 @@ class Trainer:
 
 def train(task: Task, config: dict, output: str | os.PathLike, env: Distributed, resume: bool = False) -> dict:
     """Run `task` with `config` (sections train / task / model), writing PATH, PATH.last.pt, PATH.log.jsonl."""
-    return Trainer(task, config, output, env).run(resume=resume)
+    return Trainer(task, config, output, env, resume).run()

@@ -1,0 +1,131 @@
+"""`vltools train` from the command line: bad input exits 1 with one line, and 2 gloo processes under
+torchrun train exactly like 1 process that accumulates the same 2 shares of each global batch."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+from tiny_matching import TINY, TINY_SGR, make_world
+
+from vltools.cli import cli, main
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.records import write_records
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("world"))
+
+
+def exit_with(argv, capsys):
+    """Run the real entry point in-process; (exit status, stderr)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    return stop.value.code, capsys.readouterr().err
+
+
+def test_caption_of_an_absent_image_exits_1_naming_it(world, tmp_path, capsys):
+    features, _ = world
+    captions = tmp_path / "caps.jsonl"
+    write_records(captions, [{"image_id": "img000", "caption": "a red cube", "split": "train"},
+                             {"image_id": "img999", "caption": "a blue ball", "split": "train"},
+                             {"image_id": "img001", "caption": "a red cube", "split": "val"}])
+    code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o", str(tmp_path / "m.pt")],
+                          capsys)
+    assert code == 1
+    assert err.strip().splitlines() == [f"vltools: error: {captions}: image_id 'img999' is not in {features} "
+                                        "(1 image(s) missing); extract its features or remove its captions"]
+    assert list(tmp_path.iterdir()) == [captions]
+
+
+def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
+    features, captions = world
+    code, err = exit_with(["train", "--model", "sgr", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
+                           "--val-split", "dev"], capsys)
+    assert code == 1
+    assert "no captions in split 'dev' (splits present: train, val); choose another split" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "model.embed_sise=8"], "unknown config key 'model.embed_sise'; did you mean 'model.embed_size'?"),
+    (["--set", "model.img_dim=99"], "the features give img_dim=16 but the config says model.img_dim=99"),
+    (["--resume"], "m.pt.last.pt: no resume file; train without --resume first"),
+    (["--batch-size", "0"], "train.batch_size must be at least 1"),
+])
+def test_bad_settings_exit_1(world, tmp_path, capsys, extra, message):
+    features, captions = world
+    code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
+                           *extra], capsys)
+    assert code == 1 and message in err, err
+
+
+def test_missing_output_folder_fails_before_training(world, tmp_path, capsys):
+    features, captions = world
+    code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o",
+                           str(tmp_path / "no" / "m.pt")], capsys)
+    assert code == 1 and "does not exist; create it first" in err
+
+
+def test_sgr_trains_one_epoch_and_writes_its_files(world, tmp_path):
+    features, captions = world
+    output = tmp_path / "sgr.pt"
+    result = CliRunner().invoke(cli, ["--quiet", "train", "--model", "sgr", str(features), str(captions), "-o",
+                                      str(output), *TINY_SGR, "--epochs", "1", "--batch-size", "32",
+                                      "--device", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sgr.pt", "sgr.pt.last.pt", "sgr.pt.log.jsonl"]
+    best = load_checkpoint(output)
+    assert best["model"] == "sgr" and best["config"]["num_regions"] == 4 and best["config"]["img_dim"] == 16
+    assert best["config"]["sgr_step"] == 1 and best["vocab"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_path):
+    """What is compared: 2 DDP processes (global batch 16 = 2 shares of 8, gradients all-reduced) against 1
+    process with `accumulate=2` (the same 2 shares of 8 as micro-batches, gradients averaged). The data order
+    is (seed, epoch)-determined and the vse model has no dropout, so after 2 epochs (16 optimizer steps) the
+    weights, the Adam state and every logged loss must agree up to float summation order."""
+    features, captions = world
+    common = [*TINY, "--batch-size", "16", "--lr", "2e-3", "--epochs", "2", "--val-every", "0", "--device", "cpu",
+              "--set", "train.log_every=1"]
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    ddp.mkdir()
+    single.mkdir()
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+               "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools", "--quiet", "train", "--model", "vse",
+               str(features), str(captions), "-o", str(ddp / "m.pt"), *common]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = CliRunner().invoke(cli, ["--quiet", "train", "--model", "vse", str(features), str(captions), "-o",
+                                      str(single / "m.pt"), *common, "--set", "train.accumulate=2"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    # only rank 0 wrote: one checkpoint, one resume file, one log with one config line
+    assert sorted(p.name for p in ddp.iterdir()) == ["m.pt", "m.pt.last.pt", "m.pt.log.jsonl"]
+    logs = {}
+    for name, folder in (("ddp", ddp), ("single", single)):
+        with open(folder / "m.pt.log.jsonl", encoding="utf-8") as stream:
+            logs[name] = [json.loads(line) for line in stream]
+    assert logs["ddp"][0]["world_size"] == 2 and logs["single"][0]["world_size"] == 1
+    assert [r["type"] for r in logs["ddp"]] == [r["type"] for r in logs["single"]]
+    assert sum(r["type"] == "val" for r in logs["ddp"]) == 2
+    for a, b in zip(logs["ddp"][1:], logs["single"][1:], strict=True):
+        for key in ("loss", "grad_norm", "rsum"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (key, a, b)
+    first, second = load_checkpoint(ddp / "m.pt.last.pt"), load_checkpoint(single / "m.pt.last.pt")
+    for key, value in first["state_dict"].items():
+        torch.testing.assert_close(value, second["state_dict"][key], rtol=1e-5, atol=1e-6)
+    assert first["train_state"]["iteration"] == second["train_state"]["iteration"] == 16
+    assert len(first["train_state"]["rng"]) == 2  # each rank's dropout RNG, for an exact resume
