@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from nltk.tokenize import NLTKWordTokenizer
+from functools import cache
 
-_tokenizer = NLTKWordTokenizer()
+
+@cache
+def _treebank():
+    """NLTK's Treebank tokenizer, imported on first use (nltk takes about a second to import)."""
+    from nltk.tokenize import NLTKWordTokenizer
+
+    return NLTKWordTokenizer()
 
 
 def tokenize(text: str) -> list[str]:
@@ -13,4 +19,4 @@ def tokenize(text: str) -> list[str]:
     `word_tokenize` first splits sentences with the punkt model, which would need a download; captions
     are single sentences, so the Treebank tokenizer alone gives the same tokens.
     """
-    return _tokenizer.tokenize(text.lower())
+    return _treebank().tokenize(text.lower())
