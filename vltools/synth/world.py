@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import textwrap
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -247,7 +248,9 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         "WORLD",
         f"- images: {options.size} x {options.size} RGB PNG, solid shapes on a plain light background"
         " (each channel 226-246, drawn per image).",
-        f"- shapes: {', '.join(SHAPES)}; colours: {', '.join(COLOURS)}; sizes: {', '.join(SIZES)}.",
+        f"- shapes: {', '.join(SHAPES)}; sizes: {', '.join(SIZES)};",
+        *textwrap.wrap("colours: " + ", ".join(f"{name} #{bytes(rgb).hex()}" for name, rgb in COLOURS.items()) + ".",
+                       width=100, initial_indent="  ", subsequent_indent="  "),
         "- objects never overlap; spatial relations (left of, right of, above, below) follow the axis of larger",
         "  displacement between two objects' centres; positions name a cell of a 3 x 3 grid (top left ... middle).",
         "- boxes: [x1, y1, x2, y2] in pixels, x1/y1 inclusive and x2/y2 exclusive, the tight box of the object's",
@@ -255,9 +258,10 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         "",
         "MAIN SET (image-text matching, captioning, semantic retrieval)",
         f"- {main['images']} images with 1-4 objects (objects per image: {_counts(main['objects'])}).",
-        f"- {main['edits']} images are edits of an earlier image that change exactly one thing",
-        f"  ({_counts(main['edit_types'])}); images.jsonl field `edit` says which, and from what (`of`).",
-        "  An edit stays in its source's split, so test images have near-duplicate distractors.",
+        f"- {main['edits']} images are edits of an earlier image that change exactly one thing:",
+        f"  {_counts(main['edit_types'])}.",
+        "  The images.jsonl field `edit` says what changed, and from which image (`of`). An edit stays in",
+        "  its source's split, so test images have near-duplicate distractors.",
         f"- captions: 5 per image ({main['captions']}), from template families (full listing, count, relation,",
         "  position, subset, colours only, shapes only) with synonyms and random order; the first caption",
         "  of each image lists every object.",
