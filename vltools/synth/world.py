@@ -264,7 +264,8 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         "  its source's split, so test images have near-duplicate distractors.",
         f"- captions: 5 per image ({main['captions']}), from template families (full listing, count, relation,",
         "  position, subset, colours only, shapes only) with synonyms and random order; the first caption",
-        "  of each image lists every object.",
+        "  of each image lists every object. A caption that does not mention what an edit changed fits both",
+        "  images (so do generic ones such as \"a disc\"), which caps retrieval R@1 below 100%, as in real data.",
         f"- region captions: {main['regions']}, one per object and one per pair of objects a phrase can single",
         "  out (box = union of the two boxes), as Visual Genome region descriptions.",
         f"- splits by image: {_counts(main['splits'])}.",
@@ -303,6 +304,9 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
                   ("aux_captions.jsonl", "`captions` kind")]
     lines += ["", "FILES (paths in the JSONL files are relative to this folder)"]
     lines += [f"- {name}: {what}" for name, what in files]
+    lines += ["", "USE",
+              "- region features of the object boxes: vltools extract-regions OUT/images.jsonl --regions boxes",
+              "- segment-pool with these masks: vltools segment-pool OUT/pair_images.jsonl --masks OUT/pair_masks"]
     return "\n".join(lines) + "\n"
 
 
