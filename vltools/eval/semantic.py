@@ -314,8 +314,8 @@ def semantic_from_sims(sims: Sims, proxy: Proxy, r_values: list[int], source: ob
     return np.concatenate(ndcg), np.concatenate(pcc), kept
 
 
-def semantic_from_rankings(rankings: list[dict], proxy: Proxy, r_values: list[int], source: object,
-                           block: int = 256) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def semantic_from_rankings(rankings: list[dict], proxy: Proxy, r_values: list[int],
+                           source: object) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """NDCG@R and PCC@R of i2i rankings (top-k lists); the database is every proxy image but the query."""
     wrong = [r["query"] for r in rankings if r["direction"] != "i2i"]
     if wrong:
@@ -326,6 +326,7 @@ def semantic_from_rankings(rankings: list[dict], proxy: Proxy, r_values: list[in
                      "results in the shortest ranking list (or proxy images)")
     longest = max(kept)
     query_rows = proxy.rows([r["query"] for r in rankings], source, "queries")
+    block = max(1, (1 << 23) // len(proxy.ids))  # queries x all proxy images relevances: at most 64 MB a block
     ndcg, pcc = [], []
     for start in range(0, len(rankings), block):
         rows = query_rows[start:start + block]
