@@ -126,7 +126,7 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int) 
         index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, scores)
         if protocol == "coco1k":
             result = retrieval_eval.fold_metrics(sims.sims, index, fold_size)
-            log.info("%d folds of %d images", sims.sims.shape[0] // fold_size, fold_size)
+            log.info("%d folds of %d images", result["n_folds"], fold_size)
         else:
             result = retrieval_eval.retrieval_metrics(sims.sims, index)
     else:
