@@ -9,7 +9,6 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import (
-    caption_ids_of,
     caption_image_index,
     fold_metrics,
     rankings_ranks,
@@ -192,9 +191,3 @@ def test_rankings_errors_name_the_ids():
     stranger = [*good, {"query": "q9", "direction": "i2t", "ids": [], "scores": []}]
     with pytest.raises(VLToolsError, match="'q9'"):
         rankings_ranks(stranger, captions, caption_images, "r.jsonl")
-
-
-def test_caption_ids_fall_back_to_image_and_index():
-    records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "own"},
-               {"image_id": "a", "caption": "z"}]
-    assert caption_ids_of(records) == ["a#0", "own", "a#1"]

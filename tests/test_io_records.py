@@ -3,7 +3,7 @@ import json
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.records import detect_kind, read_records, write_records
+from vltools.io.records import caption_ids, detect_kind, read_records, write_records
 
 GOOD = {
     "captions": {"image_id": "a", "caption": "a red circle", "split": "train", "caption_id": "a#0"},
@@ -97,3 +97,9 @@ def test_writer_leaves_nothing_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
         write_records(tmp_path / "out.jsonl", records())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_caption_ids_fall_back_to_image_and_index():
+    records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "own"},
+               {"image_id": "a", "caption": "z"}]
+    assert caption_ids(records) == ["a#0", "own", "a#1"]

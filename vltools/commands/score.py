@@ -16,7 +16,7 @@ from vltools.eval import retrieval as retrieval_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.progress import log
-from vltools.io.records import read_records, write_records
+from vltools.io.records import caption_ids, read_records, write_records
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
 
@@ -136,8 +136,8 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int) 
             raise VLToolsError(f"{scores}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot be "
                                "re-ranked within folds); rerun match with --sims")
         records = read_records(captions, "captions")
-        caption_ids = retrieval_eval.caption_ids_of(records)
-        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores, "rankings"), caption_ids,
+        ids_of_captions = caption_ids(records)
+        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores, "rankings"), ids_of_captions,
                                                            [r["image_id"] for r in records], scores)
         if shortest < 10:
             log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)

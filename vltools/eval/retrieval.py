@@ -200,17 +200,6 @@ def fold_metrics(sims: np.ndarray, caption_image_index: np.ndarray, fold_size: i
             "n_captions": int(sims.shape[1]), "n_folds": len(folds)}
 
 
-def caption_ids_of(records: list[dict]) -> list[str]:
-    """Each caption's id: its `caption_id`, else `<image_id>#<k>` with k its 0-based index among its image's."""
-    seen: dict[str, int] = {}
-    ids = []
-    for record in records:
-        k = seen.get(record["image_id"], 0)
-        seen[record["image_id"]] = k + 1
-        ids.append(record.get("caption_id") or f"{record['image_id']}#{k}")
-    return ids
-
-
 def rankings_ranks(rankings: list[dict], caption_ids: list[str], caption_image_ids: list[str],
                    source: object) -> tuple[np.ndarray, np.ndarray, int]:
     """0-based ranks (inf when beyond the listed top-k) of every image (i2t) and caption (t2i) query.

@@ -18,6 +18,7 @@ REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
     "sims": ("sims", "image_ids", "caption_ids"),
     "embeddings": ("ids", "emb"),
+    "logp": ("logp", "image_ids"),
 }
 
 
@@ -40,7 +41,7 @@ def describe_hdf5(path: Path) -> dict:
             if name not in handle:
                 raise VLToolsError(f"{path}: {kind} file lacks the /{name} dataset")
         count = len(handle["ids"]) if "ids" in handle else None
-        if kind == "sims":
+        if kind in ("sims", "logp"):
             count = len(decode_strings(handle["image_ids"][:]))
     if kind == "features":
         with FeaturesReader(path) as reader:

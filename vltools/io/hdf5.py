@@ -13,7 +13,6 @@ from vltools.io.atomic import binary_output
 from vltools.io.provenance import provenance
 
 FORMAT_VERSION = 1
-KINDS = ("features", "proxy", "sims", "embeddings")
 
 
 def string_dtype() -> h5py.Datatype:

@@ -163,6 +163,20 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
                           "per line")
 
 
+def caption_ids(records: Iterable[dict]) -> list[str]:
+    """Each caption's id: its `caption_id`, else `<image_id>#<k>` with k its 0-based index among its image's.
+
+    Every stage that names captions uses this, so rankings, sims and scores agree on ids.
+    """
+    seen: dict[str, int] = {}
+    ids = []
+    for record in records:
+        k = seen.get(record["image_id"], 0)
+        seen[record["image_id"]] = k + 1
+        ids.append(record.get("caption_id") or f"{record['image_id']}#{k}")
+    return ids
+
+
 def read_records(path: str | os.PathLike, kind: str) -> list[dict]:
     """All validated records of `kind` from a JSONL file (`-` for standard input)."""
     return list(iter_records(path, kind))
