@@ -19,12 +19,14 @@ from tiny_matching import TINY, chance_rsum, make_world
 
 from vltools.cli import cli
 from vltools.data.matching import read_split
+from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.models import model_from_checkpoint
 from vltools.text.vocab import Vocabulary
-from vltools.train.trainer import GlobalBatchSampler, learning_rate
+from vltools.train.config import TRAIN_DEFAULTS, build_config
+from vltools.train.trainer import GlobalBatchSampler, distributed, learning_rate, train
 
 # 25 training images x 5 captions, batch 16: 8 steps an epoch
 BASE = [*TINY, "--batch-size", "16", "--lr", "2e-3", "--val-every", "4", "--set", "train.save_every=2",
@@ -190,3 +192,54 @@ def test_learns_well_above_chance(reference):
 def test_training_does_not_leave_deterministic_mode_on(world, reference):
     assert not torch.are_deterministic_algorithms_enabled()
     assert os.environ.get("WORLD_SIZE") is None
+
+
+class Regression:
+    """A non-matching task (least squares), to show the loop is generic: metric neg_mse, no vocabulary."""
+
+    metric = "neg_mse"
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.model = torch.nn.Linear(x.shape[1], 1)
+        self.train_data = list(zip(x, y, strict=True))
+        self.x, self.y = x, y
+
+    def collate(self, items):
+        return {"x": torch.stack([i[0] for i in items]), "y": torch.stack([i[1] for i in items])}
+
+    def loss(self, model, batch):
+        return torch.nn.functional.mse_loss(model(batch["x"]).squeeze(1), batch["y"])
+
+    def validate(self, model, device):
+        return {"neg_mse": -float(torch.nn.functional.mse_loss(model(self.x).squeeze(1), self.y))}
+
+    def checkpoint_info(self):
+        return {"model": "linear", "config": {"inputs": self.x.shape[1]}}
+
+
+def regression_config(**train):
+    return build_config({"train": TRAIN_DEFAULTS}, overrides=[f"{k}={v}" for k, v in train.items()])
+
+
+def test_loop_is_generic_over_tasks(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 3, generator=generator)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3
+    torch.manual_seed(0)
+    task = Regression(x, y)
+    config = regression_config(epochs=40, batch_size=16, lr=0.05, lr_update=15, val_every=0, device="cpu")
+    with distributed("cpu") as env:
+        summary = train(task, config, tmp_path / "lin.pt", env)
+    assert summary["epoch"] == 40 and summary["iteration"] == 40 * 4
+    assert -summary["best"] < 1e-3  # least squares on noiseless data: the loop found the solution
+    best = load_checkpoint(tmp_path / "lin.pt")
+    assert best["model"] == "linear" and best["train_state"]["best_neg_mse"] == summary["best"]
+    torch.testing.assert_close(best["state_dict"]["weight"], torch.tensor([[1.0, -2.0, 0.5]]), atol=0.05, rtol=0)
+
+
+def test_non_finite_gradient_stops_with_a_clear_error(tmp_path):
+    x = torch.ones(8, 2)
+    x[3, 0] = float("inf")
+    torch.manual_seed(0)
+    with distributed("cpu") as env, pytest.raises(VLToolsError, match="diverged at iteration 1: the gradient is"):
+        train(Regression(x, torch.zeros(8)), regression_config(batch_size=8, device="cpu"), tmp_path / "m.pt", env)

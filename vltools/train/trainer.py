@@ -269,19 +269,21 @@ class Trainer:
         batches = iter(loader)
         steps = self.sampler.steps
         self.model.train()
-        start = time.monotonic()
+        timed = [0.0, 0]  # seconds and steps since the last loss line (data loading included, validation not)
         todo = range(self.state["step"], steps)
         if self.env.main:
             todo = progress(todo, total=len(todo), desc=f"epoch {epoch + 1}", unit="steps")
         for step in todo:
+            tick = time.monotonic()
             loss, norm = self._step(batches)
+            timed = [timed[0] + time.monotonic() - tick, timed[1] + 1]
             self.state.update(step=step + 1, iteration=self.state["iteration"] + 1)
             iteration = self.state["iteration"]
             if self.options["log_every"] > 0 and iteration % self.options["log_every"] == 0:
                 loss = self._mean_over_ranks(loss)
                 self.log.write({"type": "train", "epoch": epoch + 1, "iteration": iteration, "loss": loss,
-                                "grad_norm": norm, "lr": lr,
-                                "seconds_per_step": (time.monotonic() - start) / (step + 1 - self.sampler.start)})
+                                "grad_norm": norm, "lr": lr, "seconds_per_step": timed[0] / timed[1]})
+                timed = [0.0, 0]
             if step + 1 < steps:
                 if self.options["val_every"] > 0 and iteration % self.options["val_every"] == 0:
                     self._validate(epoch)
@@ -305,9 +307,13 @@ class Trainer:
             total += loss.detach()
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.options["grad_clip"]
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
+        if not np.isfinite(norm):
+            raise VLToolsError(f"training diverged at iteration {self.state['iteration'] + 1}: the gradient is not "
+                               f"finite; lower train.lr, or check the inputs for inf/NaN (resume file: "
+                               f"{self.last_path})")
         self.optimizer.step()
-        return total, float(norm)
+        return total, norm
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         if self.env.active:
