@@ -40,6 +40,7 @@ def test_read_split_numbers_images_by_first_appearance(tmp_path):
     assert split.image_ids == ["b", "a"]
     assert split.captions == ["x", "z", "w"]
     assert split.caption_image_index.tolist() == [0, 1, 0]
+    assert split.caption_ids == ["b#0", "a#1", "b#1"]  # k counts the image's captions over the whole file
     with pytest.raises(VLToolsError, match=r"no captions in split 'test' \(splits present: train, val\)"):
         read_split(path, "test")
 

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
-from vltools.io.records import read_records
+from vltools.io.records import caption_ids, read_records
 from vltools.text.vocab import Vocabulary
 
 VOCAB_THRESHOLD = 4
@@ -44,6 +44,8 @@ class CaptionSplit:
 def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[dict] | None = None) -> CaptionSplit:
     """The captions of `split` from a captions JSONL (records without a split are in none)."""
     records = read_records(captions_path, "captions") if records is None else records
+    all_ids = caption_ids(records)
+    chosen_ids = [i for i, r in zip(all_ids, records, strict=True) if r.get("split") == split]
     chosen = [r for r in records if r.get("split") == split]
     if not chosen:
         found = sorted({str(r.get("split")) for r in records})
@@ -55,7 +57,7 @@ def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[d
     return CaptionSplit(
         name=split,
         captions=[r["caption"] for r in chosen],
-        caption_ids=[r.get("caption_id") or f"{r['image_id']}#{n}" for n, r in enumerate(chosen)],
+        caption_ids=chosen_ids,
         image_ids=list(index),
         caption_image_index=np.array([index[r["image_id"]] for r in chosen], dtype=np.int64),
     )
