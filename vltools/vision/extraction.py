@@ -230,7 +230,7 @@ class RegionExtractor(_Extractor):
                 for j, i in enumerate(indices):
                     vectors = grid_features(featmaps[j]) if self.regions == "grid" else \
                         roi_features(featmaps[j:j + 1], [boxes[j]], self.backbone.stride)[0]
-                    rows[i].update(self._pad(vectors, boxes[j] / _scales(group[j], images.shape[-2:]).to(self.device)))
+                    rows[i].update(self._pad(vectors, self._original_boxes(boxes[j], group[j], items[i], images)))
             if self.global_pool in ("avg", "rmac"):
                 vectors = average(featmaps) if self.global_pool == "avg" else torch.stack([rmac(f) for f in featmaps])
                 for j, i in enumerate(indices):
@@ -243,6 +243,12 @@ class RegionExtractor(_Extractor):
         out = {name: np.stack([row[name] for row in rows]) for name in rows[0]}
         out["image_size"] = np.array([s["orig_size"] for s in samples], dtype=np.int32)
         return out
+
+    def _original_boxes(self, boxes: torch.Tensor, sample: dict, item: ImageItem, images: torch.Tensor) -> torch.Tensor:
+        """Boxes to store, in original pixels: given boxes exactly as given, others mapped back from the input."""
+        if self.regions == "boxes":
+            return torch.tensor(item.boxes, dtype=torch.float32)
+        return boxes.cpu() / _scales(sample, images.shape[-2:])
 
     def _pad(self, vectors: torch.Tensor, boxes: torch.Tensor) -> dict[str, np.ndarray]:
         """One image's K x D regions and K x 4 boxes (original pixels), zero-padded to the file's K."""

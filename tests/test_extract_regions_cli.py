@@ -1,0 +1,265 @@
+"""`vltools extract-regions` and `segment-pool` end to end: every mode's datasets, bad images, strict mode,
+standard output through a pipe, the offline error, a SIGKILLed run resumed, shards merged."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from PIL import Image
+
+from vltools.cli import main
+from vltools.io.features import FeaturesReader
+from vltools.vision import backbones
+
+PHOTOS = Path(__file__).parent / "data" / "photos"
+TINY = ["--backbone", "resnet18", "--weights", "none", "--workers", "0", "--device", "cpu"]
+
+
+def _vltools(*args: object) -> int:
+    """Run the CLI in this process (fast: no new interpreter); return the exit status."""
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def _subprocess(*args: object, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], capture_output=True, timeout=300,
+                          **kwargs)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("photos")
+    for name in ("china.jpg", "chelsea.png", "coffee.png"):
+        shutil.copy(PHOTOS / name, folder / name)
+    return folder
+
+
+def _datasets(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    with h5py.File(path, "r") as handle:
+        return {name: (handle[name].shape, str(handle[name].dtype)) for name in handle if name not in ("ids",)}
+
+
+def test_detector_fixed_k_with_average_global(photos, tmp_path):
+    out = tmp_path / "det.h5"
+    assert _vltools("-q", "extract-regions", photos, *TINY, "--detector-weights", "none", "--image-size", "64",
+                    "--num-regions", "5", "--global", "avg", "-o", out) == 0
+    assert _datasets(out) == {"regions": ((3, 5, 512), "float16"), "boxes": ((3, 5, 4), "float32"),
+                              "image_size": ((3, 2), "int32"), "global": ((3, 512), "float16"),
+                              "failed": ((0,), "object")}
+    with FeaturesReader(out) as reader:
+        assert reader.ids == ["chelsea.png", "china.jpg", "coffee.png"]
+        assert reader.attrs["backbone"] == "resnet18" and reader.attrs["regions"] == "detector"
+        assert reader.read(["china.jpg"])["image_size"].tolist() == [[427, 640]]
+
+
+def test_detector_variable_k_writes_num_regions(photos, tmp_path):
+    out = tmp_path / "var.h5"
+    assert _vltools("-q", "extract-regions", photos, *TINY, "--detector-weights", "none", "--image-size", "64",
+                    "--min-regions", "2", "--max-regions", "6", "--score-threshold", "0.5", "-o", out) == 0
+    shapes = _datasets(out)
+    assert shapes["regions"] == ((3, 6, 512), "float16") and shapes["num_regions"] == ((3,), "int32")
+    with FeaturesReader(out) as reader:
+        data = reader.read(reader.ids)
+    for row, count in zip(data["regions"], data["num_regions"], strict=True):
+        assert 2 <= count <= 6 and not row[count:].any()
+
+
+def test_grid_with_rmac_in_float32(photos, tmp_path):
+    out = tmp_path / "grid.h5"
+    assert _vltools("-q", "extract-regions", photos, *TINY, "--regions", "grid", "--global", "rmac",
+                    "--image-size", "64", "--dtype", "float32", "-o", out) == 0
+    assert _datasets(out) == {"regions": ((3, 4, 512), "float32"), "boxes": ((3, 4, 4), "float32"),
+                              "image_size": ((3, 2), "int32"), "global": ((3, 512), "float32"),
+                              "failed": ((0,), "object")}
+    with FeaturesReader(out) as reader:
+        data = reader.read(["coffee.png"])
+    assert np.allclose(np.linalg.norm(data["global"][0]), 1.0, atol=1e-5)
+    assert np.allclose(data["boxes"][0, -1], [300, 200, 600, 400])
+
+
+def test_boxes_from_jsonl_with_tencrop_global(photos, tmp_path):
+    records = [{"image_id": "cat", "path": str(photos / "chelsea.png"), "boxes": [[10, 20, 200, 280]]},
+               {"image_id": "cup", "path": str(photos / "coffee.png"), "boxes": [[0, 0, 600, 400], [50, 60, 70, 80]]}]
+    jsonl = tmp_path / "images.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "boxes.h5"
+    assert _vltools("-q", "extract-regions", jsonl, *TINY, "--regions", "boxes", "--global", "tencrop",
+                    "--crop-size", "32", "--image-size", "64", "-o", out) == 0
+    assert _datasets(out) == {"regions": ((2, 2, 512), "float16"), "boxes": ((2, 2, 4), "float32"),
+                              "num_regions": ((2,), "int32"), "image_size": ((2, 2), "int32"),
+                              "global": ((2, 512), "float16"), "failed": ((0,), "object")}
+    with FeaturesReader(out) as reader:
+        data = reader.read(["cup", "cat"])
+    assert data["boxes"][0].tolist() == records[1]["boxes"] and data["num_regions"].tolist() == [2, 1]
+    assert data["boxes"][1, 0].tolist() == records[0]["boxes"][0] and not data["boxes"][1, 1].any()
+
+
+def test_global_only_rmac_uses_the_long_side(photos, tmp_path):
+    out = tmp_path / "rmac.h5"
+    assert _vltools("-q", "extract-regions", photos, *TINY, "--regions", "none", "--global", "rmac",
+                    "--image-size", "96", "-o", out) == 0
+    assert _datasets(out) == {"image_size": ((3, 2), "int32"), "global": ((3, 512), "float16"),
+                              "failed": ((0,), "object")}
+    with FeaturesReader(out) as reader:
+        assert reader.attrs["resize"] == "longer" and reader.attrs["image_size"] == 96
+
+
+def test_segment_pool_with_random_fcn(photos, tmp_path):
+    out = tmp_path / "seg.h5"
+    assert _vltools("-q", "segment-pool", photos, *TINY, "--seg-weights", "none", "--image-size", "64",
+                    "--class", "bird", "-o", out) == 0
+    shapes = _datasets(out)
+    assert shapes["featmap"] == ((3, 512, 2, 2), "float16") and shapes["mask"] == ((3, 2, 2), "float32")
+    with FeaturesReader(out) as reader:
+        assert reader.attrs["mask_class"] == 3
+        masks = reader.read(reader.ids)["mask"]
+    assert np.all((masks >= 0) & (masks <= 1))
+
+
+def _bad_folder(root: Path) -> Path:
+    folder = root / "mixed"
+    folder.mkdir()
+    shutil.copy(PHOTOS / "china.jpg", folder / "photo.jpg")
+    whole = (PHOTOS / "flower.jpg").read_bytes()
+    (folder / "zero.jpg").write_bytes(b"")
+    (folder / "truncated.jpg").write_bytes(whole[: len(whole) // 3])
+    (folder / "text.jpg").write_text("this is a text file\n")
+    Image.new("CMYK", (30, 20), (0, 255, 255, 0)).save(folder / "cmyk.jpg")
+    Image.fromarray(np.full((20, 30), 40000, dtype=np.uint16)).save(folder / "deep.png")
+    Image.new("RGB", (30, 20), (1, 2, 3)).convert("P").save(folder / "palette.png")
+    Image.new("LA", (30, 20), (10, 128)).save(folder / "gray_alpha.png")
+    rotated = Image.new("RGB", (30, 20), (200, 10, 10))
+    exif = rotated.getexif()
+    exif[0x0112] = 8
+    buffer = io.BytesIO()
+    rotated.save(buffer, format="JPEG", exif=exif.tobytes())
+    (folder / "rotated.jpg").write_bytes(buffer.getvalue())
+    (folder / "ünïcode 名前.png").write_bytes((PHOTOS / "chelsea.png").read_bytes())
+    return folder
+
+
+def test_bad_images_are_skipped_listed_and_recorded(tmp_path):
+    folder = _bad_folder(tmp_path)
+    out = tmp_path / "mixed.h5"
+    result = _subprocess("extract-regions", folder, *TINY, "--workers", "1", "--regions", "grid",
+                         "--image-size", "64", "-o", out)
+    assert result.returncode == 0, result.stderr.decode()
+    stderr = result.stderr.decode()
+    assert "skipped 3 bad images" in stderr
+    for name in ("zero.jpg", "truncated.jpg", "text.jpg"):
+        assert f"skipped {name}" in stderr
+    with FeaturesReader(out) as reader:
+        assert sorted(reader.ids) == sorted(["photo.jpg", "cmyk.jpg", "deep.png", "palette.png", "gray_alpha.png",
+                                             "rotated.jpg", "ünïcode 名前.png"])
+        assert reader.read(["rotated.jpg"])["image_size"].tolist() == [[30, 20]]
+        assert reader.attrs["num_failed"] == 3
+    with h5py.File(out, "r") as handle:
+        failed = dict(line.decode().split("\t") for line in handle["failed"][:])
+    assert set(failed) == {"zero.jpg", "truncated.jpg", "text.jpg"} and "empty file" in failed["zero.jpg"]
+
+
+def test_strict_stops_at_the_first_bad_image_without_output(tmp_path):
+    folder = _bad_folder(tmp_path)
+    out = tmp_path / "strict.h5"
+    result = _subprocess("extract-regions", folder, *TINY, "--regions", "grid", "--image-size", "64", "--strict",
+                         "-o", out)
+    assert result.returncode == 1 and not out.exists()
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "--strict" in lines[0] and "text.jpg" in lines[0]
+
+
+def test_hdf5_through_a_pipe(photos, tmp_path):
+    result = _subprocess("extract-regions", photos, *TINY, "--regions", "grid", "--image-size", "64")
+    assert result.returncode == 0, result.stderr.decode()
+    piped = tmp_path / "piped.h5"
+    piped.write_bytes(result.stdout)
+    with FeaturesReader(piped) as reader:
+        assert len(reader) == 3 and reader.shape("regions") == (3, 4, 512)
+
+
+def test_imagenet_weights_offline_is_one_sentence(photos, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+
+    def no_network(url, destination, hash_prefix):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(backbones, "_download", no_network)
+    out = tmp_path / "never.h5"
+    assert _vltools("extract-regions", photos, "--backbone", "resnet18", "--weights", "imagenet", "-o", out) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "resnet18-f37072fd.pth" in lines[0]
+    assert str(tmp_path / "torch" / "hub" / "checkpoints") in lines[0] and not out.exists()
+
+
+def _synth_folder(root: Path, count: int) -> Path:
+    folder = root / "synth"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for number in range(count):
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(folder / f"img{number:03d}.png")
+    return folder
+
+
+def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path):
+    folder = _synth_folder(tmp_path, 40)
+    args = ["extract-regions", folder, *TINY, "--regions", "grid", "--global", "avg", "--image-size", "64",
+            "--batch-size", "1", "--checkpoint-seconds", "0"]
+    full = tmp_path / "full.h5"
+    assert _vltools("-q", *args, "-o", full) == 0
+    out = tmp_path / "resumed.h5"
+    partial = Path(f"{out}.partial")
+    process = subprocess.Popen([sys.executable, "-m", "vltools", "-q", *map(str, args), "-o", str(out)],
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and len(list(partial.glob("part-*.h5"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if process.poll() is not None:
+        pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+    assert not out.exists()
+    done = len(list(partial.glob("part-*.h5")))
+    assert 3 <= done < 40
+    result = _subprocess(*args, "--resume", "-o", out)
+    assert result.returncode == 0, result.stderr.decode()
+    message = result.stderr.decode()
+    finished = int(message.split("images done")[0].rsplit(":", 1)[1])
+    assert finished >= done and f"{40 - finished} to go" in message
+    assert not partial.exists()
+    with FeaturesReader(full) as a, FeaturesReader(out) as b:
+        assert a.ids == b.ids and len(set(b.ids)) == 40
+        first, second = a.read(a.ids), b.read(a.ids)
+    for name in first:
+        assert np.array_equal(first[name], second[name]), name
+
+
+def test_shards_merged_equal_a_single_run(photos, tmp_path):
+    args = ["extract-regions", photos, *TINY, "--detector-weights", "none", "--num-regions", "4",
+            "--image-size", "64", "--global", "avg", "--batch-size", "1"]
+    assert _vltools("-q", *args, "-o", tmp_path / "single.h5") == 0
+    for index in range(2):
+        assert _vltools("-q", *args, "--shard", f"{index}/2", "-o", tmp_path / f"shard{index}.h5") == 0
+    assert _vltools("-q", "merge", tmp_path / "shard0.h5", tmp_path / "shard1.h5", "-o", tmp_path / "all.h5") == 0
+    with FeaturesReader(tmp_path / "single.h5") as single, FeaturesReader(tmp_path / "all.h5") as merged:
+        assert merged.ids == ["chelsea.png", "coffee.png", "china.jpg"]  # shard 0 then shard 1
+        assert sorted(merged.ids) == sorted(single.ids)
+        a, b = single.read(single.ids), merged.read(single.ids)
+        assert "shard" not in merged.attrs and merged.attrs["backbone"] == "resnet18"
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
