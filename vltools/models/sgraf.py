@@ -44,6 +44,22 @@ def xavier_(linear: nn.Linear) -> None:
     nn.init.zeros_(linear.bias)
 
 
+def _scratch(x: torch.Tensor) -> bool:
+    """Whether the intermediate `x` may be overwritten: nothing records it for a backward pass."""
+    return not (torch.is_grad_enabled() and x.requires_grad)
+
+
+def _l2norm_temp(x: torch.Tensor) -> torch.Tensor:
+    """`l2norm(x)` of an intermediate, in place when that is safe (inference), saving memory traffic."""
+    if _scratch(x):
+        return x.div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True).add_(1e-8))
+    return l2norm(x)
+
+
+def _relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu_(x) if _scratch(x) else torch.relu(x)
+
+
 def length_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
     """Bool [B, size]: True at the first lengths[b] positions of row b."""
     return torch.arange(size, device=lengths.device) < lengths.to(torch.long).unsqueeze(1)
@@ -146,11 +162,12 @@ class TextSA(nn.Module):
 
 
 class GraphReasoning(nn.Module):
-    """One SGR step over the similarity graph: N <- relu(W_g (softmax((W_q N)(W_k N)^T) N)).
+    """One SGR step over the similarity graph: N <- relu(W_g (softmax((W_q N + b_q)(W_k N + b_k)^T) N)).
 
-    The edge logits are computed as (N M + u) N^T + (N v + c), M = W_q^T W_k, u = W_k^T b_q,
-    v = W_q^T b_k, c = b_q . b_k: the same numbers as (W_q N + b_q)(W_k N + b_k)^T with one
-    sim_dim x sim_dim product per node instead of two.
+    The edge logits are computed as (N M + u) N^T + c with M = W_q^T W_k, u = W_k^T b_q, c = b_q . b_k:
+    one sim_dim x sim_dim product per node instead of two.  They differ from the released logits only by
+    N W_q^T b_k, constant along the softmax's (key) axis, so the edges are the same; c is constant too,
+    and is kept so that b_k stays in the graph (every parameter takes part, as DistributedDataParallel needs).
     """
 
     def __init__(self, sim_dim: int) -> None:
@@ -161,25 +178,26 @@ class GraphReasoning(nn.Module):
         for layer in (self.graph_query_w, self.graph_key_w, self.sim_graph_w):
             xavier_(layer)
 
-    def _bilinear(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _query_map(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(M^T, u, c): queries N M + u = linear(N, M^T, u)."""
         wq, bq = self.graph_query_w.weight, self.graph_query_w.bias
         wk, bk = self.graph_key_w.weight, self.graph_key_w.bias
-        return wq.t() @ wk, wk.t() @ bq, wq.t() @ bk, bq @ bk
+        return wk.t() @ wq, wk.t() @ bq, bq @ bk
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """nodes [..., N, S], mask [..., N] (broadcastable; False = padded node) -> new nodes [..., N, S]."""
-        m, u, v, c = self._bilinear()
-        logits = (nodes @ m + u) @ nodes.transpose(-1, -2) + (nodes @ v + c).unsqueeze(-1)
-        edges = logits.masked_fill(~mask.unsqueeze(-2), float("-inf")).softmax(dim=-1)
-        return torch.relu(self.sim_graph_w(edges @ nodes))
+        """nodes [P, N, S], mask [P, N] (False = padded node) -> new nodes [P, N, S]."""
+        m_t, u, c = self._query_map()
+        logits = torch.bmm(F.linear(nodes, m_t, u), nodes.transpose(1, 2)) + c
+        edges = logits.masked_fill_(~mask.unsqueeze(1), float("-inf")).softmax(dim=-1)
+        return _relu(self.sim_graph_w(torch.bmm(edges, nodes)))
 
     def first_node(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Row 0 of `forward` only (the global node, all that the last step's output is used for): [..., S]."""
-        m, u, v, c = self._bilinear()
-        query = nodes[..., 0, :]
-        logits = (nodes @ (query @ m + u).unsqueeze(-1)).squeeze(-1) + (query @ v + c).unsqueeze(-1)
-        edges = logits.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        return torch.relu(self.sim_graph_w((edges.unsqueeze(-2) @ nodes).squeeze(-2)))
+        """Row 0 of `forward` only (the global node, all that the last step's output is used for): [P, S]."""
+        m_t, u, c = self._query_map()
+        query = F.linear(nodes[:, 0], m_t, u)
+        logits = torch.bmm(nodes, query.unsqueeze(2)).squeeze(2) + c
+        edges = logits.masked_fill_(~mask, float("-inf")).softmax(dim=-1)
+        return _relu(self.sim_graph_w(torch.bmm(edges.unsqueeze(1), nodes).squeeze(1)))
 
 
 class AttentionFiltration(nn.Module):
@@ -200,14 +218,15 @@ class AttentionFiltration(nn.Module):
         caption order once the whole batch is scored.
         """
         logits = self.attn_sim_w(nodes).squeeze(-1)
+        n_img, n_cap, n_node = logits.shape
         stats = None
-        if self.training and self.bn.training:
+        if self.bn.training:
             normed, stats = self._per_caption_bn(logits, mask)
         else:
-            n_img, n_cap, n_node = logits.shape
             normed = self.bn(logits.reshape(-1, 1, n_node)).reshape(n_img, n_cap, n_node)
         beta = l1norm(torch.sigmoid(normed) * mask, dim=-1)
-        return l2norm((beta.unsqueeze(-2) @ nodes).squeeze(-2)), stats
+        pooled = torch.bmm(beta.reshape(-1, 1, n_node), nodes.reshape(-1, n_node, nodes.size(-1)))
+        return l2norm(pooled.view(*beta.shape[:2], -1)), stats
 
     def _per_caption_bn(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weight = mask.to(logits.dtype)
@@ -268,24 +287,27 @@ class EncoderSimilarity(nn.Module):
         logits = F.leaky_relu(logits, 0.1) * word_mask
         alpha = (l2norm(logits, dim=-1) * self.lambda_softmax).softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
         context = torch.bmm(alpha.transpose(1, 2), img_emb)
-        return l2norm(context).view(n_img, n_cap, n_word, dim)
+        return _l2norm_temp(context).view(n_img, n_cap, n_word, dim)
 
     def nodes(self, img_emb: torch.Tensor, img_glo: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor,
               cap_glo: torch.Tensor) -> torch.Tensor:
         """Similarity graph nodes [Bi, Bc, 1 + L, S]: global s_g then local s_1..s_L (padded words garbage)."""
         context = self.attend(img_emb, cap_emb, word_mask)
-        sim_loc = l2norm(self.sim_tranloc_w((context - cap_emb).pow(2)))
-        sim_glo = l2norm(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
+        difference = context.sub_(cap_emb).square_() if _scratch(context) else (context - cap_emb).pow(2)
+        sim_loc = _l2norm_temp(self.sim_tranloc_w(difference))
+        sim_glo = _l2norm_temp(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
         return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
 
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Nodes [Bi, Bc, N, S], node_mask [Bc, N] -> (scores [Bi, Bc] in (0, 1), SAF batch stats or None)."""
+        n_img, n_cap, n_node, dim = nodes.shape
         stats = None
         if self.module_name == "SGR":
-            mask = node_mask.unsqueeze(0)
+            flat = nodes.reshape(n_img * n_cap, n_node, dim)
+            mask = node_mask.expand(n_img, n_cap, n_node).reshape(-1, n_node)
             for step in self.SGR_module[:-1]:
-                nodes = step(nodes, mask)
-            vec = self.SGR_module[-1].first_node(nodes, mask)
+                flat = step(flat, mask)
+            vec = self.SGR_module[-1].first_node(flat, mask).view(n_img, n_cap, dim)
         else:
             vec, stats = self.SAF_module(nodes, node_mask)
         return torch.sigmoid(self.sim_eval_w(vec)).squeeze(-1), stats
