@@ -342,3 +342,16 @@ def test_config_errors():
     img_emb, cap_emb = encode(model, torch.cat([regions, regions], 1), tokens, lengths)
     with pytest.raises(VLToolsError, match="num_regions=5"):
         model.similarity(img_emb, cap_emb, lengths)
+
+
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_bf16_autocast_runs_and_stays_close(name):
+    model = make_model(name)
+    regions, tokens, lengths = make_inputs()
+    img_emb, cap_emb = encode(model, regions, tokens, lengths)
+    with torch.inference_mode():
+        fp32 = model.similarity(img_emb, cap_emb, lengths)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = model.similarity(img_emb, cap_emb, lengths)
+    assert bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.float(), fp32, atol=2e-2, rtol=0)
