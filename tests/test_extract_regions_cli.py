@@ -216,7 +216,7 @@ def _synth_folder(root: Path, count: int) -> Path:
 
 
 def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path):
-    folder = _synth_folder(tmp_path, 40)
+    folder = _synth_folder(tmp_path, 24)
     args = ["extract-regions", folder, *TINY, "--regions", "grid", "--global", "avg", "--image-size", "64",
             "--batch-size", "1", "--checkpoint-seconds", "0"]
     full = tmp_path / "full.h5"
@@ -235,15 +235,15 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     process.stderr.close()
     assert not out.exists()
     done = len(list(partial.glob("part-*.h5")))
-    assert 3 <= done < 40
+    assert 3 <= done < 24
     result = _subprocess(*args, "--resume", "-o", out)
     assert result.returncode == 0, result.stderr.decode()
     message = result.stderr.decode()
     finished = int(message.split("images done")[0].rsplit(":", 1)[1])
-    assert finished >= done and f"{40 - finished} to go" in message
+    assert finished >= done and f"{24 - finished} to go" in message
     assert not partial.exists()
     with FeaturesReader(full) as a, FeaturesReader(out) as b:
-        assert a.ids == b.ids and len(set(b.ids)) == 40
+        assert a.ids == b.ids and len(set(b.ids)) == 24
         first, second = a.read(a.ids), b.read(a.ids)
     for name in first:
         assert np.array_equal(first[name], second[name]), name

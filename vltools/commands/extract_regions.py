@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.vision.extraction import RegionExtractor, RunOptions, extract
+from vltools.vision.extraction import RegionExtractor, RunOptions, check_output, extract
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
 BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
@@ -87,6 +87,7 @@ def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, imag
     variable = min_regions is not None or max_regions is not None
     if variable and num_regions is not None:
         raise click.UsageError("give either --num-regions (fixed K) or --min-regions/--max-regions (variable K)")
+    check_output(output, bool(run["resume"]))
     all_items = list_inputs(inputs)
     items = shard_items(all_items, parse_shard(shard))
     extractor = RegionExtractor(

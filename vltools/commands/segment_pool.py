@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from vltools.commands.extract_regions import make_run, run_options
-from vltools.vision.extraction import SegmentExtractor, extract
+from vltools.vision.extraction import SegmentExtractor, check_output, extract
 from vltools.vision.images import list_inputs, parse_shard, shard_items
 from vltools.vision.masks import parse_class
 
@@ -30,6 +30,7 @@ def command(inputs: tuple[str, ...], image_size: int, class_name: str, seg_weigh
     """For each image of INPUT (folder, list of paths or `images` JSONL): the backbone feature map F as
     /featmap (N, D, h, w) and the foreground mask B at the same h x w as /mask (N, h, w), values in [0, 1]:
     the input of L2C's segmentation-based pooling."""
+    check_output(output, bool(run["resume"]))
     all_items = list_inputs(inputs)
     items = shard_items(all_items, parse_shard(shard))
     extractor = SegmentExtractor(make_run(**run), backbone=backbone, weights=weights, image_size=image_size,

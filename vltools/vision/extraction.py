@@ -96,9 +96,12 @@ class _Extractor:
         self.backbone = self.backbone.to(self.device, memory_format=torch.channels_last)
         self.backbone_name = backbone
 
-    def _inputs(self, samples: Sequence[dict]) -> torch.Tensor:
-        """Stack same-size uint8 images, normalise on the device, pad right/bottom to a multiple of the stride."""
-        images = torch.stack([s["image"] for s in samples]).to(self.device, non_blocking=True)
+    def _stack(self, samples: Sequence[dict]) -> torch.Tensor:
+        """Same-size uint8 images of `samples` as one batch on the device."""
+        return torch.stack([s["image"] for s in samples]).to(self.device, non_blocking=True)
+
+    def _inputs(self, images: torch.Tensor) -> torch.Tensor:
+        """Normalise uint8 images on the device and pad right/bottom to a multiple of the stride."""
         stride = self.backbone.stride
         h, w = images.shape[-2:]
         padded = F.pad(normalize(images), (0, -w % stride, 0, -h % stride))
@@ -223,8 +226,8 @@ class RegionExtractor(_Extractor):
         rows: list[dict[str, np.ndarray]] = [{} for _ in samples]
         for indices in _shape_groups(samples):
             group = [samples[i] for i in indices]
-            images = torch.stack([s["image"] for s in group]).to(self.device, non_blocking=True)
-            featmaps = self._forward(self._inputs(group))
+            images = self._stack(group)
+            featmaps = self._forward(self._inputs(images))
             if self.regions != "none":
                 boxes = self._boxes(group, [items[i] for i in indices], images)
                 for j, i in enumerate(indices):
@@ -302,7 +305,7 @@ class SegmentExtractor(_Extractor):
         return ImageDataset(items, "square", self.image_size, max_pixels=self.run.max_pixels, mask_dir=self.mask_dir)
 
     def __call__(self, samples: list[dict], items: list[ImageItem]) -> dict[str, np.ndarray]:
-        inputs = self._inputs(samples)
+        inputs = self._inputs(self._stack(samples))
         featmaps = self._forward(inputs)
         size = tuple(featmaps.shape[-2:])
         if self.fcn is None:
@@ -318,13 +321,18 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
+def check_output(out: str | None, resume: bool) -> None:
+    """Refuse `--resume` without `-o` (call before building models, so the mistake is reported at once)."""
+    if resume and is_stdout(out):
+        raise VLToolsError("--resume needs -o PATH: progress of a run to standard output cannot be kept")
+
+
 def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
             items: Sequence[ImageItem], out: str | None, shard: str | None = None) -> dict[str, int]:
     """Run `extractor` over `items` (this shard of `all_items`) and write the features file `out`
     (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
     run = extractor.run
-    if run.resume and is_stdout(out):
-        raise VLToolsError("--resume needs -o PATH: progress of a run to standard output cannot be kept")
+    check_output(out, run.resume)
     attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
     with contextlib.ExitStack() as stack:
         if is_stdout(out):
