@@ -26,11 +26,11 @@ from vltools.matching.similarity import (
 from vltools.matching.topk import EXACT, rankings, search, topk_rows
 
 MEMORY_NOTE = """\b
-Memory (SGR, embed 1024, 36 regions, default blocks, fp32): the output matrix is n_images x n_captions x 4 B
-(1K x 5K: 20 MB; 5K x 25K: 500 MB), the cached image embeddings n_images x 36 x 1024 x 4 B per model (1K: 150 MB;
-5K: 740 MB, capped by --image-cache-mb), and one block's work is bounded by the model's chunking of the
-[images x captions x words x 1024] intermediates (2^25 floats = 128 MB each, a few alive at once).
-Measured peak resident memory: see examples/sgraf/README.md."""
+Memory (SGR at official sizes, default blocks, fp32): peak = ~0.7 GB (torch, model, one image block) + ~0.5 GB
+(one block's work: SGR chunks its [images x captions x words x 1024] intermediates to 2^25 floats) + cached image
+embeddings (n_images x 36 x 1024 x 4 B, at most --image-cache-mb) + the output (n_images x n_captions x 4 B).
+Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB for 5K x 25K
+(details: examples/sgraf/README.md)."""
 
 
 @click.command("match", epilog=MEMORY_NOTE)
