@@ -1,0 +1,56 @@
+"""End to end on the synthetic world: synth -> extract-regions (boxes) -> train SGR and SAF -> match -> score.
+
+The trained models, and their SGRAF ensemble, must retrieve far above chance in both directions: R@1 at least ten
+times the chance R@1 (1 / n_test_images for both directions with 5 captions per image).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from vltools.cli import cli
+
+pytestmark = pytest.mark.slow
+
+IMAGES = 600
+TRAIN = ["--epochs", "8", "--batch-size", "32", "--lr", "2e-3", "--lr-update", "7", "--val-every", "0",
+         "--seed", "0", "--set", "model.embed_size=64", "--set", "model.word_dim=32", "--set", "model.sim_dim=16",
+         "--set", "model.dropout=0.0", "--set", "task.max_violation=false", "--device", "cpu"]
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sgraf")
+    world = out / "world"
+    run("synth", str(world), "--seed", "0", "--images", str(IMAGES), "--pairs", "0", "--aux-images", "0")
+    features = out / "features.h5"
+    run("extract-regions", str(world / "images.jsonl"), "--regions", "boxes", "--backbone", "resnet18",
+        "--weights", "none", "--image-size", "192", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
+        "--device", "cpu", "-o", str(features))
+    captions = world / "captions.jsonl"
+    for name in ("sgr", "saf"):
+        run("train", "--model", name, *TRAIN, str(features), str(captions), "-o", str(out / f"{name}.pt"))
+    return out, features, captions
+
+
+@pytest.mark.parametrize("models", [("sgr",), ("saf",), ("sgr", "saf")], ids=["SGR", "SAF", "SGRAF"])
+def test_retrieval_far_above_chance(pipeline, models):
+    out, features, captions = pipeline
+    sims = out / f"{'_'.join(models)}.h5"
+    options = [arg for name in models for arg in ("--model", str(out / f"{name}.pt"))]
+    run("match", *options, str(features), str(captions), "--split", "test", "--sims", str(sims),
+        "-o", str(out / "rankings.jsonl"), "--device", "cpu")
+    scores = json.loads(run("score", "retrieval", str(sims)))
+    chance = 100.0 / scores["n_images"]
+    assert scores["n_captions"] == 5 * scores["n_images"]
+    assert scores["i2t"]["R@1"] >= 10 * chance, scores
+    assert scores["t2i"]["R@1"] >= 10 * chance, scores
