@@ -274,27 +274,33 @@ class EncoderSimilarity(nn.Module):
             raise VLToolsError(f"module_name must be SGR or SAF, got {module_name!r}")
 
     def attend(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        """Attended image per word (SCAN t2i, lambda=9): [Bi, K, E] x [Bc, L, E] -> [Bi, Bc, L, E].
+        """Attended image per word (SCAN t2i), before its l2norm: [Bi, K, E] x [Bc, L, E] -> u [Bi, Bc, L, E].
 
         a = leaky_relu(v_k . t_w, 0.1), l2-normalised over the caption's real words for each region,
-        alpha = softmax(lambda * a) over regions, c_w = l2norm(sum_k alpha_kw v_k).  A padded region
-        (zero row) adds nothing to the sum, and the final l2norm removes the rescaling its weight causes,
-        so it needs no mask.
+        alpha = softmax(lambda * a) over regions, u_w = sum_k alpha_kw v_k; the attended image is
+        c_w = l2norm(u_w).  A padded region (zero row) adds nothing to u, and the l2norm removes the
+        rescaling its weight causes, so it needs no mask.
         """
         n_img, n_reg, dim = img_emb.shape
         n_cap, n_word, _ = cap_emb.shape
         logits = (img_emb.reshape(-1, dim) @ cap_emb.reshape(-1, dim).t()).view(n_img, n_reg, n_cap, n_word)
         logits = F.leaky_relu(logits, 0.1) * word_mask
         alpha = (l2norm(logits, dim=-1) * self.lambda_softmax).softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
-        context = torch.bmm(alpha.transpose(1, 2), img_emb)
-        return _l2norm_temp(context).view(n_img, n_cap, n_word, dim)
+        return torch.bmm(alpha.transpose(1, 2), img_emb).view(n_img, n_cap, n_word, dim)
 
     def nodes(self, img_emb: torch.Tensor, img_glo: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor,
               cap_glo: torch.Tensor) -> torch.Tensor:
         """Similarity graph nodes [Bi, Bc, 1 + L, S]: global s_g then local s_1..s_L (padded words garbage)."""
-        context = self.attend(img_emb, cap_emb, word_mask)
-        difference = context.sub_(cap_emb).square_() if _scratch(context) else (context - cap_emb).pow(2)
-        sim_loc = _l2norm_temp(self.sim_tranloc_w(difference))
+        weighted = self.attend(img_emb, cap_emb, word_mask)
+        norm = torch.linalg.vector_norm(weighted, dim=-1, keepdim=True) + 1e-8
+        # with c = u / n, (c - t)^2 = (u - n t)^2 / n^2: the division by n^2 moves past the linear map onto
+        # its 256-d output, which saves a pass over the large [Bi, Bc, L, E] tensor
+        if _scratch(weighted):
+            difference = weighted.addcmul_(cap_emb, norm, value=-1).square_()
+        else:
+            difference = (weighted - cap_emb * norm).pow(2)
+        loc = self.sim_tranloc_w
+        sim_loc = _l2norm_temp(torch.addcdiv(loc.bias, F.linear(difference, loc.weight), norm.square()))
         sim_glo = _l2norm_temp(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
         return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
 
@@ -310,7 +316,9 @@ class EncoderSimilarity(nn.Module):
             vec = self.SGR_module[-1].first_node(flat, mask).view(n_img, n_cap, dim)
         else:
             vec, stats = self.SAF_module(nodes, node_mask)
-        return torch.sigmoid(self.sim_eval_w(vec)).squeeze(-1), stats
+        # the score head runs in float32 even under bf16 autocast: bf16 steps of 1/256 near 0.5 would tie ranks
+        with torch.autocast(vec.device.type, enabled=False):
+            return torch.sigmoid(self.sim_eval_w(vec.float())).squeeze(-1), stats
 
     def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
         """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks."""
