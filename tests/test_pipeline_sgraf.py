@@ -16,7 +16,7 @@ from vltools.cli import cli
 pytestmark = pytest.mark.slow
 
 IMAGES = 600
-TRAIN = ["--epochs", "8", "--batch-size", "32", "--lr", "2e-3", "--lr-update", "7", "--val-every", "0",
+TRAIN = ["--epochs", "30", "--batch-size", "32", "--lr", "2e-3", "--lr-update", "20", "--val-every", "0",
          "--seed", "0", "--set", "model.embed_size=64", "--set", "model.word_dim=32", "--set", "model.sim_dim=16",
          "--set", "model.dropout=0.0", "--set", "task.max_violation=false", "--device", "cpu"]
 
