@@ -114,6 +114,12 @@ def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
     from_rankings = stdout_json(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps))
     for key in ("i2t", "t2i", "rsum"):
         assert from_rankings[key] == pytest.approx(result[key])
+    mixed = jsonl(tmp_path / "mixed.jsonl", [{"image_id": images[i], "caption": "x", "split": "test"} for i in index]
+                  + [{"image_id": "train_only", "caption": "y", "split": "train"}])
+    one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed), "'train_only'")
+    test_split = stdout_json(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed, "--split", "test"))
+    assert test_split["rsum"] == pytest.approx(result["rsum"])
+    one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed, "--split", "val"), "'val'")
     assert vltools_cmd("score", "retrieval", ranks_path).returncode == 2
     one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps, "--protocol", "coco1k"),
                    "sims")

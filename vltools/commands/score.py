@@ -113,7 +113,8 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
                    "--fold-size images and their captions, in file order.")
 @click.option("--fold-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Images per fold for --protocol coco1k.")
-def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int) -> None:
+@click.option("--split", help="With --captions: score only the captions of this split (as `match --split` ranked).")
+def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int, split: str | None) -> None:
     """R@1/5/10 both ways, medr, meanr and rsum from SCORES: a sims HDF5 file or a rankings JSONL (with --captions).
 
     Recalls are percentages; ranks are 1-based. For rankings (top-k lists) an answer beyond the list counts as
@@ -137,6 +138,12 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int) 
                                "re-ranked within folds); rerun match with --sims")
         records = read_records(captions, "captions")
         ids_of_captions = caption_ids(records)
+        if split is not None:
+            chosen = [n for n, record in enumerate(records) if record.get("split") == split]
+            if not chosen:
+                raise VLToolsError(f"{captions}: no captions with split {split!r}; check --split")
+            records = [records[n] for n in chosen]
+            ids_of_captions = [ids_of_captions[n] for n in chosen]
         i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores, "rankings"), ids_of_captions,
                                                            [r["image_id"] for r in records], scores)
         if shortest < 10:
