@@ -8,8 +8,15 @@ computation to float rounding.  Submodule names follow the released code, so an 
 loads with the prefixes `img_enc.`, `txt_enc.` and `sim_enc.`.
 
 Images with fewer real regions than the feature file's K: `encode_images` zeroes the rows of padded
-regions, and the similarity treats all-zero rows as absent (a real region's embedding is never exactly
-zero), so slices of image embeddings carry their own mask.
+regions, VisualSA treats all-zero rows as absent (a real region's embedding is never exactly zero), and
+the word-to-region attention needs no mask (see `EncoderSimilarity.attend`); so slices of image
+embeddings carry their own mask.  (In training, VisualSA's BatchNorm over region positions still counts
+padded positions in its batch statistics, as any position-wise BatchNorm would.)
+
+Where the computation is rearranged for speed the algebra is exact and noted in place: the SGR edge
+logits (`GraphReasoning`), the attended image's l2norm moved past the local linear map
+(`EncoderSimilarity.nodes`), and only the global node computed in the last SGR step.  SAF's BatchNorm in
+training normalises each caption on its own, as the per-caption loop of the released code does.
 """
 
 from __future__ import annotations

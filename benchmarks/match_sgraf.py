@@ -1,0 +1,215 @@
+"""Speed and agreement of vltools' batched SGR similarity against the released code's per-caption loop.
+
+Same SGR weights (random init; embed 1024, sim 256, K=36 regions of 2048-d features) and the same inputs
+for both: the 250 real Flickr30K test captions in tests/data (repeated to fill the size), encoded with
+the SGRAF Flickr30K vocabulary, and random region features.  The reference follows the structure of the
+released evaluation: `shard_attn_scores` (100 x 100 shards) calling a similarity module that loops over
+captions, slices each caption to its real words and repeats it over the image shard.  Both sides
+include encoding the images and captions.  The larger size runs the released loop on its first 200
+captions and scales the time by word count (`--full-reference` runs it all).  Also reported, at the first
+size: bf16 autocast on CPU (ratio, largest difference, how R@K and the top-1 caption move; with random
+weights all scores lie within a few thousandths of each other, so R@K is near chance and the ranking is
+far more fragile than a trained model's), and one training step on a batch of 128 (forward, loss,
+backward, gradient clipping, Adam).
+
+Run: `.venv/bin/python benchmarks/match_sgraf.py` (2 threads; the last line is one JSON object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from vltools.data.converters.scan_vocab import load_vocabulary
+from vltools.eval.retrieval import retrieval_metrics
+from vltools.losses import hardest_negative_loss
+from vltools.matching.similarity import similarity_blocks
+from vltools.models import build_model
+from vltools.models.sgraf import l2norm
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTIONS = ROOT / "tests/data/convert/precomp/f30k_precomp/test_caps.txt"
+VOCAB = ROOT / "tests/data/convert/scan_vocab/f30k_precomp_vocab.json"
+SIZES = ((100, 500), (200, 1000))
+SHARD = 100
+LARGE_REFERENCE_CAPTIONS = 200
+CAPTION_BLOCK = 500
+
+
+# ---------- the released evaluation's structure, on the same modules ----------
+
+def scan_attention(query: torch.Tensor, context: torch.Tensor, smooth: float) -> torch.Tensor:
+    """Per-caption SCAN attention as released: query [n_img, n_word, E], context [n_img, K, E]."""
+    attn = torch.bmm(context, query.transpose(1, 2))
+    attn = l2norm(nn.functional.leaky_relu(attn, 0.1), 2)
+    attn = torch.softmax(attn.transpose(1, 2) * smooth, dim=2)
+    return l2norm(torch.bmm(attn, context), -1)
+
+
+def released_forward_sim(sim: nn.Module, img_emb: torch.Tensor, cap_emb: torch.Tensor,
+                         cap_lens: list[int]) -> torch.Tensor:
+    """EncoderSimilarity.forward of the released code: a Python loop over captions."""
+    n_image = img_emb.size(0)
+    sa = sim.v_global_w
+    img_glo = l2norm(((sa.embedding_common(sa.embedding_local(img_emb) * sa.embedding_global(img_emb.mean(1))
+                                           .unsqueeze(1)).squeeze(2)).softmax(1).unsqueeze(2) * img_emb).sum(1))
+    ta = sim.t_global_w
+    columns = []
+    for i in range(cap_emb.size(0)):
+        cap_i = cap_emb[i, :cap_lens[i], :].unsqueeze(0)
+        cap_i_expand = cap_i.repeat(n_image, 1, 1)
+        weights = ta.embedding_common(ta.embedding_local(cap_i) * ta.embedding_global(cap_i.mean(1)).unsqueeze(1))
+        cap_glo_i = l2norm((weights.squeeze(2).softmax(1).unsqueeze(2) * cap_i).sum(1))
+        context = scan_attention(cap_i_expand, img_emb, smooth=9.0)
+        sim_loc = l2norm(sim.sim_tranloc_w((context - cap_i_expand).pow(2)))
+        sim_glo = l2norm(sim.sim_tranglo_w((img_glo - cap_glo_i).pow(2)))
+        sim_emb = torch.cat([sim_glo.unsqueeze(1), sim_loc], 1)
+        for step in sim.SGR_module:
+            edges = torch.softmax(torch.bmm(step.graph_query_w(sim_emb), step.graph_key_w(sim_emb).permute(0, 2, 1)),
+                                  dim=-1)
+            sim_emb = torch.relu(step.sim_graph_w(torch.bmm(edges, sim_emb)))
+        columns.append(torch.sigmoid(sim.sim_eval_w(sim_emb[:, 0, :])))
+    return torch.cat(columns, 1)
+
+
+def released_shard_attn_scores(model: nn.Module, img_embs: torch.Tensor, cap_embs: torch.Tensor,
+                               cap_lens: list[int]) -> torch.Tensor:
+    sims = torch.zeros(len(img_embs), len(cap_embs))
+    for im_start in range(0, len(img_embs), SHARD):
+        for ca_start in range(0, len(cap_embs), SHARD):
+            block = released_forward_sim(model.sim_enc, img_embs[im_start:im_start + SHARD],
+                                         cap_embs[ca_start:ca_start + SHARD], cap_lens[ca_start:ca_start + SHARD])
+            sims[im_start:im_start + SHARD, ca_start:ca_start + SHARD] = block
+    return sims
+
+
+def released_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor,
+                   lengths: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Encode as released (batches of 128 captions), then shard_attn_scores; returns sims, similarity time."""
+    with torch.inference_mode():
+        img_embs = model.img_enc(regions)
+        cap_embs = torch.cat([model.txt_enc(tokens[s:s + 128], lengths[s:s + 128]) for s in range(0, len(tokens), 128)])
+        start = time.perf_counter()
+        sims = released_shard_attn_scores(model, img_embs, cap_embs, lengths.tolist())
+    return sims, time.perf_counter() - start
+
+
+# ---------- inputs and measurements ----------
+
+def real_captions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    vocab = load_vocabulary(VOCAB)
+    encoded = [vocab.encode(line) for line in CAPTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    encoded = [encoded[i % len(encoded)] for i in range(n)]
+    lengths = torch.tensor([len(e) for e in encoded])
+    tokens = torch.zeros(n, int(lengths.max()), dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        tokens[row, :len(ids)] = torch.tensor(ids)
+    return tokens, lengths
+
+
+def vltools_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
+                  precision: str = "fp32") -> torch.Tensor:
+    captions = [(tokens[s:s + CAPTION_BLOCK, :int(lengths[s:s + CAPTION_BLOCK].max())], lengths[s:s + CAPTION_BLOCK])
+                for s in range(0, len(tokens), CAPTION_BLOCK)]
+    return similarity_blocks(model, [(regions, None)], captions, device="cpu", precision=precision)
+
+
+def timed(function, *args, **kwargs):
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def recalls(sims: torch.Tensor) -> dict[str, float]:
+    metrics = retrieval_metrics(sims.numpy(), np.arange(sims.size(1)) // 5)
+    return {f"{way}_R@{k}": metrics[way][f"R@{k}"] for way in ("i2t", "t2i") for k in (1, 5, 10)}
+
+
+def train_step_seconds(vocab_size: int, batch: int = 128, steps: int = 1) -> float:
+    torch.manual_seed(1)
+    model = build_model("sgr", {}, vocab_size).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
+    tokens, lengths = real_captions(batch)
+    regions = torch.randn(batch, 36, 2048)
+    times = []
+    for size in [8] + [batch] * steps:   # a small first step creates Adam's state and warms up
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = hardest_negative_loss(model(regions[:size], None, tokens[:size], lengths[:size]))
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
+
+
+def measure(model: nn.Module, n_img: int, n_cap: int, reference_captions: int, bf16: bool) -> dict[str, object]:
+    """One size: the released loop on the first `reference_captions` captions (extrapolated to all by word
+    count when fewer), vltools in fp32 (and bf16) on all of them."""
+    regions = torch.randn(n_img, 36, 2048)
+    tokens, lengths = real_captions(n_cap)
+    sub = slice(0, reference_captions)
+    (reference, ref_sim_time), ref_time = timed(released_match, model, regions, tokens[sub], lengths[sub])
+    scale = float(lengths.sum() / lengths[sub].sum())
+    ours, ours_time = timed(vltools_match, model, regions, tokens, lengths)
+    ref_total = ref_time * scale
+    row: dict[str, object] = {
+        "released_loop_s": round(ref_total, 2),
+        "released_loop_measured_on_captions": reference_captions,
+        "released_loop_extrapolated": reference_captions < n_cap,
+        "released_loop_similarity_only_s": round(ref_sim_time * scale, 2),
+        "vltools_fp32_s": round(ours_time, 2),
+        "speedup_fp32": round(ref_total / ours_time, 2),
+        "max_abs_diff_fp32": float((ours[:, sub] - reference).abs().max()),
+        "score_std_fp32": float(ours.std()),
+    }
+    if bf16:
+        ours_bf16, bf16_time = timed(vltools_match, model, regions, tokens, lengths, precision="bf16")
+        fp32_recalls, bf16_recalls = recalls(ours), recalls(ours_bf16)
+        row.update({
+            "vltools_bf16_s": round(bf16_time, 2),
+            "speedup_bf16": round(ref_total / bf16_time, 2),
+            "max_abs_diff_bf16": float((ours_bf16[:, sub] - reference).abs().max()),
+            "recall_fp32": fp32_recalls,
+            "recall_change_bf16": {k: round(bf16_recalls[k] - v, 2) for k, v in fp32_recalls.items()},
+            "top1_caption_agreement_bf16": float((ours_bf16.argmax(1) == ours.argmax(1)).float().mean()),
+        })
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full-reference", action="store_true",
+                        help=f"run the released loop on all captions of the larger size too (default: the first "
+                             f"{LARGE_REFERENCE_CAPTIONS}, extrapolated by word count)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    vocab_size = len(load_vocabulary(VOCAB))
+    model = build_model("sgr", {}, vocab_size).eval()
+    report: dict[str, object] = {"threads": torch.get_num_threads(), "torch": torch.__version__}
+    for n_img, n_cap in SIZES:
+        reference_captions = n_cap if n_cap == SIZES[0][1] or args.full_reference else LARGE_REFERENCE_CAPTIONS
+        row = measure(model, n_img, n_cap, reference_captions, bf16=n_cap == SIZES[0][1])
+        report[f"{n_img}x{n_cap}"] = row
+        line = (f"{n_img}x{n_cap}: released loop {row['released_loop_s']}s"
+                f"{' (extrapolated)' if row['released_loop_extrapolated'] else ''}, vltools fp32 "
+                f"{row['vltools_fp32_s']}s ({row['speedup_fp32']}x, max diff {row['max_abs_diff_fp32']:.2e})")
+        if "vltools_bf16_s" in row:
+            line += (f", bf16 {row['vltools_bf16_s']}s ({row['speedup_bf16']}x, "
+                     f"max diff {row['max_abs_diff_bf16']:.2e})")
+        print(line, flush=True)
+    step = train_step_seconds(vocab_size)
+    report["train_step_batch128_s"] = round(step, 2)
+    print(f"training step, batch 128 (forward + loss + backward + clip + Adam): {step:.2f}s", flush=True)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
