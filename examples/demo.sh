@@ -37,3 +37,9 @@ echo "example pair descriptions:"
 head -n 3 "$WORLD/pairs.jsonl" | cut -c 1-240
 echo
 sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
+
+# ---------------------------------------------------------------------------------------------------------
+# SGRAF (image-text matching): synth -> extract-regions (object boxes) -> train SGR, SAF -> match -> score
+# ---------------------------------------------------------------------------------------------------------
+section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
+make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
