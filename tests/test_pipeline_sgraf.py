@@ -15,9 +15,11 @@ from vltools.cli import cli
 
 pytestmark = pytest.mark.slow
 
-IMAGES = 600
-TRAIN = ["--epochs", "30", "--batch-size", "32", "--lr", "2e-3", "--lr-update", "20", "--val-every", "0",
-         "--seed", "0", "--set", "model.embed_size=64", "--set", "model.word_dim=32", "--set", "model.sim_dim=16",
+IMAGES = 1000
+# Batches of 16 halve the cross-attention work of an epoch (B x B pairs a step) and double the updates; SGR, the
+# slower learner, measured test R@1 18.0 i2t / 11.8 t2i with these settings (chance 1.0)
+TRAIN = ["--epochs", "12", "--batch-size", "16", "--lr", "2e-3", "--lr-update", "9", "--val-every", "0",
+         "--seed", "0", "--set", "model.embed_size=128", "--set", "model.word_dim=64", "--set", "model.sim_dim=32",
          "--set", "model.dropout=0.0", "--set", "task.max_violation=false", "--device", "cpu"]
 
 
