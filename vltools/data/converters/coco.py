@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from vltools.errors import input_error
 
-from .common import field, json_list, load_json
+from .common import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("id", "file_name")
 
@@ -52,15 +52,13 @@ def coco_annotations_records(data: dict, path: object, split: str | None, id_fie
     if id_field == "file_name" and not names:
         raise input_error(path, "top level", "no 'images' list to take file names from", "use --id id")
     records = []
-    seen: dict[int, int] = {}
+    seen: dict[int, str] = {}
     for index, annotation in enumerate(json_list(data["annotations"], path, "top level", "annotations")):
         where = f"annotations[{index}]"
         image_key = field(annotation, "image_id", int, path, where)
         caption_key = field(annotation, "id", int, path, where)
-        if caption_key in seen:
-            raise input_error(path, where, f"annotation id {caption_key} repeats annotations[{seen[caption_key]}]",
-                              "annotation ids must be unique")
-        seen[caption_key] = index
+        record_unique(seen, caption_key, f"annotations[{index}]", path, where, f"annotation id {caption_key}",
+                      "annotation ids must be unique")
         if names and image_key not in names:
             raise input_error(path, where, f"image_id {image_key} is not in 'images'", "the file is inconsistent")
         records.append(_with_split({"image_id": names.get(image_key, str(image_key)),
@@ -72,14 +70,12 @@ def coco_annotations_records(data: dict, path: object, split: str | None, id_fie
 def coco_results_records(data: list, path: object, split: str | None) -> list[dict]:
     """Captions of a results file (one candidate per image), in file order; an image twice is an error."""
     records = []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for index, result in enumerate(data):
         where = f"[{index}]"
         image_id = str(field(result, "image_id", (int, str), path, where))
-        if image_id in seen:
-            raise input_error(path, where, f"image_id {image_id} repeats [{seen[image_id]}]",
-                              "a results file has one caption per image")
-        seen[image_id] = index
+        record_unique(seen, image_id, where, path, where, f"image_id {image_id}",
+                      "a results file has one caption per image")
         records.append(_with_split({"image_id": image_id, "caption": _caption(result, "caption", path, where)},
                                    split))
     return records
@@ -88,14 +84,11 @@ def coco_results_records(data: list, path: object, split: str | None) -> list[di
 def coco_refs_records(data: list, path: object, split: str | None) -> list[dict]:
     """Reference captions of the SPICE input layout; caption_id = `{image_id}#{k}`."""
     records = []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for index, entry in enumerate(data):
         where = f"[{index}]"
         image_id = str(field(entry, "image_id", (int, str), path, where))
-        if image_id in seen:
-            raise input_error(path, where, f"image_id {image_id} repeats [{seen[image_id]}]",
-                              "the file is inconsistent")
-        seen[image_id] = index
+        record_unique(seen, image_id, where, path, where, f"image_id {image_id}", "the file is inconsistent")
         refs = json_list(field(entry, "refs", list, path, where), path, where, "refs")
         for k, ref in enumerate(refs):
             if not isinstance(ref, str) or not ref.strip():

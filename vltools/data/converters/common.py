@@ -31,17 +31,22 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\r\n")
 
 
+def record_unique(seen: dict, key: object, place: str, path: object, where: str, described: str, fix: str) -> None:
+    """Remember that `key` (`described` in messages) first appeared at `place`; a repeat is a one-line error
+    naming both places."""
+    if key in seen:
+        raise input_error(path, where, f"{described} repeats {seen[key]}", fix)
+    seen[key] = place
+
+
 def read_id_list(path: str | os.PathLike) -> list[str]:
     """Ids listed one per line (blank lines skipped); a repeated id is an error naming both lines."""
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for number, text in numbered_lines(path):
         item = text.strip()
         if not item:
             continue
-        if item in seen:
-            raise input_error(path, f"line {number}", f"id {item!r} repeats line {seen[item]}",
-                              "list each id once")
-        seen[item] = number
+        record_unique(seen, item, f"line {number}", path, f"line {number}", f"id {item!r}", "list each id once")
     if not seen:
         raise input_error(path, None, "empty list: no ids", "give a file with one id per line")
     return list(seen)

@@ -7,13 +7,13 @@ import os
 from vltools.errors import input_error
 from vltools.io.progress import log
 
-from .common import UNASSIGNED, numbered_lines, split_assignments
+from .common import UNASSIGNED, numbered_lines, record_unique, split_assignments
 
 
 def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:
     """(image name, caption id `name#k`, caption) of each line of a token file, in file order."""
     entries = []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for number, text in numbered_lines(path):
         if not text.strip():
             continue
@@ -26,10 +26,8 @@ def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:
         caption = caption.strip()
         if not caption:
             raise input_error(path, where, f"empty caption for {caption_id}", "fix or remove that line")
-        if caption_id in seen:
-            raise input_error(path, where, f"caption id {caption_id!r} repeats line {seen[caption_id]}",
-                              "caption ids must be unique")
-        seen[caption_id] = number
+        record_unique(seen, caption_id, f"line {number}", path, where, f"caption id {caption_id!r}",
+                      "caption ids must be unique")
         entries.append((name, caption_id, caption))
     if not entries:
         raise input_error(path, None, "empty file: no captions", "give a Flickr token file")

@@ -11,7 +11,7 @@ from collections.abc import Collection
 
 from vltools.errors import input_error
 
-from .common import field, json_list, load_json
+from .common import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("filename", "cocoid", "imgid", "filepath")
 TEXT_FIELDS = ("raw", "tokens")
@@ -51,15 +51,12 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
     data = load_json(path)
     images = json_list(field(data, "images", list, path, "top level"), path, "top level", "images")
     records: list[dict] = []
-    seen_images: dict[str, int] = {}
+    seen_images: dict[str, str] = {}
     seen_sentences: dict[str, str] = {}
     for index, image in enumerate(images):
         where = f"images[{index}]"
         image_id = karpathy_image_id(image, id_field, path, where)
-        if image_id in seen_images:
-            raise input_error(path, where, f"image id {image_id!r} repeats images[{seen_images[image_id]}]",
-                              "choose another --id field")
-        seen_images[image_id] = index
+        record_unique(seen_images, image_id, where, path, where, f"image id {image_id!r}", "choose another --id field")
         split = str(field(image, "split", str, path, where))
         if split == "restval" and restval_as:
             split = restval_as
@@ -69,10 +66,8 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
         for number, sentence in enumerate(sentences):
             at = f"{where}.sentences[{number}]"
             caption_id = str(field(sentence, "sentid", int, path, at))
-            if caption_id in seen_sentences:
-                raise input_error(path, at, f"sentid {caption_id} repeats one of {seen_sentences[caption_id]}",
-                                  "sentids must be unique")
-            seen_sentences[caption_id] = where
+            record_unique(seen_sentences, caption_id, f"one of {where}", path, at, f"sentid {caption_id}",
+                          "sentids must be unique")
             records.append({"image_id": image_id, "caption": karpathy_caption(sentence, text_field, path, at),
                             "split": split, "caption_id": caption_id})
     if not records:

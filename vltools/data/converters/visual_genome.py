@@ -11,7 +11,7 @@ import os
 from vltools.errors import input_error
 from vltools.io.progress import log
 
-from .common import UNASSIGNED, field, json_list, load_json
+from .common import UNASSIGNED, field, json_list, load_json, record_unique
 
 NUMBER = (int, float)
 
@@ -92,10 +92,7 @@ def read_visual_genome(path: str | os.PathLike, image_sizes: dict[str, tuple[int
                                                   "regions")):
             at = f"{where}.regions[{number}]"
             region_id = str(field(region, "region_id", (int, str), path, at))
-            if region_id in seen:
-                raise input_error(path, at, f"region_id {region_id} repeats {seen[region_id]}",
-                                  "region ids must be unique")
-            seen[region_id] = at
+            record_unique(seen, region_id, at, path, at, f"region_id {region_id}", "region ids must be unique")
             phrase = str(field(region, "phrase", str, path, at)).strip()
             box = region_box(region, path, at)
             if clip:
