@@ -1,12 +1,18 @@
 import json
 
+import click
+
 from vltools import __version__
+from vltools.cli import STAGES, cli
 
 
-def test_help_lists_inspect(vltools_cmd):
+def test_help_lists_every_stage_and_each_stage_loads(vltools_cmd):
     result = vltools_cmd("--help")
     assert result.returncode == 0
-    assert b"inspect" in result.stdout
+    listed = result.stdout.decode()
+    for name in STAGES:
+        assert f"  {name} " in listed
+        assert isinstance(cli.get_command(None, name), click.Command)
 
 
 def test_version(vltools_cmd):

@@ -12,18 +12,19 @@ from vltools import __version__
 from vltools.errors import VLToolsError
 from vltools.io.progress import configure, log
 
-# stage name -> module in vltools.commands defining `command`; a stage is listed once its module exists
+# stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
+# exists. The help is here so that `vltools --help` need not import every stage (and torch).
 STAGES = {
-    "synth": "synth",
-    "inspect": "inspect",
-    "convert": "convert",
-    "score": "score",
-    "extract-regions": "extract_regions",
-    "segment-pool": "segment_pool",
-    "merge": "merge",
-    "train": "train",
-    "encode": "encode",
-    "match": "match",
+    "synth": ("synth", "Write the deterministic synthetic world (images, captions, regions, pairs)."),
+    "inspect": ("inspect", "Validate vltools files and print their kind, counts, shapes and provenance."),
+    "convert": ("convert", "Import the field's formats as vltools files, and export them back."),
+    "score": ("score", "Score captions, retrieval, semantic retrieval and self-retrieval."),
+    "extract-regions": ("extract_regions", "Region and global features of images (detector, grid or boxes)."),
+    "segment-pool": ("segment_pool", "Backbone feature maps and foreground masks for L2C."),
+    "merge": ("merge", "Join features files (shards of one extraction) into one."),
+    "train": ("train", "Train a model (vse, sgr, saf) and keep the best checkpoint."),
+    "encode": ("encode", "Embeddings of images or captions with a separable model."),
+    "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
 }
 
 
@@ -31,13 +32,17 @@ class StageGroup(click.Group):
     """Loads each stage's module only when that stage runs, so `vltools --help` stays fast."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(name for name, module in STAGES.items()
+        return sorted(name for name, (module, _) in STAGES.items()
                       if importlib.util.find_spec(f"vltools.commands.{module}") is not None)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.list_commands(ctx):
             return None
-        return importlib.import_module(f"vltools.commands.{STAGES[name]}").command
+        return importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, STAGES[name][1]) for name in self.list_commands(ctx)])
 
 
 @click.group(cls=StageGroup, context_settings={"help_option_names": ["-h", "--help"]})
