@@ -95,3 +95,14 @@ def test_other_kind_and_non_hdf5_files_are_refused(tmp_path):
     text.write_text("not hdf5")
     with pytest.raises(VLToolsError, match="not a readable HDF5 file"):
         FeaturesReader(text)
+
+
+def test_failed_images_are_recorded_and_read_back(tmp_path):
+    with FeaturesWriter(tmp_path / "f.h5", {}) as writer:
+        writer.add(["a"], regions=np.zeros((1, 2, 2)))
+        writer.set_failed(["b.jpg\tempty file"])
+    with FeaturesReader(tmp_path / "f.h5") as reader:
+        assert reader.failed == ["b.jpg\tempty file"]
+        assert reader.attrs["num_failed"] == 1
+    write_example(tmp_path / "g.h5")
+    assert FeaturesReader(tmp_path / "g.h5").failed == []

@@ -9,7 +9,6 @@ import numpy as np
 
 from vltools.cli import main
 from vltools.io.features import FeaturesReader, FeaturesWriter
-from vltools.vision.shards import read_failed, write_failed
 
 ATTRS = {"backbone": "resnet18", "weights": "none", "regions": "grid", "image_size": 64}
 
@@ -18,7 +17,7 @@ def _write(path, ids, attrs=ATTRS, failed=(), seed=0):
     regions = np.random.default_rng(seed).standard_normal((len(ids), 3, 4)).astype(np.float32)
     with FeaturesWriter(path, {**attrs, "shard": "0/2"}) as writer:
         writer.add(ids, regions=regions)
-        write_failed(writer, list(failed))
+        writer.set_failed(list(failed))
     return regions.astype(np.float16)
 
 
@@ -40,7 +39,7 @@ def test_merge_to_a_file_keeps_rows_failed_and_provenance(tmp_path):
         attrs = merged.attrs
     assert attrs["backbone"] == "resnet18" and "shard" not in attrs and "a.h5" in attrs["merged_from"]
     assert attrs["num_failed"] == 2
-    assert read_failed(tmp_path / "all.h5") == ["x.jpg\tempty file (0 bytes)",
+    assert FeaturesReader(tmp_path / "all.h5").failed == ["x.jpg\tempty file (0 bytes)",
                                                 "y.jpg\tnot an image file Pillow can read"]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader, FeaturesWriter
-from vltools.vision.shards import PartsWriter, merge_features, read_failed, write_failed
+from vltools.vision.shards import PartsWriter, merge_features
 
 ATTRS = {"backbone": "resnet18", "weights": "none", "regions": "grid", "image_size": 64}
 
@@ -22,7 +22,7 @@ def _write(path, ids, attrs=ATTRS, dim=3, seed=0, failed=()):
     rows = _rows(ids, dim, seed)
     with FeaturesWriter(path, attrs, dtype="float32") as writer:
         writer.add(ids, **rows)
-        write_failed(writer, list(failed))
+        writer.set_failed(list(failed))
     return rows
 
 
@@ -35,7 +35,7 @@ def test_merge_concatenates_in_given_order_and_keeps_failed(tmp_path):
         assert count == 3 and merged.ids == ["x", "y", "z"]
         data = merged.read(["x", "y", "z"])
     assert np.array_equal(data["regions"], np.concatenate([a["regions"], b["regions"]]))
-    assert read_failed(tmp_path / "m.h5") == ["bad\tempty file"]
+    assert FeaturesReader(tmp_path / "m.h5").failed == ["bad\tempty file"]
 
 
 def test_merge_follows_an_explicit_order_across_sources(tmp_path):

@@ -9,7 +9,7 @@ import click
 from vltools.io.atomic import binary_output
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
-from vltools.vision.shards import merge_features, read_failed
+from vltools.vision.shards import merge_features
 
 
 @click.command("merge")
@@ -23,7 +23,10 @@ def command(files: tuple[str, ...], output: str | None) -> None:
     with FeaturesReader(paths[0]) as first:
         attrs = {k: v for k, v in first.attrs.items() if k != "shard"}
     attrs["merged_from"] = str([p.name for p in paths])
-    failed = [line for path in paths for line in read_failed(path)]
+    failed: list[str] = []
+    for path in paths:
+        with FeaturesReader(path) as reader:
+            failed += reader.failed
     with binary_output(output) as target:
         count = merge_features(paths, target, attrs, failed=failed)
     log.info(f"merge: wrote {count} images from {len(paths)} files to {output or 'standard output'}")

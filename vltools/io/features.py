@@ -72,8 +72,13 @@ class FeaturesWriter:
         self._seen.update(ids)
 
     def set_attr(self, name: str, value: object) -> None:
-        """Record an extra attribute (for example the failed-image summary)."""
+        """Record an extra attribute."""
         self.handle.attrs[name] = value
+
+    def set_failed(self, lines: Sequence[str]) -> None:
+        """Record the images a stage skipped: the `/failed` dataset of "id<TAB>reason" and `num_failed`."""
+        self.handle.create_dataset("failed", data=np.array(list(lines), dtype=object), dtype=string_dtype())
+        self.handle.attrs["num_failed"] = len(lines)
 
     def flush(self) -> None:
         self.handle.flush()
@@ -116,6 +121,11 @@ class FeaturesReader:
     @property
     def fields(self) -> list[str]:
         return [name for name in FIELDS if name in self.handle]
+
+    @property
+    def failed(self) -> list[str]:
+        """The "id<TAB>reason" lines of images the writing stage skipped (empty when none were recorded)."""
+        return decode_strings(self.handle["failed"][:]) if "failed" in self.handle else []
 
     def shape(self, field: str) -> tuple[int, ...]:
         return tuple(self.handle[field].shape)

@@ -15,12 +15,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader, FeaturesWriter
-from vltools.io.hdf5 import decode_strings, string_dtype
 
 # attributes that describe how a file was made rather than what its features are
 BOOKKEEPING_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "shard", "num_failed",
@@ -51,18 +49,6 @@ def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
                                f"{a.shape[1:]} {a.dtype}; only files made with the same options can be merged")
 
 
-def read_failed(path: Path) -> list[str]:
-    """The `/failed` lines ("id<TAB>reason") of a features file, or none."""
-    with h5py.File(path, "r") as handle:
-        return decode_strings(handle["failed"][:]) if "failed" in handle else []
-
-
-def write_failed(writer: FeaturesWriter, lines: Sequence[str]) -> None:
-    """Record skipped images as the `/failed` dataset of "id<TAB>reason" strings and the `num_failed` attr."""
-    writer.handle.create_dataset("failed", data=np.array(list(lines), dtype=object), dtype=string_dtype())
-    writer.set_attr("num_failed", len(lines))
-
-
 def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, object],
                    order: Sequence[str] | None = None, failed: Sequence[str] = ()) -> int:
     """Stream the rows of features files `sources` into a new file `target`; return the row count.
@@ -91,7 +77,7 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
             else:
                 for start in range(0, len(order), MERGE_BLOCK):
                     _add_in_order(writer, readers, owner, order[start:start + MERGE_BLOCK])
-            write_failed(writer, failed)
+            writer.set_failed(failed)
             return len(writer.ids)
     finally:
         for reader in readers:
@@ -176,7 +162,7 @@ class PartsWriter:
             return merge_features(self.parts, target, attrs, present, failed)
         with FeaturesWriter(target, {k: v for k, v in attrs.items() if k not in WRITER_ATTRS},
                             dtype=self.dtype) as writer:
-            write_failed(writer, failed)
+            writer.set_failed(failed)
         return 0
 
     def remove(self) -> None:
