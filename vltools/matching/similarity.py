@@ -11,6 +11,7 @@ the budget are re-read and re-encoded for every caption block, trading time for 
 from __future__ import annotations
 
 import contextlib
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -27,57 +28,56 @@ CaptionBlock = tuple[torch.Tensor, torch.Tensor]
 PRECISIONS = ("fp32", "bf16")
 
 
-class CaptionBlocks(Sequence):
-    """Tokenised captions (each wrapped in <start> ... <end>) served as padded blocks of `batch_size`."""
+class _Blocks(Sequence):
+    """Items served in consecutive blocks of `batch_size`; subclasses build a block with `take(indices)`."""
 
-    def __init__(self, tokens: Sequence[Sequence[int]], batch_size: int) -> None:
+    def __init__(self, n_items: int, batch_size: int, what: str) -> None:
         if batch_size < 1:
-            raise VLToolsError(f"caption batch size must be at least 1, not {batch_size}")
-        self.tokens = list(tokens)
+            raise VLToolsError(f"{what} batch size must be at least 1, not {batch_size}")
+        self.n_items = n_items
         self.batch_size = batch_size
-        self.sizes = [len(self.tokens[s:s + batch_size]) for s in range(0, len(self.tokens), batch_size)]
 
     def __len__(self) -> int:
-        return len(self.sizes)
+        return -(-self.n_items // self.batch_size)
 
-    def __getitem__(self, index: int) -> CaptionBlock:
+    def __getitem__(self, index: int):
         if not 0 <= index < len(self):
             raise IndexError(index)
         start = index * self.batch_size
-        return pad_tokens(self.tokens[start:start + self.batch_size])
+        return self.take(range(start, min(start + self.batch_size, self.n_items)))
+
+    @abstractmethod
+    def take(self, indices: Sequence[int]):
+        """The block of the items at `indices`."""
+
+
+class CaptionBlocks(_Blocks):
+    """Tokenised captions (each wrapped in <start> ... <end>) served as padded blocks of `batch_size`."""
+
+    def __init__(self, tokens: Sequence[Sequence[int]], batch_size: int) -> None:
+        self.tokens = list(tokens)
+        super().__init__(len(self.tokens), batch_size, "caption")
 
     def take(self, indices: Sequence[int]) -> CaptionBlock:
         """A block of any captions, by position (used by reranking to fetch candidates)."""
         return pad_tokens([self.tokens[i] for i in indices])
 
 
-class FeatureBlocks(Sequence):
+class FeatureBlocks(_Blocks):
     """Region features of `ids` (in that order) read lazily from a features file, `batch_size` images a block.
 
     Each block is (regions float32 [B, K, D], num_regions [B] or None when the file has fixed K).
     """
 
     def __init__(self, reader: FeaturesReader, ids: Sequence[str], batch_size: int) -> None:
-        if batch_size < 1:
-            raise VLToolsError(f"image batch size must be at least 1, not {batch_size}")
+        super().__init__(len(ids), batch_size, "image")
         if "regions" not in reader.fields:
             raise VLToolsError(f"{reader.path}: has no /regions dataset; matching needs region features "
                                "(vltools extract-regions)")
         reader.rows(ids)
         self.reader = reader
         self.ids = list(ids)
-        self.batch_size = batch_size
         self.fields = ["regions", "num_regions"] if "num_regions" in reader.fields else ["regions"]
-        self.sizes = [len(self.ids[s:s + batch_size]) for s in range(0, len(self.ids), batch_size)]
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def __getitem__(self, index: int) -> ImageBlock:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        start = index * self.batch_size
-        return self.take(range(start, min(start + self.batch_size, len(self.ids))))
 
     def take(self, indices: Sequence[int]) -> ImageBlock:
         """A block of any of the images, by position in `ids` (used by reranking to fetch candidates)."""
