@@ -11,7 +11,7 @@ from vltools.data.matching import pad_tokens
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records
-from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, resolve_device, similarity_blocks
+from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
 from vltools.text.vocab import Vocabulary
 
 
@@ -88,13 +88,3 @@ def test_unknown_image_id_is_named(world):
     features, _, _ = world
     with FeaturesReader(features) as reader, pytest.raises(VLToolsError, match="'nope'"):
         FeatureBlocks(reader, ["img0", "nope"], 2)
-
-
-def test_devices():
-    assert resolve_device("cpu").type == "cpu"
-    assert resolve_device("auto").type in ("cpu", "cuda")
-    with pytest.raises(VLToolsError, match="not a device"):
-        resolve_device("gpu7")
-    if not torch.cuda.is_available():
-        with pytest.raises(VLToolsError, match="no CUDA"):
-            resolve_device("cuda:0")

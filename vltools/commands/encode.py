@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from vltools.data.matching import check_images, read_split
+from vltools.devices import resolve_device
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.matching.embed import embed_blocks, require_separable, write_embeddings
 from vltools.matching.inputs import check_features, hdf5_kind, load_model
-from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks, resolve_device
+from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 
 
 @click.command("encode")

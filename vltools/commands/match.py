@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from vltools.data.matching import check_images, read_split
+from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import write_sims
 from vltools.io.features import FeaturesReader
@@ -20,7 +21,6 @@ from vltools.matching.similarity import (
     PRECISIONS,
     CaptionBlocks,
     FeatureBlocks,
-    resolve_device,
     similarity_blocks,
 )
 from vltools.matching.topk import EXACT, rankings, search, topk_rows

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vltools import devices
 from vltools.data.matching import pad_tokens
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
@@ -87,24 +88,11 @@ class FeatureBlocks(_Blocks):
         return regions, None if counts is None else torch.from_numpy(counts.astype(np.int64))
 
 
-def resolve_device(device: str) -> torch.device:
-    """`auto` picks CUDA when available, else CPU; `cuda[:k]` without a GPU is a one-line error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise VLToolsError(f"--device {device!r} is not a device; use auto, cpu or cuda[:k]") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise VLToolsError(f"--device {device}: no CUDA GPU is available here; use --device cpu")
-    return chosen
-
-
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast for `precision == "bf16"`, plain fp32 otherwise."""
+    """Matching runs in fp32 or bf16 only: fp16's coarse steps near a score of 0.5 would tie ranks."""
     if precision not in PRECISIONS:
         raise VLToolsError(f"--precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    return devices.autocast(device, precision)
 
 
 @contextlib.contextmanager
@@ -170,7 +158,7 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
     models in eval mode; `precision="bf16"` uses autocast.
     """
     models = as_models(models)
-    device = resolve_device(device) if isinstance(device, str) else device
+    device = devices.resolve_device(device) if isinstance(device, str) else device
     image_sizes, caption_sizes = block_sizes(images), block_sizes(captions)
     row_starts = np.concatenate([[0], np.cumsum(image_sizes)]).astype(int)
     out = torch.empty(int(row_starts[-1]), int(sum(caption_sizes)), dtype=torch.float32)

@@ -33,11 +33,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.progress import log, progress
-from vltools.matching.similarity import resolve_device
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
 RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every"}

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import binary_output, is_stdout
 from vltools.io.progress import log, progress
@@ -59,22 +60,6 @@ class RunOptions:
     seed: int = 0
 
 
-def pick_device(name: str) -> torch.device:
-    """`auto` -> cuda when available, else cpu; `cuda` without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise VLToolsError(f"--device {name}: no CUDA GPU is available here; use --device cpu or auto")
-    return device
-
-
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-
 def _shape_groups(samples: Sequence[dict]) -> list[list[int]]:
     """Indices of samples grouped by image size, each group in input order."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -91,7 +76,7 @@ class _Extractor:
     def __init__(self, backbone: str, weights: str, run: RunOptions) -> None:
         torch.manual_seed(run.seed)
         self.run = run
-        self.device = pick_device(run.device)
+        self.device = resolve_device(run.device)
         self.backbone, self.weights = build_backbone(backbone, weights)
         self.backbone = self.backbone.to(self.device, memory_format=torch.channels_last)
         self.backbone_name = backbone
@@ -108,7 +93,7 @@ class _Extractor:
         return padded.contiguous(memory_format=torch.channels_last)
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        with _autocast(self.device, self.run.precision):
+        with autocast(self.device, self.run.precision):
             return self.backbone(inputs).float()
 
     def base_attrs(self, items: Sequence[ImageItem]) -> dict[str, object]:
@@ -216,7 +201,7 @@ class RegionExtractor(_Extractor):
                 given[:, 1::2] = given[:, 1::2].clamp(0, h)
                 out.append(given.to(self.device))
             return out
-        with _autocast(self.device, self.run.precision):
+        with autocast(self.device, self.run.precision):
             detections = self.detector(list(images.float().div(255.0).unbind(0)))
         return [select_boxes(b, s, (h, w), self.num_regions, self.min_regions, self.max_regions,
                              self.score_threshold) for b, s in detections]
@@ -311,7 +296,7 @@ class SegmentExtractor(_Extractor):
         if self.fcn is None:
             masks = torch.stack([area_resize(s["mask"][None], size)[0] for s in samples])
         else:
-            with _autocast(self.device, self.run.precision):
+            with autocast(self.device, self.run.precision):
                 masks = self.fcn(inputs, size)
         return {"featmap": featmaps.cpu().numpy(), "mask": masks.float().cpu().numpy(),
                 "image_size": np.array([s["orig_size"] for s in samples], dtype=np.int32)}

@@ -1,0 +1,33 @@
+"""The compute device and precision, chosen the same way by every stage (`--device`, `--precision`)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from vltools.errors import VLToolsError
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` picks CUDA when available, else CPU; `cuda[:k]` without a GPU is a one-line error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise VLToolsError(f"--device {device!r} is not a device; use auto, cpu or cuda[:k]") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise VLToolsError(f"--device {device}: no CUDA GPU is available here; use --device cpu or auto")
+    return chosen
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Autocast to bf16 or fp16 for those precisions; plain fp32 for `fp32`."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision not in AUTOCAST_DTYPES:
+        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_DTYPES)}")
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
