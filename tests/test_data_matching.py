@@ -10,6 +10,7 @@ import pytest
 import torch
 from tiny_matching import make_world
 
+from vltools.data.converters.scan_vocab import vocab_document
 from vltools.data.matching import (
     MatchingDataset,
     check_images,
@@ -75,6 +76,9 @@ def test_vocabulary_sources(world, tmp_path):
     checkpoint = tmp_path / "m.pt"
     save_checkpoint(checkpoint, "vse", {}, {"w": torch.zeros(1)}, vocab=built.words)
     assert load_vocabulary(checkpoint, ()).words == built.words
+    converted = tmp_path / "vocab.vltools.json"
+    converted.write_text(json.dumps(vocab_document(built)), encoding="utf-8")
+    assert load_vocabulary(converted, ()).words == built.words
     with pytest.raises(VLToolsError, match="no such vocabulary file"):
         load_vocabulary(tmp_path / "none.json", ())
     bad = tmp_path / "bad.json"

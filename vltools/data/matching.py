@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from vltools.data.converters.scan_vocab import load_vocabulary as read_vocabulary_json
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
@@ -78,8 +79,8 @@ def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions
 
 def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
                     threshold: int = VOCAB_THRESHOLD) -> Vocabulary:
-    """The vocabulary given by `path` (SCAN vocab JSON, a JSON list of words, or a vltools checkpoint),
-    or else built from `captions` (words seen at least `threshold` times)."""
+    """The vocabulary given by `path` (SCAN vocab JSON, vltools vocabulary file, a JSON list of words, or a
+    vltools checkpoint), or else built from `captions` (words seen at least `threshold` times)."""
     if path is None:
         return Vocabulary.build(captions, threshold=threshold)
     path = Path(path)
@@ -97,7 +98,7 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
             from None
     if isinstance(data, list) and all(isinstance(w, str) for w in data):
         return Vocabulary(data)
-    return Vocabulary.from_scan_json(path)
+    return read_vocabulary_json(path)
 
 
 class MatchingDataset(Dataset):
