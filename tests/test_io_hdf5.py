@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.hdf5 import decode_strings, file_kind, open_h5, write_arrays
+from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, write_arrays
 
 
 def test_write_arrays_records_kind_provenance_and_strings(tmp_path):
@@ -34,3 +34,11 @@ def test_plain_hdf5_without_format_is_not_a_vltools_file(tmp_path):
         open_h5(path, "sims")
     with pytest.raises(VLToolsError, match="no such file"):
         open_h5(tmp_path / "absent.h5")
+
+
+def test_is_hdf5_tells_hdf5_from_text(tmp_path):
+    write_arrays(tmp_path / "e.h5", "embeddings", {"ids": ["a"], "emb": np.zeros((1, 2))})
+    (tmp_path / "r.jsonl").write_text('{"query": "a"}\n')
+    assert is_hdf5(tmp_path / "e.h5") and not is_hdf5(tmp_path / "r.jsonl") and not is_hdf5("-")
+    with pytest.raises(VLToolsError, match="no such file"):
+        is_hdf5(tmp_path / "absent.h5")

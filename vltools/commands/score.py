@@ -5,24 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-from pathlib import Path
 
 import click
-import h5py
 
 from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
 from vltools.eval import retrieval as retrieval_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
+from vltools.io.hdf5 import is_hdf5
 from vltools.io.progress import log
 from vltools.io.records import caption_ids, read_records, write_records
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
-
-
-def _is_hdf5(path: str) -> bool:
-    return path != "-" and Path(path).is_file() and h5py.is_hdf5(path)
 
 
 def _finite(value: object) -> object:
@@ -120,7 +115,7 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int, 
     Recalls are percentages; ranks are 1-based. For rankings (top-k lists) an answer beyond the list counts as
     not found, and medr / meanr are null when they cannot be known.
     """
-    if _is_hdf5(scores):
+    if is_hdf5(scores):
         sims = retrieval_eval.read_sims(scores)
         if sims.caption_image_ids is None:
             raise VLToolsError(f"{scores}: no /caption_image_ids dataset; retrieval needs the image of each caption")
@@ -175,7 +170,7 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
     r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
-    sims = retrieval_eval.read_sims(model) if _is_hdf5(model) else None
+    sims = retrieval_eval.read_sims(model) if is_hdf5(model) else None
     rankings = read_records(model, "rankings") if sims is None else None
     result: dict[str, object] = {}
     rows: list[tuple[str, ...]] = [("measure", "value")]

@@ -10,10 +10,9 @@ from pathlib import Path
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
-from vltools.io.hdf5 import decode_strings, file_kind, open_h5
+from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5
 from vltools.io.records import SCHEMAS, detect_kind, iter_lines, read_records
 
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
     "sims": ("sims", "image_ids", "caption_ids"),
@@ -105,9 +104,7 @@ def describe(path: str | os.PathLike) -> dict:
         raise VLToolsError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise VLToolsError(f"{path}: empty file")
-    with open(path, "rb") as stream:
-        head = stream.read(8)
-    if head == HDF5_SIGNATURE:
+    if is_hdf5(path):
         result = describe_hdf5(path)
     elif zipfile.is_zipfile(path) or path.suffix in (".pt", ".pth", ".tar"):
         result = describe_checkpoint(path)

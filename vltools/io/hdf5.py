@@ -13,6 +13,7 @@ from vltools.io.atomic import binary_output
 from vltools.io.provenance import provenance
 
 FORMAT_VERSION = 1
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def string_dtype() -> h5py.Datatype:
@@ -23,6 +24,18 @@ def string_dtype() -> h5py.Datatype:
 def decode_strings(values: np.ndarray) -> list[str]:
     """Ids as Python strings, whether h5py returned bytes or str."""
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def is_hdf5(path: str | os.PathLike) -> bool:
+    """Whether `path` starts with the HDF5 signature (so stages taking HDF5 or JSONL can tell them apart);
+    `-` (standard input) is never HDF5."""
+    if str(path) == "-":
+        return False
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    except FileNotFoundError:
+        raise VLToolsError(f"{path}: no such file") from None
 
 
 def open_h5(path: str | os.PathLike, kind: str | None = None) -> h5py.File:

@@ -12,9 +12,8 @@ from torch import nn
 
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
-from vltools.io.describe import HDF5_SIGNATURE
 from vltools.io.features import FeaturesReader
-from vltools.io.hdf5 import file_kind, open_h5
+from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
 from vltools.text.vocab import Vocabulary
 
 
@@ -84,13 +83,7 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
 def hdf5_kind(path: str | os.PathLike) -> str | None:
     """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
     when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5."""
-    if str(path) == "-":
+    if not is_hdf5(path):
         return None
-    try:
-        with open(path, "rb") as stream:
-            if stream.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
-                return None
-    except FileNotFoundError:
-        raise VLToolsError(f"{path}: no such file") from None
     with open_h5(path) as handle:
         return file_kind(handle) or "hdf5"
