@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
+import signal
 import sys
+from collections.abc import Callable
 
 import click
 
 from vltools import __version__
 from vltools.errors import VLToolsError
+from vltools.io.atomic import first_line, output_error, output_lock
 from vltools.io.progress import configure, log
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
@@ -28,6 +33,37 @@ STAGES = {
 }
 
 
+# names of the parameters that hold a stage's output path (-o/--output, or an OUT folder argument)
+OUTPUT_PARAMS = ("output", "out", "out_dir")
+
+
+def _locking(callback: Callable) -> Callable:
+    """Wrap a stage's callback so it holds the lock of its output (see vltools.io.atomic) for its whole run:
+    a second process writing the same output stops at once, before any work, and a missing or read-only
+    folder is reported before the work too."""
+
+    @functools.wraps(callback)
+    def run(*args: object, **kwargs: object) -> object:
+        with contextlib.ExitStack() as stack:
+            for name in OUTPUT_PARAMS:
+                if isinstance(kwargs.get(name), str):
+                    stack.enter_context(output_lock(kwargs[name]))
+            return callback(*args, **kwargs)
+
+    run.locks_output = True
+    return run
+
+
+def guard_outputs(command: click.Command) -> click.Command:
+    """Make `command` (and a group's subcommands) hold its output's lock while it runs."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            guard_outputs(sub)
+    elif command.callback is not None and not getattr(command.callback, "locks_output", False):
+        command.callback = _locking(command.callback)
+    return command
+
+
 class StageGroup(click.Group):
     """Loads each stage's module only when that stage runs, so `vltools --help` stays fast."""
 
@@ -38,7 +74,7 @@ class StageGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.list_commands(ctx):
             return None
-        return importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command
+        return guard_outputs(importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -59,12 +95,21 @@ def cli(ctx: click.Context, quiet: bool, debug: bool) -> None:
     configure(quiet=quiet, debug=debug)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends the run like Ctrl-C, so temporary files and locks are removed on the way out."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; user errors print one line on stderr and exit 1 (`--debug` shows the traceback)."""
+    """Run the CLI; user errors print one line on stderr and exit 1 (`--debug` shows the traceback).
+
+    An OSError that escaped the stage (a file it could not read or write) is one line naming the file."""
     args = sys.argv[1:] if argv is None else argv
+    with contextlib.suppress(ValueError):  # not the main thread (e.g. called from a test's thread)
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         print("vltools: interrupted", file=sys.stderr)
         sys.exit(130)
     except click.ClickException as exc:
@@ -77,4 +122,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except BrokenPipeError:
         sys.stderr.close()
+        sys.exit(1)
+    except OSError as exc:
+        if "--debug" in args:
+            log.exception("error")
+        if exc.filename is not None:
+            message = f"{exc.filename}: {exc.strerror or first_line(exc)}"
+            if exc.errno in (13, 28, 30, 122, 27):
+                message = str(output_error(exc.filename, exc))
+        else:
+            message = first_line(exc)
+        print(f"vltools: error: {message}", file=sys.stderr)
         sys.exit(1)

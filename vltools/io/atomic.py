@@ -1,10 +1,24 @@
-"""Atomic writes (temporary file, then rename) and HDF5 or text to standard output."""
+"""Safe output: one writer per output (a lock file beside it), atomic writes (temporary file, then rename),
+HDF5 or text to standard output, and one-line errors for any failure to write (read-only folder, disk full).
+
+Rules every stage inherits by writing through these helpers (README, Conventions):
+
+- the folder that holds an output must exist; no stage creates it (`check_parent`);
+- while a process writes PATH it holds `PATH.lock` (pid, host, command); a second process that wants to
+  write PATH stops with one line naming the first (`output_lock`); a lock left by a dead process is removed;
+- temporary files of a killed writer (`PATH.tmp-PID`, spool folders `vltools-PID-*` in the temporary
+  folder) are removed by the next run that writes the same output (or any output to standard output).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -12,25 +26,217 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError
 
+LOCK_SUFFIX = ".lock"
+SPOOL_PREFIX = "vltools-"
+# errors that are about the output whichever file operation raised them
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# how many times this process holds each lock (locks are re-entrant within a process)
+_held: dict[Path, int] = {}
+
 
 def is_stdout(path: str | os.PathLike | None) -> bool:
     """`None` or `-` means standard output."""
     return path is None or str(path) == "-"
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its class name when the message is empty."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:160] if lines else exc.__class__.__name__
+
+
+def check_parent(path: str | os.PathLike) -> None:
+    """Refuse an output whose folder does not exist (the one rule: stages never create the output's folder)."""
+    parent = Path(os.path.abspath(path)).parent
+    if not parent.is_dir():
+        raise VLToolsError(f"{path}: the folder {parent} does not exist; create it first")
+
+
+def output_error(path: str | os.PathLike, exc: OSError) -> VLToolsError:
+    """The one-line error for an OSError met while writing `path` (permissions, read-only or full disk)."""
+    reason = exc.strerror or _h5_reason(str(exc)) or first_line(exc)
+    return VLToolsError(f"{path}: cannot write ({reason}); check that its folder is writable and has free space")
+
+
+def _h5_reason(message: str) -> str | None:
+    """The system's reason inside an h5py error message (`error message = 'No space left on device'`)."""
+    found = re.search(r"error message = '([^']*)'", message)
+    return found.group(1) if found else None
+
+
+def _about(exc: OSError, *paths: Path) -> bool:
+    """Whether `exc` concerns one of `paths` (or is a failure of any write, such as a full disk)."""
+    if exc.errno in OUTPUT_ERRNOS:
+        return True
+    names = {str(p) for p in paths}
+    if exc.filename is not None:
+        return str(exc.filename) in names
+    message = str(exc)
+    return any(name in message for name in names) or re.search(r"errno = (28|30|122|27)\b", message) is not None
+
+
+def _lock_path(path: str | os.PathLike) -> Path:
+    final = Path(os.path.abspath(path))
+    return final.with_name(final.name + LOCK_SUFFIX)
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, Linux), to tell a reused pid from the locker."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(owner: dict) -> bool:
+    """Whether the process that wrote lock content `owner` still runs (other hosts: assume it does)."""
+    if owner.get("host") != socket.gethostname():
+        return True
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    started = owner.get("started")
+    return started is None or _start_time(pid) in (None, started)
+
+
+def _read_owner(lock: Path) -> dict | None:
+    """The lock file's content, {} when unreadable (a writer killed while creating it), None when gone."""
+    try:
+        owner = json.loads(lock.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _acquire(path: str | os.PathLike) -> Path:
+    """Create `PATH.lock` for this process, removing a stale one; a live other holder is a one-line error."""
+    check_parent(path)
+    lock = _lock_path(path)
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _start_time(os.getpid()),
+          "command": " ".join(["vltools", *sys.argv[1:]])[:300]}
+    tmp = lock.with_name(f"{lock.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(me), encoding="utf-8")
+        for _ in range(5):
+            try:
+                os.link(tmp, lock)
+                return lock
+            except FileExistsError:
+                owner = _read_owner(lock)
+                if owner is None:
+                    continue
+                if owner and _alive(owner):
+                    raise VLToolsError(
+                        f"{path}: another process is writing it (pid {owner.get('pid')} on {owner.get('host')}: "
+                        f"{owner.get('command', '?')}); wait for it to end, or remove {lock} if it is gone"
+                    ) from None
+                if _read_owner(lock) == owner:
+                    with contextlib.suppress(FileNotFoundError):
+                        lock.unlink()
+        raise VLToolsError(f"{path}: could not take the lock {lock}; retry, or remove it if no vltools process runs")
+    except OSError as exc:
+        raise output_error(path, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _release(lock: Path) -> None:
+    owner = _read_owner(lock)
+    if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+        with contextlib.suppress(OSError):
+            lock.unlink()
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike | None) -> Iterator[None]:
+    """Hold `PATH.lock` while the block runs, so that no other process writes PATH meanwhile.
+
+    Re-entrant within a process (a stage may hold it for its whole run while its writers take it again).
+    Standard output (`None` / `-`) needs no lock, nor do the other processes of a torchrun job (RANK > 0),
+    which leave writing to the first. Take it before long work, so that a clash is reported at once.
+    """
+    if is_stdout(path) or os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    lock = _lock_path(path)
+    if not _held.get(lock):
+        _acquire(path)
+    _held[lock] = _held.get(lock, 0) + 1
+    try:
+        yield
+    finally:
+        _held[lock] -= 1
+        if not _held[lock]:
+            del _held[lock]
+            _release(lock)
+
+
+def _remove_stale_temporaries(final: Path) -> None:
+    """Remove `FINAL.tmp-*` files of earlier writers (the caller holds the lock, so they are all dead)."""
+    for stale in final.parent.glob(f"{glob_escape(final.name)}.tmp-*"):
+        if stale.name != f"{final.name}.tmp-{os.getpid()}":
+            with contextlib.suppress(OSError):
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                else:
+                    stale.unlink()
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    Holds the output lock meanwhile, removes temporaries of killed earlier writers, and turns an OSError
+    about the output (no permission, read-only or full disk) into a one-line error naming `path`.
+    """
     final = Path(path)
-    if final.parent and not final.parent.exists():
-        raise VLToolsError(f"{final}: the folder {final.parent} does not exist; create it first")
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with output_lock(final):
+        _remove_stale_temporaries(final)
+        tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+        try:
+            yield tmp
+            os.replace(tmp, final)
+        except OSError as exc:
+            if _about(exc, tmp, final):
+                raise output_error(final, exc) from exc
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                if tmp.is_dir():
+                    shutil.rmtree(tmp)
+                elif tmp.exists():
+                    tmp.unlink()
+
+
+def remove_stale_spools() -> None:
+    """Remove spool folders (`vltools-PID-*` in the temporary folder) of processes that no longer run."""
+    host = socket.gethostname()
+    for folder in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*-*"):
+        found = re.match(rf"{SPOOL_PREFIX}(\d+)-", folder.name)
+        if found and folder.is_dir() and not _alive({"pid": int(found.group(1)), "host": host}):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def spool_folder() -> Iterator[Path]:
+    """A private temporary folder, removed on exit; a killed run's folder is removed by the next run."""
+    remove_stale_spools()
+    with tempfile.TemporaryDirectory(prefix=f"{SPOOL_PREFIX}{os.getpid()}-") as folder:
+        yield Path(folder)
 
 
 @contextlib.contextmanager
@@ -46,9 +252,14 @@ def binary_output(path: str | os.PathLike | None, what: str = "HDF5") -> Iterato
         return
     if sys.stdout.isatty():
         raise VLToolsError(f"refusing to write {what} to a terminal; give -o PATH or redirect standard output")
-    with tempfile.TemporaryDirectory(prefix="vltools-") as folder:
-        spool = Path(folder) / "out"
-        yield spool
+    with spool_folder() as folder:
+        spool = folder / "out"
+        try:
+            yield spool
+        except OSError as exc:
+            if _about(exc, spool):
+                raise output_error(f"{spool} (spool of standard output)", exc) from exc
+            raise
         sys.stdout.flush()
         with open(spool, "rb") as src:
             shutil.copyfileobj(src, sys.stdout.buffer, length=1 << 20)

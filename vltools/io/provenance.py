@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 
 from vltools import __version__
 
@@ -35,3 +37,18 @@ def ids_digest(ids: list[str]) -> str:
         digest.update(item.encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()[:16]
+
+
+def input_digest(files: Sequence[str | os.PathLike], *values: object) -> str:
+    """A short hash of one item's inputs: each file's path, size and modification time, and `values`
+    (boxes, options). Resumable stages store it with each finished item, so that a resumed run recomputes
+    (or refuses) items whose input changed since they were computed."""
+    parts: list[object] = []
+    for path in files:
+        try:
+            info = os.stat(path)
+            parts.append([os.path.abspath(path), info.st_size, info.st_mtime_ns])
+        except OSError:
+            parts.append([os.path.abspath(path), None, None])
+    parts.append([repr(value) for value in values])
+    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()[:16]

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
+from vltools.io.atomic import check_parent, glob_escape, output_error, output_lock
 from vltools.io.progress import progress
 from vltools.synth.grammar import difference_descriptions, image_captions, region_captions
 from vltools.synth.render import png_bytes, render
@@ -351,23 +352,27 @@ def write_world(out: str | os.PathLike, options: WorldOptions, force: bool = Fal
     if replacing and not is_world(out):
         raise VLToolsError(f"{out}: --force replaces only an earlier synthetic world (README.txt from vltools "
                            "synth), and this folder holds other files; remove it yourself or choose another")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
-    try:
-        counts = build_world(staging, options)
-        if replacing:
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(staging, out)
-            shutil.rmtree(old)
-        else:
-            if out.exists():
-                out.rmdir()
-            os.replace(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    check_parent(out)
+    with output_lock(out):
+        for stale in out.parent.glob(f".{glob_escape(out.name)}.tmp-*"):  # of killed runs: the lock is ours
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        try:
+            staging.mkdir()
+        except OSError as exc:
+            raise output_error(out, exc) from exc
+        try:
+            counts = build_world(staging, options)
+            if replacing:
+                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+                os.replace(staging, out)
+                shutil.rmtree(old)
+            else:
+                if out.exists():
+                    out.rmdir()
+                os.replace(staging, out)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging)
     return counts

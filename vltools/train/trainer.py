@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path
+from vltools.io.atomic import atomic_path, check_parent, output_error, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.progress import log, progress
 
@@ -187,8 +187,11 @@ class JsonLog:
 
     def write(self, record: dict) -> None:
         if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as stream:
-                stream.write(json.dumps(record) + "\n")
+            try:
+                with open(self.path, "a", encoding="utf-8") as stream:
+                    stream.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                raise output_error(self.path, exc) from exc
             self.lines += 1
 
 
@@ -227,8 +230,7 @@ class Trainer:
         self.output = Path(output)
         self.last_path = sibling(self.output, ".last.pt")
         self.log_path = sibling(self.output, ".log.jsonl")
-        if not self.output.parent.exists():
-            raise VLToolsError(f"{self.output}: the folder {self.output.parent} does not exist; create it first")
+        check_parent(self.output)
         if resume and not self.last_path.exists():
             raise VLToolsError(f"{self.last_path}: no resume file; train without --resume first")
         for key in ("batch_size", "accumulate", "epochs"):
@@ -249,13 +251,15 @@ class Trainer:
 
     def run(self) -> dict:
         """Train to the configured number of epochs; return the final state (epoch, iteration, best)."""
-        keep = self._resume() if self.resume else None
-        self.log = JsonLog(self.log_path, keep, self.env.main)
-        if not self.resume:
-            self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
-        with deterministic(self.env.device.type == "cpu"):
-            for epoch in range(self.state["epoch"], self.options["epochs"]):
-                self._epoch(epoch)
+        # one writer of PATH (and so of PATH.last.pt and PATH.log.jsonl) at a time: a second run stops at once
+        with output_lock(self.output):
+            keep = self._resume() if self.resume else None
+            self.log = JsonLog(self.log_path, keep, self.env.main)
+            if not self.resume:
+                self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
+            with deterministic(self.env.device.type == "cpu"):
+                for epoch in range(self.state["epoch"], self.options["epochs"]):
+                    self._epoch(epoch)
         return {k: self.state[k] for k in ("epoch", "iteration", "best")}
 
     def _epoch(self, epoch: int) -> None:
@@ -309,9 +313,9 @@ class Trainer:
         clip = self.options["grad_clip"]
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
         if not np.isfinite(norm):
+            resume = f" (resume file: {self.last_path})" if self.last_path.exists() else ""
             raise VLToolsError(f"training diverged at iteration {self.state['iteration'] + 1}: the gradient is not "
-                               f"finite; lower train.lr, or check the inputs for inf/NaN (resume file: "
-                               f"{self.last_path})")
+                               f"finite; lower train.lr, or check the inputs for inf/NaN{resume}")
         self.optimizer.step()
         return total, norm
 

@@ -10,7 +10,6 @@ on which other images share its batch (a shard gives the same rows as a single r
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,12 @@ import torch.nn.functional as F
 
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import binary_output, is_stdout
+from vltools.io.atomic import binary_output, is_stdout, output_lock, spool_folder
 from vltools.io.progress import log, progress
-from vltools.io.provenance import ids_digest
+from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, normalize
 from vltools.vision.images import DEFAULT_MAX_PIXELS, ImageDataset, ImageItem, collate_items
-from vltools.vision.masks import VOC_CLASSES, area_resize, build_fcn
+from vltools.vision.masks import VOC_CLASSES, area_resize, build_fcn, mask_path
 from vltools.vision.pooling import average, rmac, ten_crop_average
 from vltools.vision.regions import (
     ROI_OUTPUT,
@@ -95,6 +94,10 @@ class _Extractor:
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         with autocast(self.device, self.run.precision):
             return self.backbone(inputs).float()
+
+    def item_digest(self, item: ImageItem) -> str:
+        """The digest of what `item`'s row is computed from (its file and boxes), stored for --resume."""
+        return input_digest([item.path], item.boxes)
 
     def base_attrs(self, items: Sequence[ImageItem]) -> dict[str, object]:
         return {"stage": self.stage, "backbone": self.backbone_name, "weights": self.weights,
@@ -286,6 +289,11 @@ class SegmentExtractor(_Extractor):
             attrs["mask"] = f"files in {self.mask_dir}"
         return attrs
 
+    def item_digest(self, item: ImageItem) -> str:
+        """The image's file and, with --masks, its mask file."""
+        files = [item.path] + ([mask_path(self.mask_dir, item.image_id)] if self.mask_dir is not None else [])
+        return input_digest(files, item.boxes)
+
     def dataset(self, items: Sequence[ImageItem]) -> ImageDataset:
         return ImageDataset(items, "square", self.image_size, max_pixels=self.run.max_pixels, mask_dir=self.mask_dir)
 
@@ -321,15 +329,26 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
     attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
     with contextlib.ExitStack() as stack:
         if is_stdout(out):
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vltools-"))) / "parts"
+            folder = stack.enter_context(spool_folder()) / "parts"
         else:
             folder = Path(f"{out}.partial")
-        parts = PartsWriter(folder, attrs, run.dtype, run.commit_seconds, run.resume)
+            stack.enter_context(output_lock(out))
+            stack.enter_context(output_lock(folder))
+        digests = {item.image_id: extractor.item_digest(item) for item in items}
+        parts = PartsWriter(folder, attrs, run.dtype, run.commit_seconds, run.resume, digests)
         todo = [item for item in items if item.image_id not in parts.done]
         if run.resume:
             log.info(f"{extractor.stage}: resuming from {folder}: {len(items) - len(todo)} images done, "
                      f"{len(todo)} to go")
-        failed = _loop(extractor, todo, parts)
+        try:
+            failed = _loop(extractor, todo, parts)
+            if items and not parts.done:
+                image_id, reason = failed[0].split("\t", 1)
+                raise VLToolsError(f"every one of the {len(items)} images failed (first: {image_id}: {reason}); "
+                                   "nothing to write")
+        except BaseException:
+            parts.discard()
+            raise
         with binary_output(out) as target:
             count = parts.merge_into(target, attrs, [item.image_id for item in items], failed)
         parts.remove()

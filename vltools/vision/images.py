@@ -43,7 +43,10 @@ class BadImage(Exception):
 
 
 def _folder_items(folder: Path) -> list[ImageItem]:
-    files = [p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
+    # broken or looping symlinks with an image extension are kept: they fail to load, and so are reported
+    # (recorded in /failed, or fatal with --strict) instead of silently missing
+    files = [p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS
+             and (p.is_file() or (p.is_symlink() and not p.exists()))]
     items = [ImageItem(p.relative_to(folder).as_posix(), p) for p in files]
     return sorted(items, key=lambda item: item.image_id)
 
@@ -248,6 +251,9 @@ class ImageDataset(torch.utils.data.Dataset):
             return {"index": index, "error": str(exc)}
         except OSError as exc:
             return {"index": index, "error": f"cannot read file ({exc.strerror or exc})"}
+        problem = _mismatch(item, (h, w), mask)
+        if problem:
+            return {"index": index, "error": problem}
         th, tw = resized_shape(h, w, self.resize, self.size, self.max_size)
         out = {"index": index, "orig_size": (h, w), "image": _to_tensor(image.resize((tw, th), Image.BILINEAR))}
         if mask is not None:
@@ -255,6 +261,18 @@ class ImageDataset(torch.utils.data.Dataset):
         if self.ten_crop:
             out["crops"] = ten_crops(image, self.ten_crop)
         return out
+
+
+def _mismatch(item: ImageItem, size: tuple[int, int], mask: torch.Tensor | None) -> str | None:
+    """Why `item`'s boxes or mask do not fit its image of `size` (h, w), or None when they do."""
+    h, w = size
+    if mask is not None and tuple(mask.shape) != (h, w):
+        return (f"its mask is {mask.shape[1]}x{mask.shape[0]} but the image is {w}x{h}; masks must have the "
+                "image's size")
+    for box in item.boxes or ():
+        if box[0] >= w or box[1] >= h or box[2] <= 0 or box[3] <= 0:
+            return f"box {list(box)} lies wholly outside the {w}x{h} image; boxes are in original-image pixels"
+    return None
 
 
 def collate_items(batch: list[dict]) -> list[dict]:

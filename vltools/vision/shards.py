@@ -15,10 +15,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
+from vltools.io.atomic import output_error
 from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.hdf5 import decode_strings, string_dtype
+from vltools.io.progress import log
 
 # attributes that describe how a file was made rather than what its features are
 BOOKKEEPING_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "shard", "num_failed",
@@ -98,27 +102,61 @@ def _add_in_order(writer: FeaturesWriter, readers: list[FeaturesReader], owner: 
 
 
 class PartsWriter:
-    """Rows of an unfinished run, committed to complete part files at least every `commit_seconds`."""
+    """Rows of an unfinished run, committed to complete part files at least every `commit_seconds`.
+
+    Each part stores, beside its rows, `/input_digests`: the digest of each row's input (`digests`, by id;
+    see vltools.io.provenance.input_digest). On `resume`, rows whose input changed since are dropped from
+    their part and so recomputed; the caller holds the folder's lock (vltools.io.atomic.output_lock).
+    """
 
     def __init__(self, folder: Path, attrs: dict[str, object], dtype: str, commit_seconds: float,
-                 resume: bool) -> None:
+                 resume: bool, digests: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.attrs = attrs
         self.dtype = dtype
         self.commit_seconds = commit_seconds
+        self.digests = digests or {}
         if folder.exists() and not resume:
             shutil.rmtree(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise output_error(folder, exc) from exc
         for stale in folder.glob("part-*.h5.tmp"):
             stale.unlink()
         self.parts = sorted(folder.glob("part-*.h5"))
         self.done: set[str] = set()
-        for part in self.parts:
+        self.changed = 0
+        for part in list(self.parts):
             with FeaturesReader(part) as reader:
                 self._check_options(part, reader.attrs)
-                self.done.update(reader.ids)
+                saved = decode_strings(reader.handle["input_digests"][:]) if "input_digests" in reader.handle \
+                    else [""] * len(reader.ids)
+                ids = list(reader.ids)
+            keep = [i for i, digest in zip(ids, saved, strict=True) if self.digests.get(i, digest) == digest]
+            if len(keep) < len(ids):
+                self.changed += len(ids) - len(keep)
+                self._rewrite(part, keep)
+            self.done.update(keep)
+        if self.changed:
+            log.warning("%s: %d finished images changed since the interrupted run (file, size, time or boxes); "
+                        "they are computed again", folder, self.changed)
         self._writer: FeaturesWriter | None = None
+        self._ids: list[str] = []
         self._started = 0.0
+
+    def _rewrite(self, part: Path, keep: list[str]) -> None:
+        """Replace `part` by its rows of `keep` (ids whose input is unchanged), or remove it when none are."""
+        if not keep:
+            part.unlink()
+            self.parts.remove(part)
+            return
+        tmp = Path(f"{part}.tmp")
+        merge_features([part], tmp, self.attrs, keep)
+        with h5py.File(tmp, "a") as handle:
+            handle.create_dataset("input_digests", data=np.array([self.digests.get(i, "") for i in keep],
+                                                                 dtype=object), dtype=string_dtype())
+        os.replace(tmp, part)
 
     def _check_options(self, part: Path, attrs: dict[str, object]) -> None:
         mine, theirs = comparable_attrs(self.attrs), comparable_attrs(attrs)
@@ -138,6 +176,7 @@ class PartsWriter:
             self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype)
             self._started = time.monotonic()
         self._writer.add(ids, **arrays)
+        self._ids.extend(ids)
         self.done.update(ids)
         if time.monotonic() - self._started >= self.commit_seconds:
             self.commit()
@@ -147,11 +186,24 @@ class PartsWriter:
         if self._writer is None:
             return
         tmp = self._writer.path
+        self._writer.handle.create_dataset(
+            "input_digests", data=np.array([self.digests.get(i, "") for i in self._ids], dtype=object),
+            dtype=string_dtype())
         self._writer.close()
         self._writer = None
+        self._ids = []
         final = Path(str(tmp)[: -len(".tmp")])
         os.replace(tmp, final)
         self.parts.append(final)
+
+    def discard(self) -> None:
+        """After a failure: drop the uncommitted part, and the folder when it holds no finished part."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer.path.unlink(missing_ok=True)
+            self._writer = None
+        if not self.parts:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def merge_into(self, target: Path, attrs: dict[str, object], order: Sequence[str],
                    failed: Sequence[str]) -> int:

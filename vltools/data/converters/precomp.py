@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import atomic_path
+from vltools.io.atomic import atomic_path, check_parent
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.progress import log, progress
 from vltools.io.records import iter_records
@@ -236,7 +236,8 @@ def write_precomp(features_path: str | os.PathLike, captions_path: str | os.Path
                             int((counts < reader.shape("regions")[1]).sum()), reader.shape("regions")[1])
         grouped = group_captions(captions_path, image_ids, features_path)
         paths = {name: out / f"{split}_{name}.{ext}" for name, ext in (("ims", "npy"), ("caps", "txt"), ("ids", "txt"))}
-        out.mkdir(parents=True, exist_ok=True)
+        check_parent(out)
+        out.mkdir(exist_ok=True)
         shape = reader.shape(field)
         rows = max(1, chunk_bytes // max(int(np.prod(shape[1:])) * 4, 1))
         with contextlib.ExitStack() as stack:
