@@ -13,8 +13,8 @@ from collections.abc import Callable
 import click
 
 from vltools import __version__
-from vltools.errors import VLToolsError
-from vltools.io.atomic import first_line, output_error, output_lock
+from vltools.errors import VLToolsError, first_line
+from vltools.io.atomic import output_error, output_lock
 from vltools.io.progress import configure, log
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module

@@ -14,3 +14,9 @@ def input_error(path: object, where: str | None, problem: str, fix: str | None =
     if fix:
         message += f"; {fix}"
     return VLToolsError(message)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 160 characters), or its class name when it is empty."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:160] if lines else exc.__class__.__name__

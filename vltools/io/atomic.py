@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, first_line
 
 LOCK_SUFFIX = ".lock"
 SPOOL_PREFIX = "vltools-"
@@ -37,12 +37,6 @@ _held: dict[Path, int] = {}
 def is_stdout(path: str | os.PathLike | None) -> bool:
     """`None` or `-` means standard output."""
     return path is None or str(path) == "-"
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, or its class name when the message is empty."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:160] if lines else exc.__class__.__name__
 
 
 def check_parent(path: str | os.PathLike) -> None:
@@ -124,7 +118,11 @@ def _acquire(path: str | os.PathLike) -> Path:
           "command": " ".join(["vltools", *sys.argv[1:]])[:300]}
     tmp = lock.with_name(f"{lock.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(me), encoding="utf-8")
+        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(descriptor, json.dumps(me).encode("utf-8"))
+        finally:
+            os.close(descriptor)
         for _ in range(5):
             try:
                 os.link(tmp, lock)

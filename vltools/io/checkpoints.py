@@ -1,18 +1,47 @@
-"""Checkpoints: plain containers of tensors, saved atomically, loaded with weights_only=True."""
+"""Checkpoints: plain containers of tensors, saved atomically with a digest of their content, loaded with
+weights_only=True and verified against that digest (so a corrupted file is refused, not half-used)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
+import zipfile
 from pathlib import Path
 
 import torch
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, first_line
 from vltools.io.atomic import atomic_path
 from vltools.io.provenance import provenance
 
 CHECKPOINT_FORMAT = "vltools.checkpoint"
+DIGEST_KEYS = ("model", "config", "vocab", "state_dict", "train_state")
+
+
+def content_digest(value: object) -> str:
+    """SHA-256 of a checkpoint's content (tensors by dtype, shape and bytes; containers and scalars by value)."""
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest: hashlib._Hash, value: object) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)}".encode())
+        for key in sorted(value, key=repr):
+            digest.update(repr(key).encode())
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)}".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"S{value!r}".encode())
 
 
 def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dict: dict,
@@ -27,26 +56,35 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
         "train_state": dict(train_state or {}),
         "provenance": provenance(),
     }
+    payload["digest"] = content_digest({key: payload[key] for key in DIGEST_KEYS})
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Load a vltools checkpoint safely (no pickle); refuse anything else with a one-line error."""
+    """Load a vltools checkpoint safely (no pickle) and verify its digest; refuse anything else in one line."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise VLToolsError(f"{path}: no such checkpoint")
+    if path.stat().st_size == 0:
+        raise VLToolsError(f"{path}: empty file, not a checkpoint; it may be from an interrupted copy, "
+                           "copy or train it again")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc):
-            raise VLToolsError(f"{path}: not a readable checkpoint (corrupt or not a torch file)") from exc
+        if "Unsupported global" not in str(exc) and zipfile.is_zipfile(path):
+            raise VLToolsError(f"{path}: not a readable checkpoint ({first_line(exc)})") from exc
         raise VLToolsError(
-            f"{path}: needs pickle to load, which can run arbitrary code; if it is an official SGRAF checkpoint "
-            "and you trust it, import it with `vltools convert sgraf-checkpoint --trust`"
+            f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; if you trust it "
+            "(e.g. an official SGRAF checkpoint), import it once with `vltools convert sgraf-checkpoint --trust`"
         ) from exc
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise VLToolsError(f"{path}: not a readable checkpoint ({str(exc).splitlines()[0][:120]})") from exc
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError) as exc:
+        raise VLToolsError(f"{path}: not a readable checkpoint, it is truncated or corrupt ({first_line(exc)})") \
+            from exc
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise VLToolsError(f"{path}: not a vltools checkpoint (no format '{CHECKPOINT_FORMAT}')")
+    saved = payload.get("digest")
+    if saved is not None and saved != content_digest({key: payload.get(key) for key in DIGEST_KEYS}):
+        raise VLToolsError(f"{path}: the checkpoint's content does not match its digest: the file is corrupt; "
+                           "copy or train it again")
     return payload

@@ -10,7 +10,7 @@ from pathlib import Path
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
-from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5
+from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify
 from vltools.io.records import SCHEMAS, detect_kind, iter_lines, read_records
 
 REQUIRED_DATASETS = {
@@ -39,6 +39,7 @@ def describe_hdf5(path: Path) -> dict:
         for name in REQUIRED_DATASETS.get(kind, ()):
             if name not in handle:
                 raise VLToolsError(f"{path}: {kind} file lacks the /{name} dataset")
+        verify(handle, finite=("regions", "global", "featmap", "mask", "emb"))
         count = len(handle["ids"]) if "ids" in handle else None
         if kind in ("sims", "logp"):
             count = len(decode_strings(handle["image_ids"][:]))

@@ -10,10 +10,12 @@ import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.hdf5 import decode_strings, open_h5, set_attrs, string_dtype
+from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
+from vltools.io.provenance import ids_digest
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
 FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask")
+IDS_CHECKSUM = "ids_checksum"
 FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32}
 
 
@@ -62,8 +64,8 @@ class FeaturesWriter:
             dtype = self.dtype if name in FLOAT_FIELDS else FIELD_DTYPES[name]
             if name not in self.handle:
                 rest = value.shape[1:]
-                self.handle.create_dataset(name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
-                                           chunks=(1, *rest) if rest else (1024,))
+                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
+                               chunks=(1, *rest) if rest else (1024,))
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
             dataset[start:start + n] = value.astype(dtype, copy=False)
@@ -84,7 +86,10 @@ class FeaturesWriter:
         self.handle.flush()
 
     def close(self) -> None:
-        self.handle.close()
+        """Record the checksum of /ids (strings cannot carry HDF5's checksum filter) and close the file."""
+        if self.handle:
+            self.handle.attrs[IDS_CHECKSUM] = ids_digest(decode_strings(self.handle["ids"][:]))
+            self.handle.close()
 
     def __enter__(self) -> FeaturesWriter:
         return self
@@ -102,7 +107,12 @@ class FeaturesReader:
         if "ids" not in self.handle:
             self.handle.close()
             raise VLToolsError(f"{self.path}: features file has no /ids dataset; rerun the stage that wrote it")
-        self.ids = decode_strings(self.handle["ids"][:])
+        self.ids = decode_strings(read(self.handle["ids"]))
+        saved = self.handle.attrs.get(IDS_CHECKSUM)
+        if saved is not None and (saved.decode() if isinstance(saved, bytes) else saved) != ids_digest(self.ids):
+            self.handle.close()
+            raise VLToolsError(f"{self.path}: /ids does not match its checksum; the file is corrupt, rerun the stage "
+                               "that wrote it")
         self.index = {image_id: row for row, image_id in enumerate(self.ids)}
         if len(self.index) != len(self.ids):
             dup = next(i for i in self.ids if self.ids.count(i) > 1)
@@ -149,7 +159,12 @@ class FeaturesReader:
         for name in fields or self.fields:
             if name not in self.handle:
                 raise VLToolsError(f"{self.path}: has no /{name} dataset")
-            block = self.handle[name][unique_rows] if len(unique_rows) else self.handle[name][:0]
+            block = read(self.handle[name], unique_rows if len(unique_rows) else slice(0, 0))
+            if name in FLOAT_FIELDS and not np.isfinite(block).all():
+                bad = np.argwhere(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0][0]
+                raise VLToolsError(f"{self.path}: image id {self.ids[unique_rows[bad]]!r}: /{name} holds NaN or "
+                                   "infinite values; the file is corrupt or was computed from bad input, rerun "
+                                   "the stage that wrote it")
             out[name] = block[inverse][back]
         return out
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output
-from vltools.io.hdf5 import decode_strings, open_h5, set_attrs, string_dtype
+from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, set_attrs, string_dtype
 from vltools.io.progress import progress
 from vltools.matching.similarity import autocast, encode_captions, encode_images, evaluating
 
@@ -100,8 +100,8 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
         row = 0
         for block in blocks:
             if "emb" not in handle:
-                handle.create_dataset("emb", shape=(len(ids), block.shape[1]), dtype=np.float32,
-                                      chunks=(min(len(ids), 1024), block.shape[1]))
+                create_dataset(handle, "emb", shape=(len(ids), block.shape[1]), dtype=np.float32,
+                               chunks=(min(len(ids), 1024), block.shape[1]))
             handle["emb"][row:row + len(block)] = block
             row += len(block)
         if row != len(ids):

@@ -50,7 +50,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     if not payload.get("vocab"):
         raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
                            "trained with (retrain, or convert with --vocab)")
-    model = model_from_checkpoint(payload)
+    model = model_from_checkpoint(payload, str(path))
     return LoadedModel(Path(path), str(payload["model"]), model, Vocabulary(payload["vocab"]),
                        dict(payload.get("config") or {}), file_digest(path))
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, first_line
 
 EXACT = "exact"
 
@@ -80,7 +80,7 @@ def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
     try:
         built = faiss.index_factory(vectors.shape[1], index, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
-        raise VLToolsError(f"--index {index!r} is not a FAISS index factory string ({str(exc).splitlines()[0]}); "
+        raise VLToolsError(f"--index {index!r} is not a FAISS index factory string ({first_line(exc)}); "
                            "try Flat, IVF1024,Flat or IVF4096,PQ64") from None
     if not built.is_trained:
         built.train(vectors)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, first_line
 from vltools.models.sgraf import SAF, SGR
 from vltools.models.vse import VSE
 
@@ -39,16 +39,17 @@ def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
     return _model_class(name)(vocab_size=vocab_size, **full)
 
 
-def model_from_checkpoint(payload: dict) -> nn.Module:
-    """The model stored in a loaded vltools checkpoint (see vltools.io.checkpoints), in eval mode."""
+def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Module:
+    """The model stored in a loaded vltools checkpoint (see vltools.io.checkpoints), in eval mode; `source`
+    (the file) names it in errors."""
     vocab = payload.get("vocab")
     if not vocab:
-        raise VLToolsError(f"checkpoint of model {payload.get('model')!r} has no vocabulary; "
+        raise VLToolsError(f"{source}: checkpoint of model {payload.get('model')!r} has no vocabulary; "
                            "it must be saved with the word list its text encoder was trained on")
     model = build_model(payload["model"], payload["config"], len(vocab))
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:
-        raise VLToolsError(f"checkpoint weights do not fit model {payload['model']!r} with its config "
-                           f"({str(exc).splitlines()[0][:200]})") from None
+        raise VLToolsError(f"{source}: checkpoint weights do not fit model {payload['model']!r} with its config "
+                           f"({first_line(exc)})") from None
     return model.eval()

@@ -20,8 +20,8 @@ import torchvision
 from torch import nn
 from torchvision.models import WeightsEnum
 
-from vltools.errors import VLToolsError
-from vltools.io.checkpoints import CHECKPOINT_FORMAT
+from vltools.errors import VLToolsError, first_line
+from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 
 DOWNLOAD_TIMEOUT_S = 30
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -80,7 +80,7 @@ def pretrained_state_dict(weights: WeightsEnum) -> dict[str, torch.Tensor]:
             folder.mkdir(parents=True, exist_ok=True)
             _download(url, cached, match.group(1) if match else None)
         except Exception as exc:  # noqa: BLE001 - any failure means the same advice
-            reason = str(exc).splitlines()[0][:80] if str(exc) else exc.__class__.__name__
+            reason = first_line(exc)
             raise VLToolsError(
                 f"cannot download the pretrained weights file {name} from {url} ({reason}); download it on a "
                 f"machine with network and put it in {folder}/ (the torch hub cache, set by TORCH_HOME)"
@@ -92,14 +92,16 @@ def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
     """A torchvision-layout state dict file, or the state dict inside a vltools checkpoint."""
     if not path.exists():
         raise VLToolsError(f"{path}: no such weights file; give --weights imagenet, none or an existing file")
+    if path.stat().st_size == 0:
+        raise VLToolsError(f"{path}: empty file, not a state dict; give a torchvision state dict or a vltools "
+                           "checkpoint")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
         raise VLToolsError(f"{path}: not a state dict loadable with weights_only=True "
-                           f"({str(exc).splitlines()[0][:100]}); give a torchvision state dict or a vltools "
-                           "checkpoint") from exc
+                           f"({first_line(exc)}); give a torchvision state dict or a vltools checkpoint") from exc
     if isinstance(payload, dict) and payload.get("format") == CHECKPOINT_FORMAT:
-        payload = payload["state_dict"]
+        payload = load_checkpoint(path)["state_dict"]  # verified against its digest
     if not isinstance(payload, dict) or not all(isinstance(v, torch.Tensor) for v in payload.values()):
         raise VLToolsError(f"{path}: not a state dict (a dict of tensors); give a torchvision state dict or a "
                            "vltools checkpoint")

@@ -20,14 +20,15 @@ import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error
-from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
 from vltools.io.hdf5 import decode_strings, string_dtype
 from vltools.io.progress import log
 
 # attributes that describe how a file was made rather than what its features are
 BOOKKEEPING_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "shard", "num_failed",
-                     "inputs_digest", "merged_from", "dtype"}
-WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed"}
+                     "inputs_digest", "merged_from", "dtype", IDS_CHECKSUM}
+WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
+                IDS_CHECKSUM}
 MERGE_BLOCK = 256
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from vltools.data.converters.scan_vocab import load_vocabulary
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, first_line
 from vltools.models import build_model, default_config
 from vltools.text.vocab import Vocabulary
 
@@ -42,7 +42,7 @@ def import_sgraf_checkpoint(src_path: str | os.PathLike, vocab: Vocabulary | str
     try:
         raw = torch.load(src, map_location="cpu", weights_only=False)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, AttributeError, ModuleNotFoundError) as exc:
-        raise VLToolsError(f"{src}: not a readable PyTorch checkpoint ({str(exc).splitlines()[0][:160]})") from None
+        raise VLToolsError(f"{src}: not a readable PyTorch checkpoint ({first_line(exc)})") from None
     parts, opt = _released_parts(src, raw)
     name, config = _config(src, opt, parts)
     state_dict = {f"{part}.{key}": tensor for part, sd in zip(PARTS, parts, strict=True) for key, tensor in sd.items()}
