@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import load_checkpoint, save_checkpoint
+from vltools.io.checkpoints import content_digest, load_checkpoint, save_checkpoint
 
 
 def test_round_trip_with_weights_only(tmp_path):
@@ -29,3 +29,31 @@ def test_foreign_and_broken_files(tmp_path):
     (tmp_path / "broken.pt").write_bytes(b"garbage")
     with pytest.raises(VLToolsError, match="not a readable checkpoint"):
         load_checkpoint(tmp_path / "broken.pt")
+
+
+def test_empty_and_corrupted_checkpoints_are_refused_in_one_line(tmp_path):
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(VLToolsError, match="empty.pt: empty file"):
+        load_checkpoint(tmp_path / "empty.pt")
+    weight = torch.arange(1000, dtype=torch.float32).reshape(100, 10) + 0.5
+    save_checkpoint(tmp_path / "m.pt", "toy", {}, {"weight": weight}, train_state={"optimizer": {"lr": 0.1}})
+    data = bytearray((tmp_path / "m.pt").read_bytes())
+    start = bytes(data).index(weight.numpy().tobytes()[:64])
+    for offset in range(start + 100, start + 600):  # 500 flipped bytes inside the tensor's storage
+        data[offset] ^= 0x5A
+    (tmp_path / "flipped.pt").write_bytes(bytes(data))
+    with pytest.raises(VLToolsError, match="flipped.pt: the checkpoint's content does not match its digest"):
+        load_checkpoint(tmp_path / "flipped.pt")
+    (tmp_path / "cut.pt").write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(VLToolsError, match="cut.pt: not a readable checkpoint"):
+        load_checkpoint(tmp_path / "cut.pt")
+
+
+def test_content_digest_sees_every_tensor_byte_and_value():
+    state = {"a": torch.zeros(3), "b": {"step": 1, "m": [torch.ones(2, dtype=torch.bfloat16)]}}
+    other = {"a": torch.zeros(3), "b": {"step": 1, "m": [torch.ones(2, dtype=torch.bfloat16)]}}
+    assert content_digest(state) == content_digest(other)
+    other["b"]["m"][0][1] = 2
+    assert content_digest(state) != content_digest(other)
+    assert content_digest({"a": torch.zeros(3)}) != content_digest({"a": torch.zeros(3, dtype=torch.float64)})
+    assert content_digest({"step": 1}) != content_digest({"step": 2})

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
+from vltools.io.describe import describe
 from vltools.io.features import FeaturesReader, FeaturesWriter
 
 
@@ -106,3 +107,35 @@ def test_failed_images_are_recorded_and_read_back(tmp_path):
         assert reader.attrs["num_failed"] == 1
     write_example(tmp_path / "g.h5")
     assert FeaturesReader(tmp_path / "g.h5").failed == []
+
+
+def test_flipped_bytes_and_non_finite_rows_are_reported_not_propagated(tmp_path):
+    ids, regions, _ = write_example(tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "r") as handle:
+        assert handle["regions"].fletcher32 and handle["boxes"].fletcher32
+        offset = handle["regions"].id.get_chunk_info(5).byte_offset  # the chunk of row 5 (img5)
+    data = bytearray((tmp_path / "f.h5").read_bytes())
+    for position in range(offset, offset + 20):
+        data[position] ^= 0xFF
+    (tmp_path / "flipped.h5").write_bytes(bytes(data))
+    with FeaturesReader(tmp_path / "flipped.h5") as reader:
+        np.testing.assert_array_equal(reader.read(["img1"])["regions"][0], regions[1])  # other rows still read
+        with pytest.raises(VLToolsError, match=r"flipped.h5: /regions is corrupt \(checksum"):
+            reader.read(["img1", "img5"])
+    with pytest.raises(VLToolsError, match=r"flipped.h5: /regions is corrupt"):
+        describe(tmp_path / "flipped.h5")
+    with h5py.File(tmp_path / "f.h5", "a") as handle:
+        handle["regions"][3, 1, 2] = np.nan
+    with FeaturesReader(tmp_path / "f.h5") as reader, \
+            pytest.raises(VLToolsError, match=r"f.h5: image id 'img3': /regions holds NaN"):
+        reader.read(ids)
+    with pytest.raises(VLToolsError, match=r"f.h5: /regions id 'img3' \(row 3\) holds NaN"):
+        describe(tmp_path / "f.h5")
+
+
+def test_changed_ids_fail_their_checksum(tmp_path):
+    write_example(tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "a") as handle:
+        handle["ids"][2] = "img9"
+    with pytest.raises(VLToolsError, match="f.h5: /ids does not match its checksum"):
+        FeaturesReader(tmp_path / "f.h5")

@@ -61,6 +61,12 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
         torch.save(payload, tmp)
 
 
+def _is_pickle(path: Path) -> bool:
+    """Whether `path` is a bare pickle (legacy torch.save): it starts with the pickle protocol opcode."""
+    with open(path, "rb") as stream:
+        return not zipfile.is_zipfile(path) and stream.read(1) == b"\x80"
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Load a vltools checkpoint safely (no pickle) and verify its digest; refuse anything else in one line."""
     path = Path(path)
@@ -72,7 +78,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc) and zipfile.is_zipfile(path):
+        if "Unsupported global" not in str(exc) and not _is_pickle(path):
             raise VLToolsError(f"{path}: not a readable checkpoint ({first_line(exc)})") from exc
         raise VLToolsError(
             f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; if you trust it "

@@ -100,6 +100,8 @@ def describe_jsonl(path: Path) -> dict:
 
 def describe(path: str | os.PathLike) -> dict:
     """Dispatch on the file's content: HDF5 signature, zip (torch checkpoint), else JSONL."""
+    if str(path) == "-":
+        raise VLToolsError("inspect reads files, not standard input (-); save the data to a file and give its path")
     path = Path(path)
     if not path.is_file():
         raise VLToolsError(f"{path}: no such file")
