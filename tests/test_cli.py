@@ -1,9 +1,14 @@
+import errno
 import json
+import os
+import socket
+from pathlib import Path
 
 import click
+import pytest
 
 from vltools import __version__
-from vltools.cli import STAGES, cli
+from vltools.cli import STAGES, cli, is_output_param, main
 
 
 def test_help_lists_every_stage_and_each_stage_loads(vltools_cmd):
@@ -49,3 +54,101 @@ def test_inspect_json_output(tmp_path, vltools_cmd):
     result = vltools_cmd("inspect", "--json", tmp_path / "caps.jsonl")
     assert result.returncode == 0
     assert json.loads(result.stdout)["kind"] == "captions"
+
+
+def _writing_stages() -> list[tuple[str, ...]]:
+    """Every stage and subcommand that writes an output (has -o/--output or an OUT argument), by its path."""
+    found = []
+
+    def visit(command: click.Command, names: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                visit(sub, (*names, name))
+        elif any(is_output_param(param.name) for param in command.params):
+            found.append(names)
+
+    for name in cli.list_commands(None):
+        visit(cli.get_command(None, name), (name,))
+    return found
+
+
+def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
+    """Arguments that get past click's checks to the stage (dummy existing inputs, first choices), output `out`."""
+    command = cli
+    for name in names:
+        command = command.get_command(None, name) if isinstance(command, click.Group) else command.commands[name]
+    dummy_file, dummy_dir = tmp_path / "in" / "dummy.txt", tmp_path / "in" / "dir"
+    dummy_dir.mkdir(parents=True, exist_ok=True)
+    dummy_file.write_text("x\n")
+    argv: list[str] = list(names)
+
+    def value(param: click.Parameter) -> str:
+        if is_output_param(param.name):
+            return str(out)
+        if isinstance(param.type, click.Choice):
+            return str(param.type.choices[0])
+        if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType)):
+            return "1"
+        if isinstance(param.type, click.Path) and not param.type.file_okay:
+            return str(dummy_dir)
+        return str(dummy_file)
+
+    for param in command.params:
+        if isinstance(param, click.Argument) and (param.required or is_output_param(param.name)):
+            argv.append(value(param))
+        elif isinstance(param, click.Option) and (param.required or is_output_param(param.name)):
+            argv += [param.opts[0], value(param)]
+    return argv
+
+
+def _run_in_process(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+WRITING_STAGES = _writing_stages()
+
+
+def test_every_writing_stage_is_found():
+    assert {"synth", "extract-regions", "segment-pool", "merge", "train", "encode", "match"} <= \
+        {names[0] for names in WRITING_STAGES}
+
+
+@pytest.mark.parametrize("names", WRITING_STAGES, ids=" ".join)
+def test_every_writing_stage_refuses_a_read_only_folder_in_one_line(names, tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: make the OS refuse files in the folder as a read-only one would
+        real_open = os.open
+
+        def refusing_open(path, flags, *args):
+            if str(path).startswith(str(folder)) and flags & os.O_CREAT:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(os, "open", refusing_open)
+    out = folder / "out"
+    assert _run_in_process(_argv(names, tmp_path, out)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vltools: error: {out}: cannot write (Permission denied)")
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("names", WRITING_STAGES, ids=" ".join)
+def test_every_writing_stage_stops_at_another_live_writer_and_refuses_a_missing_folder(names, tmp_path, capsys):
+    out = tmp_path / "out"
+    other = {"pid": os.getppid(), "host": socket.gethostname(), "command": "vltools train -o out"}
+    Path(f"{out}.lock").write_text(json.dumps(other))
+    assert _run_in_process(_argv(names, tmp_path, out)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"{out}: another process is writing it (pid {os.getppid()} on " in lines[0]
+    assert not out.exists() and json.loads(Path(f"{out}.lock").read_text()) == other
+    missing = tmp_path / "no" / "out"
+    assert _run_in_process(_argv(names, tmp_path, missing)) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"vltools: error: {missing}: the folder {missing.parent} does not exist; create it first"]
+    assert not missing.parent.exists()

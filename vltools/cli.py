@@ -33,8 +33,10 @@ STAGES = {
 }
 
 
-# names of the parameters that hold a stage's output path (-o/--output, or an OUT folder argument)
-OUTPUT_PARAMS = ("output", "out", "out_dir")
+def is_output_param(name: str | None) -> bool:
+    """Whether a stage parameter holds an output path: `output`/`out` (-o, or an OUT folder argument), or a
+    name ending in `_out`/`_output` or starting with `out_` (e.g. `features_out`, `out_dir`)."""
+    return bool(name) and (name in ("output", "out") or name.endswith(("_out", "_output")) or name.startswith("out_"))
 
 
 def _locking(callback: Callable) -> Callable:
@@ -45,9 +47,9 @@ def _locking(callback: Callable) -> Callable:
     @functools.wraps(callback)
     def run(*args: object, **kwargs: object) -> object:
         with contextlib.ExitStack() as stack:
-            for name in OUTPUT_PARAMS:
-                if isinstance(kwargs.get(name), str):
-                    stack.enter_context(output_lock(kwargs[name]))
+            for name, value in kwargs.items():
+                if is_output_param(name) and isinstance(value, str):
+                    stack.enter_context(output_lock(value))
             return callback(*args, **kwargs)
 
     run.locks_output = True
