@@ -263,3 +263,41 @@ def test_shards_merged_equal_a_single_run(photos, tmp_path):
         assert "shard" not in merged.attrs and merged.attrs["backbone"] == "resnet18"
     for name in a:
         assert np.array_equal(a[name], b[name]), name
+
+
+def test_resume_recomputes_rows_whose_image_changed(tmp_path, capsys):
+    folder = _synth_folder(tmp_path, 5)
+    (folder / "zz_bad.png").write_text("not an image")
+    args = ["extract-regions", folder, *TINY, "--regions", "grid", "--image-size", "64", "--batch-size", "1",
+            "--checkpoint-seconds", "0"]
+    out = tmp_path / "out.h5"
+    partial = Path(f"{out}.partial")
+    assert _vltools("-q", *args, "--strict", "-o", out) == 1  # stops at zz_bad.png: five images done in parts
+    assert not out.exists() and len(list(partial.glob("part-*.h5"))) == 5
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(folder / "img002.png")
+    (folder / "zz_bad.png").unlink()
+    capsys.readouterr()
+    assert _vltools(*args, "--resume", "-o", out) == 0
+    err = capsys.readouterr().err
+    assert "1 finished images changed since the interrupted run" in err and "4 images done, 1 to go" in err
+    assert _vltools("-q", *args, "-o", tmp_path / "fresh.h5") == 0
+    with FeaturesReader(out) as resumed, FeaturesReader(tmp_path / "fresh.h5") as fresh:
+        assert resumed.ids == fresh.ids
+        assert resumed.read(["img002.png"])["image_size"].tolist() == [[40, 40]]
+        for name, value in fresh.read(fresh.ids).items():
+            assert np.array_equal(value, resumed.read(fresh.ids)[name]), name
+    assert not partial.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["fresh.h5", "out.h5", "synth"]
+
+
+def test_no_good_image_is_an_error_and_leaves_nothing(tmp_path, capsys):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "a.png").write_text("not an image")
+    (folder / "b.jpg").write_bytes(b"")
+    out = tmp_path / "out.h5"
+    for strict in ([], ["--strict"]):
+        assert _vltools("-q", "extract-regions", folder, *TINY, "--regions", "grid", *strict, "-o", out) == 1
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "a.png" in lines[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]

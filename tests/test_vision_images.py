@@ -15,6 +15,7 @@ from vltools.errors import VLToolsError
 from vltools.vision.images import (
     BadImage,
     ImageDataset,
+    ImageItem,
     list_inputs,
     load_rgb,
     parse_shard,
@@ -182,3 +183,20 @@ def test_ten_crops_are_corners_centre_and_flips():
     assert np.array_equal(crops[3], array[2:, 2:])
     assert np.array_equal(crops[4], array[1:15, 1:15])
     assert np.array_equal(crops[5], crops[0][:, ::-1])
+
+
+def test_inputs_that_cannot_fit_their_image_fail_with_a_reason(tmp_path):
+    """A box wholly outside the image, a mask of another size, a looping symlink: reported, never silent."""
+    Image.new("RGB", (96, 96)).save(tmp_path / "a.png")
+    (tmp_path / "masks").mkdir()
+    Image.new("L", (50, 50)).save(tmp_path / "masks" / "a.png")
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    items = list_inputs([tmp_path])
+    assert [item.image_id for item in items] == ["a.png", "loop.png", "masks/a.png"]
+    outside = ImageItem("a.png", tmp_path / "a.png", ((100.0, 0.0, 120.0, 50.0),))
+    inside = ImageItem("a.png", tmp_path / "a.png", ((90.0, 0.0, 120.0, 50.0),))
+    dataset = ImageDataset([outside, inside, items[1]], "shorter", 64)
+    assert "lies wholly outside the 96x96 image" in dataset[0]["error"] and "error" not in dataset[1]
+    assert "Too many levels of symbolic links" in dataset[2]["error"]
+    masked = ImageDataset(items[:1], "square", 64, mask_dir=tmp_path / "masks")[0]
+    assert masked["error"] == "its mask is 50x50 but the image is 96x96; masks must have the image's size"
