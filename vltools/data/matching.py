@@ -111,7 +111,7 @@ class MatchingDataset(Dataset):
     def __init__(self, features_path: str | os.PathLike, split: CaptionSplit, vocab: Vocabulary) -> None:
         self.features_path = Path(features_path)
         self.split = split
-        self.tokens = [vocab.encode(c) for c in split.captions]
+        self.tokens = vocab.encode_all(split.captions)
         self._reader: FeaturesReader | None = None
         self._pid: int | None = None
 

@@ -30,7 +30,7 @@ class LoadedModel:
 
     def tokenize(self, captions: Sequence[str]) -> list[list[int]]:
         """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary."""
-        return [self.vocab.encode(caption) for caption in captions]
+        return self.vocab.encode_all(captions)
 
 
 def file_digest(path: str | os.PathLike) -> str:

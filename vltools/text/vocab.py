@@ -9,10 +9,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.progress import log
 from vltools.text.tokenize import tokenize
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
+# Captions are cut to this many words when encoded: matching memory grows with the square of the longest
+# caption (SGR's graph over words), and the released code's data never exceeds a few dozen words. Override
+# with the environment variable VLTOOLS_MAX_CAPTION_TOKENS (0: no limit). README, Conventions.
+MAX_CAPTION_TOKENS = 100
+MAX_TOKENS_VARIABLE = "VLTOOLS_MAX_CAPTION_TOKENS"
+
+
+def max_caption_tokens() -> int | None:
+    """The word limit of encoded captions (None: no limit), from VLTOOLS_MAX_CAPTION_TOKENS or the default."""
+    text = os.environ.get(MAX_TOKENS_VARIABLE, "").strip()
+    if not text:
+        return MAX_CAPTION_TOKENS
+    if not text.isdigit():
+        raise VLToolsError(f"{MAX_TOKENS_VARIABLE}={text!r}: give a whole number of words (0: no limit)")
+    return int(text) or None
 
 
 class Vocabulary:
@@ -20,6 +36,7 @@ class Vocabulary:
 
     def __init__(self, words: Sequence[str]) -> None:
         self.words = list(words)
+        self.truncated = 0
         self.index = {word: i for i, word in enumerate(self.words)}
         if len(self.index) != len(self.words):
             raise VLToolsError("vocabulary has a repeated word")
@@ -41,9 +58,25 @@ class Vocabulary:
     def __call__(self, word: str) -> int:
         return self.index.get(word, self.index[UNK])
 
-    def encode(self, caption: str) -> list[int]:
-        """Token ids of a caption wrapped in `<start> ... <end>`."""
-        return [self.index[START], *(self(w) for w in tokenize(caption)), self.index[END]]
+    def encode(self, caption: str, max_tokens: int | None = None) -> list[int]:
+        """Token ids of a caption wrapped in `<start> ... <end>`, its words cut to `max_tokens` (default:
+        `max_caption_tokens()`); `self.truncated` counts the captions cut."""
+        words = tokenize(caption)
+        limit = max_tokens or max_caption_tokens()
+        if limit is not None and len(words) > limit:
+            words = words[:limit]
+            self.truncated += 1
+        return [self.index[START], *(self(w) for w in words), self.index[END]]
+
+    def encode_all(self, captions: Iterable[str], max_tokens: int | None = None) -> list[list[int]]:
+        """`encode` each caption; warn once, with the count, when some were cut to the word limit."""
+        before = self.truncated
+        encoded = [self.encode(caption, max_tokens) for caption in captions]
+        if self.truncated > before:
+            limit = max_tokens or max_caption_tokens()
+            log.warning("%d captions longer than %d words were cut to %d words (set %s to change the limit)",
+                        self.truncated - before, limit, limit, MAX_TOKENS_VARIABLE)
+        return encoded
 
     def decode(self, ids: Iterable[int]) -> str:
         """The words of `ids`, stopping at `<end>` and dropping `<start>` and `<pad>`."""

@@ -79,7 +79,7 @@ class MatchingTask:
         self.model_config = data_config(model_name, config["model"], features)
         self.model: nn.Module = build_model(model_name, self.model_config, len(vocab))
         self.train_data = MatchingDataset(features, train, vocab)
-        self.val_tokens = [vocab.encode(c) for c in self.val.captions]
+        self.val_tokens = vocab.encode_all(self.val.captions)
 
     def collate(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
         return collate_matching(items)
