@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +21,8 @@ from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
 from vltools.models import model_from_checkpoint
 from vltools.text.vocab import Vocabulary
+
+LONG_CAPTION_MARGIN_MB = 64  # extra peak memory allowed for one 5000-word caption (cut to 100 words)
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +110,43 @@ def test_bad_inputs_exit_1_naming_the_problem(world, capsys):
     assert "vocabulary differs" in err
     err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--split", "val")
     assert "'val'" in err
+
+
+PEAK_RSS = """
+import resource, sys
+from vltools.cli import main
+
+def peak(argv):
+    try:
+        main(argv)
+    except SystemExit as exc:
+        assert not exc.code, argv
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+print(*(peak(argv.split("|")) for argv in sys.argv[1:]))
+"""
+
+
+def test_a_5000_word_caption_stays_within_the_memory_bound(world, tmp_path):
+    """Peak RSS of match and train with one 5000-word caption exceeds that of a run without it by under the
+    documented margin (the caption is cut to MAX_CAPTION_TOKENS words; uncut, SGR's word graph needs GBs)."""
+    folder, features, captions, models = world
+    records = read_records(captions, "captions")
+    long = [*records, {"image_id": "img1", "caption": " ".join(["red"] * 5000), "split": "test", "caption_id": "x"}]
+    train = [{**r, "split": "train" if i % 3 else "val"} for i, r in enumerate(long)]
+    write_records(tmp_path / "long.jsonl", long)
+    write_records(tmp_path / "short_train.jsonl", train[:-1])
+    write_records(tmp_path / "long_train.jsonl", [*train[:-1], {**train[-1], "split": "train"}])
+    match = f"-q|match|{features}|{{}}|--model|{models['sgr']}|-o|{tmp_path}/{{}}.rankings.jsonl"
+    fit = (f"-q|train|--model|sgr|{features}|{{}}|-o|{tmp_path}/{{}}.pt|--epochs|1|--batch-size|8|--device|cpu|"
+           f"--set|model.embed_size=24|--set|model.word_dim=12|--set|model.sim_dim=8|--set|model.sgr_step=2")
+    runs = [match.format(captions, "short"), fit.format(tmp_path / "short_train.jsonl", "short"),
+            match.format(tmp_path / "long.jsonl", "long"), fit.format(tmp_path / "long_train.jsonl", "long")]
+    script = tmp_path / "peak.py"
+    script.write_text(PEAK_RSS)
+    result = subprocess.run([sys.executable, str(script), *runs], capture_output=True, timeout=600,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr.decode()
+    _, baseline, _, with_long = map(int, result.stdout.split())
+    assert with_long - baseline < LONG_CAPTION_MARGIN_MB, result.stdout
+    assert len(read_records(tmp_path / "long.rankings.jsonl", "rankings")) == 6 + 19  # a query per image and per caption
