@@ -149,4 +149,4 @@ def test_a_5000_word_caption_stays_within_the_memory_bound(world, tmp_path):
     assert result.returncode == 0, result.stderr.decode()
     _, baseline, _, with_long = map(int, result.stdout.split())
     assert with_long - baseline < LONG_CAPTION_MARGIN_MB, result.stdout
-    assert len(read_records(tmp_path / "long.rankings.jsonl", "rankings")) == 6 + 19  # a query per image and per caption
+    assert len(read_records(tmp_path / "long.rankings.jsonl", "rankings")) == 6 + 19  # one per image and caption
