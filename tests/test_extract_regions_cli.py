@@ -301,3 +301,10 @@ def test_no_good_image_is_an_error_and_leaves_nothing(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and "a.png" in lines[0]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+@pytest.mark.parametrize("stage", ["extract-regions", "segment-pool"])
+def test_a_bad_shard_is_a_usage_error(photos, tmp_path, capsys, stage):
+    assert _vltools(stage, photos, *TINY, "--shard", "3/2", "-o", tmp_path / "x.h5") == 2
+    err = capsys.readouterr().err
+    assert "Invalid value for '--shard': --shard '3/2': need 0 <= i < n" in err and not list(tmp_path.iterdir())

@@ -56,13 +56,23 @@ def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
     (["--set", "model.embed_sise=8"], "unknown config key 'model.embed_sise'; did you mean 'model.embed_size'?"),
     (["--set", "model.img_dim=99"], "the features give img_dim=16 but the config says model.img_dim=99"),
     (["--resume"], "m.pt.last.pt: no resume file; train without --resume first"),
-    (["--batch-size", "0"], "train.batch_size must be at least 1"),
+    (["--set", "train.batch_size=0"], "train.batch_size must be in [1, inf), not 0"),
+    (["--lr", "nan"], "train.lr must be a finite number, not nan"),
+    (["--set", "model.dropout=5"], "model.dropout must be in [0.0, 1.0), not 5.0"),
 ])
 def test_bad_settings_exit_1(world, tmp_path, capsys, extra, message):
     features, captions = world
     code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
                            *extra], capsys)
     assert code == 1 and message in err, err
+
+
+@pytest.mark.parametrize("extra", [["--batch-size", "0"], ["--lr", "-1"], ["--epochs", "0"]])
+def test_out_of_range_options_are_usage_errors(world, tmp_path, capsys, extra):
+    features, captions = world
+    code, err = exit_with(["train", "--model", "sgr", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
+                           *extra], capsys)
+    assert code == 2 and f"Invalid value for '{extra[0]}'" in err and "Traceback" not in err
 
 
 def test_missing_output_folder_fails_before_training(world, tmp_path, capsys):

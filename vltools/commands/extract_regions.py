@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import click
 
+from vltools.errors import VLToolsError
 from vltools.vision.extraction import RegionExtractor, RunOptions, check_output, extract
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
 BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
+
+
+def _check_shard(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A malformed --shard is a usage error (exit 2), found before any model is built."""
+    try:
+        parse_shard(value)
+    except VLToolsError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+    return value
 
 
 def run_options(func):
@@ -34,8 +44,9 @@ def run_options(func):
                                                     "images already done (in OUT.partial/) are not recomputed."),
         click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
                      help="How often finished rows are made durable in OUT.partial/ for --resume."),
-        click.option("--shard", metavar="I/N", help="Process every N-th image starting at I (0 <= I < N) of the "
-                                                    "input list; join the shards with `vltools merge`."),
+        click.option("--shard", metavar="I/N", callback=_check_shard,
+                     help="Process every N-th image starting at I (0 <= I < N) of the input list; join the "
+                          "shards with `vltools merge`."),
         click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
                      help="Images with more pixels are skipped as possible decompression bombs."),
         click.option("--seed", type=int, default=0, show_default=True,

@@ -18,15 +18,20 @@ from vltools.train.trainer import distributed, seed_everything, train
 @click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key (section.key or a bare key), e.g. --set model.embed_size=512.")
-@click.option("--epochs", type=int, help="Epochs (train.epochs).")
-@click.option("--batch-size", type=int, help="Global batch size, split over processes (train.batch_size).")
-@click.option("--lr", type=float, help="Initial learning rate (train.lr).")
-@click.option("--lr-update", type=int, help="Divide the learning rate by 10 every N epochs (train.lr_update).")
-@click.option("--grad-clip", type=float, help="Max total gradient norm, 0 for none (train.grad_clip).")
-@click.option("--val-every", type=int, help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
+@click.option("--epochs", type=click.IntRange(min=1), help="Epochs (train.epochs).")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              help="Global batch size, split over processes (train.batch_size).")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Initial learning rate (train.lr).")
+@click.option("--lr-update", type=click.IntRange(min=0),
+              help="Divide the learning rate by 10 every N epochs (train.lr_update).")
+@click.option("--grad-clip", type=click.FloatRange(min=0),
+              help="Max total gradient norm, 0 for none (train.grad_clip).")
+@click.option("--val-every", type=click.IntRange(min=0),
+              help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
 @click.option("--seed", type=int, help="Seed of initialisation, data order and dropout (train.seed).")
 @click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
-@click.option("--workers", type=int, help="DataLoader worker processes (train.workers).")
+@click.option("--workers", type=click.IntRange(min=0),
+              help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
 @click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, vltools vocabulary file, JSON word list or "
               "checkpoint; default: built from the training captions.")

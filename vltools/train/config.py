@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -143,4 +144,34 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
         if value is not None:
             section, name = _locate(defaults, key, f"option {key}")
             config[section][name] = coerce(value, defaults[section][name], key, f"option --{name}")
+    for section, values in config.items():
+        for name, value in values.items():
+            check_range(f"{section}.{name}", value)
     return config
+
+
+# value ranges by key name (in any section): (lowest, whether the lowest itself is allowed, highest or None,
+# whether the highest is allowed); any float must also be finite
+RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
+    "lr": (0.0, False, None, False), "dropout": (0.0, True, 1.0, False), "grad_clip": (0.0, True, None, False),
+    "margin": (0.0, True, None, False), "epochs": (1, True, None, False), "batch_size": (1, True, None, False),
+    "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
+    "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
+    "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
+}
+
+
+def check_range(key: str, value: object) -> None:
+    """Refuse a non-finite float or a value outside its key's range (RANGES) with one line naming the key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise VLToolsError(f"{key} must be a finite number, not {value}")
+    bounds = RANGES.get(key.rsplit(".", 1)[-1])
+    if bounds is None:
+        return
+    low, low_ok, high, high_ok = bounds
+    if value < low or (value == low and not low_ok) or (high is not None and (value > high or
+                                                                            (value == high and not high_ok))):
+        shown = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
+        raise VLToolsError(f"{key} must be in {shown}, not {value}")
