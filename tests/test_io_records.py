@@ -83,10 +83,16 @@ def test_rankings_lengths_and_direction_checked(tmp_path):
         read_records(tmp_path / "y.jsonl", "rankings")
 
 
-def test_non_utf8_is_reported(tmp_path):
-    (tmp_path / "x.jsonl").write_bytes(b'{"image_id": "\xff"}\n')
-    with pytest.raises(VLToolsError, match="not UTF-8"):
+def test_encoding_problems_name_the_line_and_a_bom_is_accepted(tmp_path):
+    good = json.dumps(GOOD["captions"]).encode()
+    (tmp_path / "x.jsonl").write_bytes(good + b'\n{"image_id": "\xff"}\n')
+    with pytest.raises(VLToolsError, match=r"x.jsonl: line 2: not UTF-8 text \(invalid start byte at byte 15 of"):
         read_records(tmp_path / "x.jsonl", "captions")
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + good + b"\n")
+    assert read_records(tmp_path / "bom.jsonl", "captions") == [GOOD["captions"]]
+    (tmp_path / "tab.jsonl").write_bytes(b'{"image_id": "a\tb", "caption": "x"}\n')
+    with pytest.raises(VLToolsError, match=r"line 1: malformed JSON \(Invalid control character at column 16\)"):
+        read_records(tmp_path / "tab.jsonl", "captions")
 
 
 def test_writer_leaves_nothing_on_failure(tmp_path):
@@ -103,3 +109,9 @@ def test_caption_ids_fall_back_to_image_and_index():
     records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "own"},
                {"image_id": "a", "caption": "z"}]
     assert caption_ids(records) == ["a#0", "own", "a#1"]
+
+
+def test_an_explicit_caption_id_equal_to_a_generated_one_is_refused():
+    records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "a#0"}]
+    with pytest.raises(VLToolsError, match="caps.jsonl: caption 2 and caption 1 both have the id 'a#0'"):
+        caption_ids(records, "caps.jsonl")

@@ -126,6 +126,14 @@ def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
 
 
 def test_retrieval_refuses_mismatched_ids(tmp_path, vltools_cmd):
+    path = tmp_path / "ok.h5"
+    write_sims(path, np.eye(2, 3), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "b"])
+    caps = jsonl(tmp_path / "caps.jsonl", [{"image_id": i, "caption": "x", "caption_id": f"c{n}"}
+                                           for n, i in enumerate("abb")])
+    assert stdout_json(vltools_cmd("score", "retrieval", path, "--captions", caps))["n_captions"] == 3
+    other = jsonl(tmp_path / "other.jsonl", [{"image_id": "a", "caption": "x", "caption_id": "c9"}])
+    one_line_error(vltools_cmd("score", "retrieval", path, "--captions", other), "other.jsonl", "ok.h5")
+    one_line_error(vltools_cmd("score", "retrieval", path, "--captions", tmp_path / "missing.jsonl"), "missing")
     path = tmp_path / "bad.h5"
     write_sims(path, np.zeros((2, 3)), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "ghost"])
     one_line_error(vltools_cmd("score", "retrieval", path), "bad.h5", "'ghost'")

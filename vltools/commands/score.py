@@ -100,6 +100,19 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+def _check_sims_captions(scores: str, sims: retrieval_eval.Sims, captions: str, split: str | None) -> list[str]:
+    """The image of each caption of a sims file, from --captions, which must list the same captions in the same
+    order (those of --split when given); a mismatch is an error rather than a silently ignored file."""
+    records = read_records(captions, "captions")
+    ids = caption_ids(records, captions)
+    chosen = [n for n, record in enumerate(records) if split is None or record.get("split") == split]
+    if [ids[n] for n in chosen] != list(sims.caption_ids):
+        raise VLToolsError(f"{captions}: its captions{f' of split {split!r}' if split else ''} are not the "
+                           f"{len(sims.caption_ids)} captions of {scores} in the same order; give the captions file "
+                           "(and --split) that match ranked")
+    return [records[n]["image_id"] for n in chosen]
+
+
 @command.command("retrieval")
 @click.argument("scores", type=FILE)
 @click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image (needed for rankings JSONL).")
@@ -117,6 +130,8 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int, 
     """
     if is_hdf5(scores):
         sims = retrieval_eval.read_sims(scores)
+        if captions is not None:
+            sims.caption_image_ids = _check_sims_captions(scores, sims, captions, split)
         if sims.caption_image_ids is None:
             raise VLToolsError(f"{scores}: no /caption_image_ids dataset; retrieval needs the image of each caption")
         index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, scores)
@@ -132,7 +147,7 @@ def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int, 
             raise VLToolsError(f"{scores}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot be "
                                "re-ranked within folds); rerun match with --sims")
         records = read_records(captions, "captions")
-        ids_of_captions = caption_ids(records)
+        ids_of_captions = caption_ids(records, captions)
         if split is not None:
             chosen = [n for n, record in enumerate(records) if record.get("split") == split]
             if not chosen:

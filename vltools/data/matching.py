@@ -45,7 +45,7 @@ class CaptionSplit:
 def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[dict] | None = None) -> CaptionSplit:
     """The captions of `split` from a captions JSONL (records without a split are in none)."""
     records = read_records(captions_path, "captions") if records is None else records
-    all_ids = caption_ids(records)
+    all_ids = caption_ids(records, captions_path)
     chosen_ids = [i for i, r in zip(all_ids, records, strict=True) if r.get("split") == split]
     chosen = [r for r in records if r.get("split") == split]
     if not chosen:

@@ -22,7 +22,7 @@ import numpy as np
 
 from vltools.data.converters.coco import read_coco
 from vltools.errors import VLToolsError, input_error
-from vltools.io.records import iter_lines
+from vltools.io.records import iter_lines, json_problem
 
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
@@ -64,7 +64,7 @@ def _add_jsonl(result: CaptionFile, path: str) -> None:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({exc.msg} at column {exc.colno})",
+            raise input_error(path, where, f"malformed JSON ({json_problem(exc)})",
                               "fix or remove that line") from None
         if not isinstance(record, dict):
             raise input_error(path, where, "expected a JSON object")

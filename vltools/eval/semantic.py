@@ -35,7 +35,7 @@ from vltools.eval.retrieval import Sims, shown_ids
 from vltools.io.atomic import atomic_path
 from vltools.io.hdf5 import decode_strings, open_h5
 from vltools.io.progress import log
-from vltools.io.records import iter_lines
+from vltools.io.records import iter_lines, json_problem
 
 DEFAULT_R = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 COUNT_FIELDS = ("o1", "o2", "o3")
@@ -220,7 +220,7 @@ def read_triplets(path: str | os.PathLike) -> list[dict]:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({exc.msg} at column {exc.colno})") from None
+            raise input_error(path, where, f"malformed JSON ({json_problem(exc)})") from None
         if not isinstance(record, dict):
             raise input_error(path, where, "expected a JSON object {query, a, b, o1, o2, o3}")
         for name in ("query", "a", "b"):

@@ -11,7 +11,7 @@ from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify
-from vltools.io.records import SCHEMAS, detect_kind, iter_lines, read_records
+from vltools.io.records import SCHEMAS, caption_ids, detect_kind, iter_lines, json_problem, read_records
 
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
@@ -72,7 +72,7 @@ def describe_jsonl(path: Path) -> dict:
         try:
             first = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise VLToolsError(f"{path}: line {number}: malformed JSON ({exc.msg} at column {exc.colno}); "
+            raise VLToolsError(f"{path}: line {number}: malformed JSON ({json_problem(exc)}); "
                                "fix or remove that line") from None
         kind = detect_kind(first) if isinstance(first, dict) else None
         if kind is None:
@@ -82,6 +82,8 @@ def describe_jsonl(path: Path) -> dict:
     else:
         raise VLToolsError(f"{path}: empty file: no records")
     records = read_records(path, kind)
+    if kind == "captions":
+        caption_ids(records, path)
     summary: dict[str, object] = {"kind": kind, "count": len(records)}
     id_field = {"captions": "image_id", "regions": "image_id", "pairs": "pair_id", "rankings": "query",
                 "images": "image_id"}[kind]

@@ -123,12 +123,21 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
         return
     if not Path(path).exists():
         raise VLToolsError(f"{path}: no such file")
-    try:
-        with open(path, encoding="utf-8") as stream:
-            yield from ((n, line) for n, line in enumerate(stream, 1) if line.strip())
-    except UnicodeDecodeError as exc:
-        raise input_error(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          "JSONL files must be UTF-8") from None
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a leading BOM is accepted
+            except UnicodeDecodeError as exc:
+                raise input_error(path, f"line {number}", f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} "
+                                  "of the line)", "JSONL files must be UTF-8") from None
+            if line.strip():
+                yield number, line
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """`what at column N` for a JSON error (some of json's messages already end in "at")."""
+    message = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"{message} at column {exc.colno}"
 
 
 def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
@@ -140,7 +149,7 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
+            raise input_error(path, f"line {number}", f"malformed JSON ({json_problem(exc)})",
                               "fix or remove that line") from None
         validate_record(record, schema, path, number)
         if schema.key and all(record.get(k) is not None for k in schema.key):
@@ -163,7 +172,7 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
                           "per line")
 
 
-def caption_ids(records: Iterable[dict]) -> list[str]:
+def caption_ids(records: Iterable[dict], path: object = "captions") -> list[str]:
     """Each caption's id: its `caption_id`, else `<image_id>#<k>` with k its 0-based index among its image's.
 
     Every stage that names captions uses this, so rankings, sims and scores agree on ids.
@@ -174,6 +183,14 @@ def caption_ids(records: Iterable[dict]) -> list[str]:
         k = seen.get(record["image_id"], 0)
         seen[record["image_id"]] = k + 1
         ids.append(record.get("caption_id") or f"{record['image_id']}#{k}")
+    if len(set(ids)) != len(ids):
+        first: dict[str, int] = {}
+        for number, caption_id in enumerate(ids, 1):
+            if caption_id in first:
+                raise VLToolsError(f"{path}: caption {number} and caption {first[caption_id]} both have the id "
+                                   f"{caption_id!r} (an explicit caption_id equal to a generated <image_id>#<k>); "
+                                   "give every caption a caption_id, or none")
+            first[caption_id] = number
     return ids
 
 
