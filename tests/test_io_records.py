@@ -115,3 +115,9 @@ def test_an_explicit_caption_id_equal_to_a_generated_one_is_refused():
     records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "a#0"}]
     with pytest.raises(VLToolsError, match="caps.jsonl: caption 2 and caption 1 both have the id 'a#0'"):
         caption_ids(records, "caps.jsonl")
+
+
+def test_an_empty_h5_file_is_not_called_an_empty_jsonl(tmp_path):
+    (tmp_path / "feats.h5").write_bytes(b"")
+    with pytest.raises(VLToolsError, match=r"feats.h5: not an HDF5 file \(empty, or no HDF5 signature\)"):
+        read_records(tmp_path / "feats.h5", "captions")

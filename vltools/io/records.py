@@ -168,6 +168,9 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
         count += 1
         yield record
     if count == 0:
+        if Path(str(path)).suffix.lower() in (".h5", ".hdf5"):
+            raise input_error(path, None, "not an HDF5 file (empty, or no HDF5 signature) and no JSONL records "
+                              "either", "it may be truncated; rerun the stage that wrote it")
         raise input_error(path, None, f"empty file: no {kind} records", f"give a JSONL file with one {kind} record "
                           "per line")
 
