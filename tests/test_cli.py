@@ -2,6 +2,8 @@ import errno
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -152,3 +154,14 @@ def test_every_writing_stage_stops_at_another_live_writer_and_refuses_a_missing_
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [f"vltools: error: {missing}: the folder {missing.parent} does not exist; create it first"]
     assert not missing.parent.exists()
+
+
+def test_a_full_disk_on_standard_output_is_one_line(tmp_path):
+    vocab = Path(__file__).parent / "data" / "convert" / "scan_vocab" / "f30k_precomp_vocab.json"
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "vltools", "convert", "scan-vocab", str(vocab)], stdout=full,
+                                stderr=subprocess.PIPE, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "vltools: error: standard output: cannot write (No space left on device); check that its folder is "
+        "writable and has free space"]

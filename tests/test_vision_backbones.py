@@ -84,6 +84,9 @@ def test_wrong_weights_file_is_a_one_line_error(tmp_path):
         build_backbone("resnet18", str(junk))
     with pytest.raises(VLToolsError, match="no such weights file"):
         build_backbone("resnet18", str(tmp_path / "missing.pt"))
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(VLToolsError, match="empty.pt: empty file, not a state dict"):
+        build_backbone("resnet18", str(tmp_path / "empty.pt"))
 
 
 def test_normalize_matches_imagenet_statistics():

@@ -14,7 +14,7 @@ import click
 
 from vltools import __version__
 from vltools.errors import VLToolsError, first_line
-from vltools.io.atomic import output_error, output_lock
+from vltools.io.atomic import OUTPUT_ERRNOS, output_error, output_lock
 from vltools.io.progress import configure, log
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
@@ -128,10 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if "--debug" in args:
             log.exception("error")
-        if exc.filename is not None:
+        if exc.errno in OUTPUT_ERRNOS:
+            message = str(output_error(exc.filename or "standard output", exc))
+        elif exc.filename is not None:
             message = f"{exc.filename}: {exc.strerror or first_line(exc)}"
-            if exc.errno in (13, 28, 30, 122, 27):
-                message = str(output_error(exc.filename, exc))
         else:
             message = first_line(exc)
         print(f"vltools: error: {message}", file=sys.stderr)

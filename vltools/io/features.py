@@ -160,13 +160,23 @@ class FeaturesReader:
             if name not in self.handle:
                 raise VLToolsError(f"{self.path}: has no /{name} dataset")
             block = read(self.handle[name], unique_rows if len(unique_rows) else slice(0, 0))
-            if name in FLOAT_FIELDS and not np.isfinite(block).all():
-                bad = np.argwhere(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0][0]
-                raise VLToolsError(f"{self.path}: image id {self.ids[unique_rows[bad]]!r}: /{name} holds NaN or "
-                                   "infinite values; the file is corrupt or was computed from bad input, rerun "
-                                   "the stage that wrote it")
+            self._check_finite(name, block, unique_rows)
             out[name] = block[inverse][back]
         return out
+
+    def _check_finite(self, name: str, block: np.ndarray, rows: Sequence[int]) -> None:
+        """Refuse feature rows holding NaN or infinity, naming the first one's id (corrupt or bad input)."""
+        if name in FLOAT_FIELDS and not np.isfinite(block).all():
+            bad = np.argwhere(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0][0]
+            raise VLToolsError(f"{self.path}: image id {self.ids[rows[bad]]!r}: /{name} holds NaN or infinite "
+                               "values; the file is corrupt or was computed from bad input, rerun the stage that "
+                               "wrote it")
+
+    def read_range(self, field: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop-1 of `field` in file order (checksums verified, non-finite rows refused)."""
+        block = read(self.handle[field], slice(start, stop))
+        self._check_finite(field, block, range(start, stop))
+        return block
 
     def iter_batches(self, batch_size: int, ids: Sequence[str] | None = None,
                      fields: Sequence[str] | None = None) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:

@@ -248,7 +248,7 @@ def write_precomp(features_path: str | os.PathLike, captions_path: str | os.Path
                 np.lib.format.write_array_header_1_0(stream, header)
                 for start in progress(range(0, len(image_ids), rows), total=-(-len(image_ids) // rows),
                                       desc="precomp export", unit="chunks"):
-                    block = reader.handle[field][start:start + rows]
+                    block = reader.read_range(field, start, start + rows)
                     stream.write(block.astype(np.float32, copy=False).tobytes())
             with open(temps["caps"], "w", encoding="utf-8", newline="\n") as stream:
                 stream.writelines(f"{caption}\n" for captions in grouped for caption in captions)
