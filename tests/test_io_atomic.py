@@ -1,4 +1,6 @@
 import errno
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,4 +136,15 @@ def test_os_errors_on_output_are_one_line_naming_it(tmp_path):
                       "'Permission denied', flags = 13)")
     with pytest.raises(FileNotFoundError), atomic_path(target):  # about another file: not the output's fault
         open(tmp_path / "missing-input")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_locks_work_without_hard_links(tmp_path, monkeypatch):
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    target = tmp_path / "out.txt"
+    with output_lock(target):
+        assert json.loads(Path(f"{target}.lock").read_text())["pid"] == os.getpid()
     assert list(tmp_path.iterdir()) == []

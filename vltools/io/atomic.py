@@ -21,6 +21,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,9 @@ LOCK_SUFFIX = ".lock"
 SPOOL_PREFIX = "vltools-"
 # errors that are about the output whichever file operation raised them
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# errors of os.link on file systems without hard links
+NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
+FRESH_SECONDS = 10.0  # an empty lock file younger than this is being written, not abandoned
 # how many times this process holds each lock (locks are re-entrant within a process)
 _held: dict[Path, int] = {}
 
@@ -110,6 +114,30 @@ def _read_owner(lock: Path) -> dict | None:
     return owner if isinstance(owner, dict) else {}
 
 
+def _create(tmp: Path, lock: Path, content: dict) -> None:
+    """Make `lock` hold `content` atomically: hard-link the complete `tmp` to it (FileExistsError when it is
+    there); where the file system has no hard links, create it exclusively, then write it."""
+    try:
+        os.link(tmp, lock)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in NO_LINKS:
+            raise
+        descriptor = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(descriptor, json.dumps(content).encode("utf-8"))
+        finally:
+            os.close(descriptor)
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def _acquire(path: str | os.PathLike) -> Path:
     """Create `PATH.lock` for this process, removing a stale one; a live other holder is a one-line error."""
     check_parent(path)
@@ -125,12 +153,12 @@ def _acquire(path: str | os.PathLike) -> Path:
             os.close(descriptor)
         for _ in range(5):
             try:
-                os.link(tmp, lock)
+                _create(tmp, lock, me)
                 return lock
             except FileExistsError:
                 owner = _read_owner(lock)
-                if owner is None:
-                    continue
+                if owner is None or (not owner and _age(lock) < FRESH_SECONDS):
+                    continue  # gone meanwhile, or being written by its creator (no hard links)
                 if owner and _alive(owner):
                     raise VLToolsError(
                         f"{path}: another process is writing it (pid {owner.get('pid')} on {owner.get('host')}: "
