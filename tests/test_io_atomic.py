@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path, binary_output, text_output
+from vltools.io.atomic import atomic_folder, atomic_path, binary_output, text_output
 from vltools.io.features import FeaturesReader
 
 WRITE_FEATURES_TO_STDOUT = """
@@ -55,3 +55,24 @@ def test_hdf5_to_a_terminal_is_refused(monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     with pytest.raises(VLToolsError, match="refusing to write HDF5 to a terminal"), binary_output(None):
         pass
+
+
+def test_atomic_folder_lands_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "site"
+    with atomic_folder(out, False, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("one")
+        assert not out.exists()
+    assert (out / "index.html").read_text() == "one"
+    with pytest.raises(RuntimeError), atomic_folder(out, True, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("two")
+        raise RuntimeError("killed")
+    assert (out / "index.html").read_text() == "one"
+    with pytest.raises(VLToolsError, match="not empty"), atomic_folder(out, False, lambda p: True, "site", "x"):
+        pass
+    with pytest.raises(VLToolsError, match=r"only an earlier site \(index.html\)"):
+        with atomic_folder(out, True, lambda p: False, "site", "index.html"):
+            pass
+    with atomic_folder(out, True, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("three")
+    assert (out / "index.html").read_text() == "three"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]

@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vltools.errors import VLToolsError
@@ -64,3 +64,40 @@ def text_output(path: str | os.PathLike | None) -> Iterator:
         return
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as stream:
         yield stream
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | os.PathLike, force: bool, replaceable: Callable[[Path], bool], what: str,
+                  mark: str) -> Iterator[Path]:
+    """Yield a hidden staging folder beside `out`; when the block succeeds it is renamed to `out`, so `out` is
+    never half written. A non-empty `out` is refused unless `force` and `replaceable(out)` says it holds an
+    earlier `what` (`mark` names how that is recognised, for the error)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise VLToolsError(f"{out}: exists and is not a folder; give a new folder name")
+    replacing = out.exists() and any(out.iterdir())
+    if replacing and not force:
+        raise VLToolsError(f"{out}: folder exists and is not empty; give a new folder, or --force to replace an "
+                           f"earlier {what}")
+    if replacing and not replaceable(out):
+        raise VLToolsError(f"{out}: --force replaces only an earlier {what} ({mark}), and this folder holds other "
+                           "files; remove it yourself or choose another")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        yield staging
+        if replacing:
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+            os.replace(staging, out)
+            shutil.rmtree(old)
+        else:
+            if out.exists():
+                out.rmdir()
+            os.replace(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
