@@ -103,3 +103,15 @@ def test_caption_ids_fall_back_to_image_and_index():
     records = [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y", "caption_id": "own"},
                {"image_id": "a", "caption": "z"}]
     assert caption_ids(records) == ["a#0", "own", "a#1"]
+
+
+def test_iter_json_lines_numbers_lines_and_reports_malformed_json(tmp_path):
+    from vltools.io.records import iter_json_lines
+
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"a": 1}\n\n[2, 3]\n{oops\n', encoding="utf-8")
+    found = []
+    with pytest.raises(VLToolsError, match=r"log.jsonl: line 4: malformed JSON .*; give a log"):
+        for item in iter_json_lines(path, "give a log"):
+            found.append(item)
+    assert found == [(1, {"a": 1}), (3, [2, 3])]

@@ -5,16 +5,16 @@ Several logs share one figure so that runs can be compared; each log is one colo
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import input_error
 from vltools.io.atomic import atomic_path
-from vltools.io.records import iter_lines
+from vltools.io.records import iter_json_lines
 
 NOT_METRICS = ("type", "epoch", "iteration", "best")
+FIX = "give a PATH.log.jsonl written by vltools train"
 
 
 @dataclass
@@ -49,27 +49,20 @@ def log_label(path: str | os.PathLike) -> str:
 def read_training_log(path: str | os.PathLike) -> TrainingLog:
     """Parse a training log; a line that is not a JSON object with an integer iteration is a one-line error."""
     result = TrainingLog(log_label(path))
-    for number, text in iter_lines(path):
+    for number, record in iter_json_lines(path, FIX):
         where = f"line {number}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({exc.msg} at column {exc.colno})",
-                              "give a PATH.log.jsonl written by vltools train") from None
         if not isinstance(record, dict) or "type" not in record:
-            raise input_error(path, where, "not a training log line (no 'type' field)",
-                              "give a PATH.log.jsonl written by vltools train")
+            raise input_error(path, where, "not a training log line (no 'type' field)", FIX)
         if record["type"] not in ("train", "val"):
             continue
         if not isinstance(record.get("iteration"), int):
-            raise input_error(path, where, f"{record['type']} line without an integer 'iteration'",
-                              "give a PATH.log.jsonl written by vltools train")
+            raise input_error(path, where, f"{record['type']} line without an integer 'iteration'", FIX)
         if record["type"] == "train" and isinstance(record.get("loss"), (int, float)):
             result.loss.append((record["iteration"], float(record["loss"])))
         elif record["type"] == "val":
             result.val.append(record)
     if not result.loss and not result.val:
-        raise input_error(path, None, "no train or val lines", "give a PATH.log.jsonl written by vltools train")
+        raise input_error(path, None, "no train or val lines", FIX)
     return result
 
 

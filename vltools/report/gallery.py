@@ -17,7 +17,7 @@ import numpy as np
 from vltools.errors import VLToolsError, input_error
 from vltools.eval.caption import CaptionFile, read_caption_file
 from vltools.eval.semantic import read_proxy
-from vltools.io.records import caption_ids, iter_lines, read_records
+from vltools.io.records import caption_ids, iter_json_lines, iter_lines, read_records
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
 
@@ -202,12 +202,7 @@ def _add_relevance(cards: list[dict], proxy, source: str) -> None:
 def read_item_scores(path: str) -> dict[str, dict[str, float]]:
     """Per-item metrics JSONL (`score caption --per-image`): {image_id or pair_id, metric: value, ...}."""
     scores: dict[str, dict[str, float]] = {}
-    for number, text in iter_lines(path):
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
-                              "give the --per-image file of score caption") from None
+    for number, record in iter_json_lines(path, "give the --per-image file of score caption"):
         key = "pair_id" if isinstance(record, dict) and "pair_id" in record else "image_id"
         if not isinstance(record, dict) or not isinstance(record.get(key), (str, int)):
             raise input_error(path, f"line {number}", "no 'image_id' or 'pair_id'",
