@@ -209,3 +209,13 @@ def test_the_page_renders_its_cards_and_loads_every_thumbnail_in_chromium(sgraf,
         colours = np.asarray(image.convert("RGB")).reshape(-1, 3)
     assert len(np.unique(colours, axis=0)) > 500  # text, thumbnails and badges, not a blank page
     shutil.copyfile(shot, site.parent / "page.png")  # kept beside the report for a person to look at
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    bad = tmp_path / "ranks.jsonl"
+    bad.write_text('{"query": "a", "direction": "i2t", "ids": ["x"], "scores": [1.0]}\n'
+                   '{"query": "b", "direction": "sideways", "ids": [], "scores": []}\n', encoding="utf-8")
+    message = run_fails("report", tmp_path / "out", "--rankings", bad)
+    assert "ranks.jsonl: line 2: field 'direction'" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.jsonl"]
+    assert run_vltools("report", str(tmp_path / "out")).returncode == 2  # nothing to show: a usage error
