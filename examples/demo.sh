@@ -43,3 +43,14 @@ sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
 # ---------------------------------------------------------------------------------------------------------
 section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
+
+# ---------------------------------------------------------------------------------------------------------
+# Report: the SGRAF ensemble's test rankings as an HTML gallery (thumbnails, ground truth, scores, curves)
+# ---------------------------------------------------------------------------------------------------------
+section "report: $OUT_DIR/report/index.html"
+SGRAF_OUT="$OUT_DIR/sgraf"
+vltools report "$OUT_DIR/report" --force --title "SGRAF ensemble on the synthetic world (test split)" \
+    --rankings "$SGRAF_OUT/sgraf_rankings.jsonl" --images "$SGRAF_OUT/world/images.jsonl" \
+    --captions "$SGRAF_OUT/world/captions.jsonl" --scores "$SGRAF_OUT/sgraf.json" \
+    --log "$SGRAF_OUT/sgr.pt.log.jsonl" --log "$SGRAF_OUT/saf.pt.log.jsonl" --sample 100
+echo "open $OUT_DIR/report/index.html in a browser (it needs no server)"

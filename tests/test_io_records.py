@@ -121,3 +121,15 @@ def test_an_empty_h5_file_is_not_called_an_empty_jsonl(tmp_path):
     (tmp_path / "feats.h5").write_bytes(b"")
     with pytest.raises(VLToolsError, match=r"feats.h5: not an HDF5 file \(empty, or no HDF5 signature\)"):
         read_records(tmp_path / "feats.h5", "captions")
+
+
+def test_iter_json_lines_numbers_lines_and_reports_malformed_json(tmp_path):
+    from vltools.io.records import iter_json_lines
+
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"a": 1}\n\n[2, 3]\n{oops\n', encoding="utf-8")
+    found = []
+    with pytest.raises(VLToolsError, match=r"log.jsonl: line 4: malformed JSON .*; give a log"):
+        for item in iter_json_lines(path, "give a log"):
+            found.append(item)
+    assert found == [(1, {"a": 1}), (3, [2, 3])]

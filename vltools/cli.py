@@ -30,6 +30,8 @@ STAGES = {
     "train": ("train", "Train a model (vse, sgr, saf) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
+    "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
+    "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
 }
 
 

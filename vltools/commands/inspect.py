@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from vltools.io.describe import describe
+from vltools.io.numbers import clean_numbers, dumps
 
 
 @click.command("inspect")
@@ -18,9 +17,9 @@ def command(files: tuple[str, ...], as_json: bool) -> None:
     for path in files:
         summary = describe(path)
         if as_json:
-            click.echo(json.dumps(summary, default=str))
+            click.echo(dumps(summary, default=str))
             continue
         click.echo(f"{summary.pop('path')}: {summary.pop('kind')}")
         for key, value in summary.items():
-            shown = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+            shown = dumps(value, default=str) if isinstance(value, (dict, list)) else clean_numbers(value)
             click.echo(f"  {key}: {shown}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 
@@ -14,6 +13,7 @@ from vltools.eval import retrieval as retrieval_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.hdf5 import is_hdf5
+from vltools.io.numbers import dumps
 from vltools.io.progress import log
 from vltools.io.records import caption_ids, read_records, write_records
 
@@ -26,7 +26,7 @@ def _finite(value: object) -> object:
 
 def _emit(result: dict, rows: list[tuple[str, ...]]) -> None:
     """The metrics as one JSON line on stdout; the table on stderr unless --quiet."""
-    click.echo(json.dumps(result))
+    click.echo(dumps(result))
     if log.isEnabledFor(logging.INFO):
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:

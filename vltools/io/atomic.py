@@ -22,7 +22,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vltools.errors import VLToolsError, first_line
@@ -301,3 +301,49 @@ def text_output(path: str | os.PathLike | None) -> Iterator:
         return
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as stream:
         yield stream
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | os.PathLike, force: bool, replaceable: Callable[[Path], bool], what: str,
+                  mark: str) -> Iterator[Path]:
+    """Yield a hidden staging folder beside `out`; when the block succeeds it is renamed to `out`, so `out` is
+    never half written. A non-empty `out` is refused unless `force` and `replaceable(out)` says it holds an
+    earlier `what` (`mark` names how that is recognised, for the error). Holds the output lock of `out`
+    meanwhile and removes the staging folders of killed earlier runs, as `atomic_path` does for files."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise VLToolsError(f"{out}: exists and is not a folder; give a new folder name")
+    replacing = out.exists() and any(out.iterdir())
+    if replacing and not force:
+        raise VLToolsError(f"{out}: folder exists and is not empty; give a new folder, or --force to replace an "
+                           f"earlier {what}")
+    if replacing and not replaceable(out):
+        raise VLToolsError(f"{out}: --force replaces only an earlier {what} ({mark}), and this folder holds other "
+                           "files; remove it yourself or choose another")
+    check_parent(out)
+    with output_lock(out):
+        for stale in out.parent.glob(f".{glob_escape(out.name)}.tmp-*"):  # of killed runs: the lock is ours
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        try:
+            staging.mkdir()
+        except OSError as exc:
+            raise output_error(out, exc) from exc
+        try:
+            yield staging
+            if replacing:
+                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+                os.replace(staging, out)
+                shutil.rmtree(old)
+            else:
+                if out.exists():
+                    out.rmdir()
+                os.replace(staging, out)
+        except OSError as exc:
+            if _about(exc, staging, out):
+                raise output_error(out, exc) from exc
+            raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging)

@@ -140,6 +140,17 @@ def json_problem(exc: json.JSONDecodeError) -> str:
     return f"{message} at column {exc.colno}"
 
 
+def iter_json_lines(path: str | os.PathLike, fix: str) -> Iterator[tuple[int, object]]:
+    """(line number, decoded value) of each non-blank line; malformed JSON is a one-line error ending with `fix`
+    (for JSONL that is not one of the record kinds: training logs, per-item scores)."""
+    for number, text in iter_lines(path):
+        try:
+            yield number, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
+                              fix) from None
+
+
 def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
     """Stream validated records of `kind` from a JSONL file; duplicate keys are errors."""
     schema = SCHEMAS[kind]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
 from collections import Counter
 from collections.abc import Iterable
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import check_parent, glob_escape, output_error, output_lock
+from vltools.io.atomic import atomic_folder
 from vltools.io.progress import progress
 from vltools.synth.grammar import difference_descriptions, image_captions, region_captions
 from vltools.synth.render import png_bytes, render
@@ -342,37 +341,6 @@ def write_world(out: str | os.PathLike, options: WorldOptions, force: bool = Fal
     An existing non-empty `out` is refused, unless `force` and it holds an earlier synthetic world.
     """
     options.check()
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise VLToolsError(f"{out}: exists and is not a folder; give a new folder name")
-    replacing = out.exists() and any(out.iterdir())
-    if replacing and not force:
-        raise VLToolsError(f"{out}: folder exists and is not empty; give a new folder, or --force to replace an "
-                           "earlier synthetic world")
-    if replacing and not is_world(out):
-        raise VLToolsError(f"{out}: --force replaces only an earlier synthetic world (README.txt from vltools "
-                           "synth), and this folder holds other files; remove it yourself or choose another")
-    check_parent(out)
-    with output_lock(out):
-        for stale in out.parent.glob(f".{glob_escape(out.name)}.tmp-*"):  # of killed runs: the lock is ours
-            shutil.rmtree(stale, ignore_errors=True)
-        staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        try:
-            staging.mkdir()
-        except OSError as exc:
-            raise output_error(out, exc) from exc
-        try:
-            counts = build_world(staging, options)
-            if replacing:
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-                os.replace(staging, out)
-                shutil.rmtree(old)
-            else:
-                if out.exists():
-                    out.rmdir()
-                os.replace(staging, out)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging)
+    with atomic_folder(out, force, is_world, "synthetic world", "README.txt from vltools synth") as staging:
+        counts = build_world(staging, options)
     return counts

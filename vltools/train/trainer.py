@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -37,6 +36,7 @@ from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path, check_parent, output_error, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
+from vltools.io.numbers import dumps
 from vltools.io.progress import log, progress
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
@@ -189,7 +189,7 @@ class JsonLog:
         if self.enabled:
             try:
                 with open(self.path, "a", encoding="utf-8") as stream:
-                    stream.write(json.dumps(record) + "\n")
+                    stream.write(dumps(record) + "\n")
             except OSError as exc:
                 raise output_error(self.path, exc) from exc
             self.lines += 1

@@ -1,0 +1,92 @@
+"""`vltools report OUT/`: a static HTML gallery of rankings, captions, scores and provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vltools.errors import VLToolsError
+from vltools.io.progress import log
+from vltools.io.provenance import provenance
+from vltools.report.curves import read_training_log
+from vltools.report.gallery import (
+    caption_section,
+    file_summary,
+    parse_queries,
+    ranking_sections,
+    read_references,
+    read_scores,
+)
+from vltools.report.site import Header, write_report
+from vltools.vision.images import list_inputs
+
+FILE = click.Path(dir_okay=False)
+
+
+@click.command("report")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--rankings", multiple=True, type=FILE, help="Rankings JSONL of match (i2t, t2i and/or i2i); repeatable.")
+@click.option("--generated", multiple=True, type=FILE,
+              help="Generated captions JSONL ({image_id, caption}) or pair descriptions ({pair_id, caption}); "
+                   "repeatable.")
+@click.option("--item-scores", multiple=True, type=FILE,
+              help="Per-item metrics JSONL (score caption --per-image) of the --generated file in the same "
+                   "position; makes the cards sortable by each metric.")
+@click.option("--images", multiple=True, type=click.Path(),
+              help="Where the images are: images JSONL ({image_id, path}), a folder or a list of paths, as "
+                   "extract-regions reads them; repeatable (e.g. images.jsonl and pair_images.jsonl).")
+@click.option("--captions", type=FILE, help="Captions JSONL: caption texts, each caption's image (the ground truth "
+              "of i2t / t2i) and the references of generated image captions.")
+@click.option("--pairs", type=FILE, help="Pairs JSONL: each pair's two images and its reference descriptions.")
+@click.option("--scores", multiple=True, type=FILE, help="Metrics JSON printed by vltools score; repeatable.")
+@click.option("--proxy", type=FILE, help="Proxy HDF5 (tfidf-proxy): the relevance shown beside i2i results.")
+@click.option("--heatmaps", type=click.Path(file_okay=False),
+              help="Folder of grounding heatmaps (match --explain), QUERY__RESULT.png or QUERY/RESULT.png.")
+@click.option("--log", "logs", multiple=True, type=FILE, help="Training log (PATH.log.jsonl) to draw; repeatable.")
+@click.option("--figure", "figures", multiple=True, type=FILE,
+              help="A PNG to show in the header (e.g. score semantic --plot); repeatable.")
+@click.option("--queries", help="Show only these query / item ids: comma-separated, or @FILE with one id a line "
+              "(an image id also picks its captions' t2i queries).")
+@click.option("--sample", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Queries (and captioned items) drawn at random per section; 0 = all.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True, help="Results shown per query.")
+@click.option("--page-size", type=click.IntRange(min=1), default=50, show_default=True, help="Cards per page.")
+@click.option("--thumb-size", type=click.IntRange(min=16), default=160, show_default=True,
+              help="Longer side of the thumbnails in pixels.")
+@click.option("--title", default="vltools report", show_default=True)
+@click.option("--force", is_flag=True, help="Replace OUT if it holds an earlier report.")
+def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], item_scores: tuple[str, ...],
+            images: tuple[str, ...], captions: str | None, pairs: str | None, scores: tuple[str, ...],
+            proxy: str | None, heatmaps: str | None, logs: tuple[str, ...], figures: tuple[str, ...],
+            queries: str | None, sample: int, seed: int, top_k: int, page_size: int, thumb_size: int, title: str,
+            force: bool) -> None:
+    """Write OUT/, a static HTML report that opens from file:// or any web server (open OUT/index.html): the
+    ranked results of sampled queries with the ground truth marked, generated captions beside their references,
+    the scores, training curves and the provenance of every input. Images become thumbnails inside OUT."""
+    if item_scores and len(item_scores) > len(generated):
+        raise click.UsageError("give at most one --item-scores per --generated file, in the same order")
+    if not (rankings or generated or scores or logs or figures):
+        raise click.UsageError("nothing to show: give --rankings, --generated, --scores, --log or --figure")
+    wanted = parse_queries(queries)
+    refs = read_references(captions, pairs)
+    taken: set[str] = set()
+    sections = []
+    for path in rankings:
+        sections += ranking_sections(path, refs, wanted, sample, seed, top_k, proxy, heatmaps, taken)
+    for n, path in enumerate(generated):
+        sections.append(caption_section(path, item_scores[n] if n < len(item_scores) else None, refs, wanted,
+                                        sample, seed, taken))
+    if wanted is not None and sections and not any(s.cards for s in sections):
+        raise VLToolsError(f"--queries: none of the {len(wanted)} ids is a query or item of the given files; "
+                           "check the ids")
+    items = list_inputs(images) if images else []
+    inputs = [*rankings, *generated, *item_scores, *images, *(p for p in (captions, pairs, proxy) if p), *scores,
+              *logs]
+    header = Header(title, [(path, read_scores(path)) for path in scores], [Path(f) for f in figures],
+                    [read_training_log(path) for path in logs],
+                    [file_summary(path) for path in inputs if Path(path).is_file()], provenance())
+    counts = write_report(out, header, sections, items, thumb_size, page_size, force)
+    log.info("wrote %s/index.html: %d sections, %d cards, %d thumbnails%s", out, len(sections), counts["cards"],
+             counts["thumbnails"], f", {counts['broken']} images unreadable" if counts["broken"] else "")

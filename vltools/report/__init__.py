@@ -1,0 +1,1 @@
+"""Looking at results: training curves (`plot`) and the static HTML gallery (`report`)."""
