@@ -208,7 +208,7 @@ def test_average_sims_is_the_elementwise_mean_and_checks_ids():
 
 
 def test_npy_matrix_in_the_precomp_layout(tmp_path):
-    np.save(tmp_path / "m.npy", np.arange(10, dtype=np.float32).reshape(2, 5))
+    np.save(tmp_path / "m.npy", np.arange(20, dtype=np.float32).reshape(2, 10))
     sims = read_npy_sims(tmp_path / "m.npy", prefix="test_")
     assert sims.image_ids == ["test_0", "test_1"]
     assert sims.caption_ids[:6] == ["test_0#0", "test_0#1", "test_0#2", "test_0#3", "test_0#4", "test_1#0"]
