@@ -99,7 +99,7 @@ def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
     assert result["mR"] == pytest.approx(sum(result[d][f"R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)) / 6)
     assert (result["n_images"], result["n_captions"]) == (20, 60)
     folds = stdout_json(vltools_cmd("score", "retrieval", path, "--protocol", "coco1k", "--fold-size", "10"))
-    assert folds["protocol"] == "coco1k"
+    assert (folds["protocol"], folds["fold_size"]) == ("coco1k", 10)
     assert folds["rsum"] == pytest.approx(sum(folds[d][f"R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
     rankings = []
     for i, image in enumerate(images):

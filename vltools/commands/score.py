@@ -182,6 +182,8 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
         result = retrieval_eval.summarize(i2t, t2i)
     result = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "mR": result["mR"],
               "n_images": result["n_images"], "n_captions": result["n_captions"], "protocol": protocol}
+    if protocol == "coco1k":
+        result["fold_size"] = fold_size
     _emit(result, _retrieval_rows(result))
 
 
