@@ -12,6 +12,7 @@
 #   https://iudata.blob.core.windows.net/scan/data.zip    (tens of GB: both datasets' features)
 #   https://iudata.blob.core.windows.net/scan/vocab.zip
 #   mirror: https://drive.google.com/drive/u/0/folders/1os1Kr7HeTbh8FajBNegW8rjJf6GIhFqC
+# VLTOOLS_OFFLINE=1: touch no network; print what to fetch and where to put it, and exit 1 (as offline).
 set -euo pipefail
 
 DEST=${1:-data}
@@ -28,6 +29,9 @@ EOF
     exit 1
 }
 
+if [[ -n "${VLTOOLS_OFFLINE:-}" ]]; then
+    offline
+fi
 for tool in unzip; do
     command -v "$tool" > /dev/null || { echo "fetch_precomp.sh: needs $tool; install it first" >&2; exit 1; }
 done

@@ -9,9 +9,12 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import (
+    Sims,
+    average_sims,
     caption_image_index,
     fold_metrics,
     rankings_ranks,
+    read_npy_sims,
     read_sims,
     retrieval_metrics,
     summarize,
@@ -191,3 +194,24 @@ def test_rankings_errors_name_the_ids():
     stranger = [*good, {"query": "q9", "direction": "i2t", "ids": [], "scores": []}]
     with pytest.raises(VLToolsError, match="'q9'"):
         rankings_ranks(stranger, captions, caption_images, "r.jsonl")
+
+
+def test_average_sims_is_the_elementwise_mean_and_checks_ids():
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.normal(size=(2, 4)).astype(np.float32) for _ in range(3))
+    ids = (["i0", "i1"], ["c0", "c1", "c2", "c3"], ["i0", "i0", "i1", "i1"])
+    mean = average_sims([("a", Sims(a, *ids)), ("b", Sims(b, *ids)), ("c", Sims(c, *ids))])
+    assert mean.sims == pytest.approx((a.astype(np.float64) + b + c) / 3)
+    assert (mean.image_ids, mean.caption_ids, mean.caption_image_ids) == ids
+    with pytest.raises(VLToolsError, match="b: /caption_image_ids: has other ids than a"):
+        average_sims([("a", Sims(a, *ids)), ("b", Sims(b, ids[0], ids[1], ["i0", "i1", "i1", "i1"]))])
+
+
+def test_npy_matrix_in_the_precomp_layout(tmp_path):
+    np.save(tmp_path / "m.npy", np.arange(20, dtype=np.float32).reshape(2, 10))
+    sims = read_npy_sims(tmp_path / "m.npy", prefix="test_")
+    assert sims.image_ids == ["test_0", "test_1"]
+    assert sims.caption_ids[:6] == ["test_0#0", "test_0#1", "test_0#2", "test_0#3", "test_0#4", "test_1#0"]
+    assert sims.caption_image_ids == ["test_0"] * 5 + ["test_1"] * 5
+    with pytest.raises(VLToolsError, match="does not fit the 3 images x 10 captions"):
+        read_npy_sims(tmp_path / "m.npy", ["a", "b", "c"], [str(k) for k in range(10)], ["a"] * 10)

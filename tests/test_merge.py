@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -37,7 +39,8 @@ def test_merge_to_a_file_keeps_rows_failed_and_provenance(tmp_path):
         assert merged.ids == ["1", "3", "2"]
         assert np.array_equal(merged.read(["1", "3", "2"])["regions"], np.concatenate([a, b]))
         attrs = merged.attrs
-    assert attrs["backbone"] == "resnet18" and "shard" not in attrs and "a.h5" in attrs["merged_from"]
+    assert attrs["backbone"] == "resnet18" and "shard" not in attrs
+    assert [part["file"] for part in json.loads(attrs["parts"])] == ["a.h5", "b.h5"]
     assert attrs["num_failed"] == 2
     assert FeaturesReader(tmp_path / "all.h5").failed == ["x.jpg\tempty file (0 bytes)",
                                                 "y.jpg\tnot an image file Pillow can read"]
@@ -63,3 +66,56 @@ def test_merge_refuses_a_file_made_differently_naming_it(tmp_path, capsys):
         error = capsys.readouterr().err.strip()
         assert error.count("\n") == 0 and str(tmp_path / other) in error and what in error
         assert not (tmp_path / "out.h5").exists()
+
+
+def _precomp_split(folder, split, images, dim=8, seed=0):
+    """A precomp split as the SCAN / SGRAF data has it: {split}_ims.npy (N x 36 x dim) and {split}_caps.txt."""
+    folder.mkdir(exist_ok=True)
+    ims = np.random.default_rng(seed).standard_normal((images, 36, dim)).astype(np.float32)
+    np.save(folder / f"{split}_ims.npy", ims)
+    (folder / f"{split}_caps.txt").write_text("".join(f"a dog number {i} .\n" for i in range(5 * images)))
+    return ims
+
+
+def _convert(folder, split, out):
+    assert _exit("-q", "convert", "precomp", folder, "--split", split, "--features", out) == 0
+    return out
+
+
+def test_merge_joins_the_converted_splits_of_one_precomp_folder_keeping_each_provenance(tmp_path):
+    data = tmp_path / "f30k_precomp"
+    train, dev = _precomp_split(data, "train", 3, seed=1), _precomp_split(data, "dev", 2, seed=2)
+    parts = [_convert(data, split, tmp_path / f"{split}.h5") for split in ("train", "dev")]
+    assert _exit("-q", "merge", *parts, "-o", tmp_path / "trainval.h5") == 0
+    with FeaturesReader(tmp_path / "trainval.h5") as merged:
+        ids = ["train_0", "train_1", "train_2", "dev_0", "dev_1"]
+        assert merged.ids == ids
+        assert np.array_equal(merged.read(ids)["regions"], np.concatenate([train, dev]))
+        attrs = merged.attrs
+    assert attrs["backbone"] == "precomp" and "source" not in attrs
+    provenance = json.loads(attrs["parts"])
+    assert [part["file"] for part in provenance] == ["train.h5", "dev.h5"]
+    assert [Path(part["source"]).name for part in provenance] == ["train_ims.npy", "dev_ims.npy"]
+    assert all(part["command"] and part["created"] and part["vltools_version"] for part in provenance)
+    # a merged file merges again: the parts' provenance is carried, not nested
+    _precomp_split(data, "test", 1, seed=3)
+    _convert(data, "test", tmp_path / "test.h5")
+    assert _exit("-q", "merge", tmp_path / "trainval.h5", tmp_path / "test.h5", "-o", tmp_path / "all.h5") == 0
+    with FeaturesReader(tmp_path / "all.h5") as merged:
+        assert [part["file"] for part in json.loads(merged.attrs["parts"])] == ["train.h5", "dev.h5", "test.h5"]
+
+
+def test_merge_refuses_features_that_differ_in_what_they_are(tmp_path, capsys):
+    _precomp_split(tmp_path / "a", "train", 2)
+    _precomp_split(tmp_path / "b", "dev", 2, dim=4)
+    train, dev = _convert(tmp_path / "a", "train", tmp_path / "train.h5"), _convert(tmp_path / "b", "dev",
+                                                                                     tmp_path / "dev.h5")
+    capsys.readouterr()
+    assert _exit("merge", train, dev, "-o", tmp_path / "out.h5") == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and str(dev) in error and "(36, 4)" in error and "(36, 8)" in error
+    _write(tmp_path / "grid.h5", ["x"])
+    assert _exit("merge", train, tmp_path / "grid.h5", "-o", tmp_path / "out.h5") == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "grid.h5" in error and "'backbone'" in error
+    assert not (tmp_path / "out.h5").exists()

@@ -90,15 +90,16 @@ def sims_world(tmp_path, n_images=20, per_image=3, seed=0):
 def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
     path, sims, index, images, captions = sims_world(tmp_path)
     result = stdout_json(vltools_cmd("score", "retrieval", path))
-    assert list(result) == ["i2t", "t2i", "rsum", "n_images", "n_captions", "protocol"]
+    assert list(result) == ["i2t", "t2i", "rsum", "mR", "n_images", "n_captions", "protocol"]
     assert list(result["i2t"]) == ["R@1", "R@5", "R@10", "medr", "meanr"]
     expected = retrieval_metrics(sims, index)
     for key in ("i2t", "t2i", "rsum"):
         assert result[key] == pytest.approx(expected[key])
     assert result["protocol"] == "full"
+    assert result["mR"] == pytest.approx(sum(result[d][f"R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)) / 6)
     assert (result["n_images"], result["n_captions"]) == (20, 60)
     folds = stdout_json(vltools_cmd("score", "retrieval", path, "--protocol", "coco1k", "--fold-size", "10"))
-    assert folds["protocol"] == "coco1k"
+    assert (folds["protocol"], folds["fold_size"]) == ("coco1k", 10)
     assert folds["rsum"] == pytest.approx(sum(folds[d][f"R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
     rankings = []
     for i, image in enumerate(images):
@@ -123,6 +124,48 @@ def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
     assert vltools_cmd("score", "retrieval", ranks_path).returncode == 2
     one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps, "--protocol", "coco1k"),
                    "sims")
+
+
+def test_retrieval_of_a_npy_matrix_equals_the_same_matrix_as_a_sims_file(tmp_path, vltools_cmd):
+    # precomp layout: five captions per image in order, as the released evaluation code saves its matrices
+    path, sims, index, images, captions = sims_world(tmp_path, n_images=20, per_image=5, seed=3)
+    np.save(tmp_path / "sims.npy", sims.astype(np.float32))
+    from_h5 = stdout_json(vltools_cmd("score", "retrieval", path))
+    from_npy = stdout_json(vltools_cmd("score", "retrieval", tmp_path / "sims.npy"))
+    assert from_npy == from_h5
+    # ids from a captions file: rows = images in order of first mention, columns = the split's captions in order
+    caps = jsonl(tmp_path / "caps.jsonl", [{"image_id": "other", "caption": "y", "split": "train"}]
+                 + [{"image_id": images[i], "caption": "x", "split": "test"} for i in index])
+    with_captions = stdout_json(vltools_cmd("score", "retrieval", tmp_path / "sims.npy", "--captions", caps,
+                                            "--split", "test", "--protocol", "coco1k", "--fold-size", "10"))
+    assert with_captions == stdout_json(vltools_cmd("score", "retrieval", path, "--protocol", "coco1k",
+                                                    "--fold-size", "10"))
+    np.save(tmp_path / "wide.npy", np.zeros((20, 60), dtype=np.float32))
+    one_line_error(vltools_cmd("score", "retrieval", tmp_path / "wide.npy"), "wide.npy", "20 x 60", "--captions")
+    one_line_error(vltools_cmd("score", "retrieval", tmp_path / "sims.npy", "--captions", caps), "sims.npy",
+                   "21 images x 101 captions")
+    np.save(tmp_path / "transposed.npy", sims.T.astype(np.float32))
+    one_line_error(vltools_cmd("score", "retrieval", tmp_path / "transposed.npy"), "transposed")
+
+
+def test_retrieval_ensemble_is_the_mean_of_the_matrices_and_needs_the_same_ids(tmp_path, vltools_cmd):
+    first, sims_a, index, images, captions = sims_world(tmp_path, seed=1)
+    sims_b = np.random.default_rng(2).normal(size=sims_a.shape)
+    second = tmp_path / "b.h5"
+    write_sims(second, sims_b, images, captions, [images[i] for i in index])
+    ensemble = stdout_json(vltools_cmd("score", "retrieval", first, second))
+    expected = retrieval_metrics((sims_a + sims_b) / 2, index)
+    for key in ("i2t", "t2i", "rsum", "mR"):
+        assert ensemble[key] == pytest.approx(expected[key])
+    assert ensemble["rsum"] != pytest.approx(retrieval_metrics(sims_a, index)["rsum"])
+    renamed = tmp_path / "renamed.h5"
+    write_sims(renamed, sims_b, images, [f"x{c}" for c in captions], [images[i] for i in index])
+    one_line_error(vltools_cmd("score", "retrieval", first, renamed), "renamed.h5", "/caption_ids", "other ids")
+    shuffled = tmp_path / "shuffled.h5"
+    write_sims(shuffled, sims_b[::-1], images[::-1], captions, [images[i] for i in index])
+    one_line_error(vltools_cmd("score", "retrieval", first, shuffled), "shuffled.h5", "/image_ids", "another order")
+    ranks = jsonl(tmp_path / "ranks.jsonl", [])
+    one_line_error(vltools_cmd("score", "retrieval", first, ranks), "ranks.jsonl", "ensemble")
 
 
 def test_retrieval_refuses_mismatched_ids(tmp_path, vltools_cmd):

@@ -2,7 +2,7 @@
 
 Usage: python table.py TITLE chance=SCORES.json SAF=saf.json SGR=sgr.json SGRAF=sgraf.json [--paper=f30k|coco1k]
 The chance row is exact for a uniformly random ranking of the image and caption counts in SCORES.json (one
-1000-image fold under the coco1k protocol): an image has c = n_captions / n_images captions, so
+fold, of `fold_size` images, under the coco1k protocol): an image has c = n_captions / n_images captions, so
 i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K); a caption has one image: t2i R@K = K / n_images.
 """
 
@@ -13,7 +13,6 @@ import sys
 from math import comb
 
 KS = (1, 5, 10)
-FOLD = 1000
 # SGRAF paper, Table 1 (sentence retrieval R@1/5/10, image retrieval R@1/5/10)
 PAPER = {
     "f30k": {"SAF": (73.7, 93.3, 96.3, 56.1, 81.5, 88.0), "SGR": (75.2, 93.3, 96.6, 56.2, 81.0, 86.5),
@@ -47,7 +46,8 @@ def chance_of(path: str) -> tuple[float, ...]:
     result = load(path)
     images, captions = result["n_images"], result["n_captions"]
     if result.get("protocol") == "coco1k":
-        images, captions = FOLD, captions * FOLD // images
+        fold = result.get("fold_size", 1000)
+        images, captions = fold, captions * fold // images
     return chance(images, captions)
 
 

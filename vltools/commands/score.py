@@ -97,6 +97,7 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
         values = result[direction]
         rows.append((direction, *(_number(values[k], 1) for k in ("R@1", "R@5", "R@10", "medr", "meanr"))))
     rows.append(("rsum", _number(result["rsum"], 1), "", "", "", ""))
+    rows.append(("mR", _number(result["mR"], 1), "", "", "", ""))
     return rows
 
 
@@ -113,54 +114,92 @@ def _check_sims_captions(scores: str, sims: retrieval_eval.Sims, captions: str, 
     return [records[n]["image_id"] for n in chosen]
 
 
+def _matrix(path: str, captions: str | None, split: str | None) -> retrieval_eval.Sims:
+    """A sims HDF5 file, or a plain .npy matrix with ids from --captions (and --split) or the precomp layout."""
+    if is_hdf5(path):
+        sims = retrieval_eval.read_sims(path)
+        if captions is not None:
+            sims.caption_image_ids = _check_sims_captions(path, sims, captions, split)
+        return sims
+    if captions is None:
+        return retrieval_eval.read_npy_sims(path, prefix=f"{split}_" if split else "")
+    ids, images = _captions_of(captions, split)
+    return retrieval_eval.read_npy_sims(path, list(dict.fromkeys(images)), ids, images)
+
+
+def _captions_of(captions: str, split: str | None) -> tuple[list[str], list[str]]:
+    """Caption ids and their images' ids from a captions JSONL, in file order (only `split`'s when given)."""
+    records = read_records(captions, "captions")
+    ids = caption_ids(records, captions)
+    if split is not None:
+        chosen = [n for n, record in enumerate(records) if record.get("split") == split]
+        if not chosen:
+            raise VLToolsError(f"{captions}: no captions with split {split!r}; check --split")
+        records = [records[n] for n in chosen]
+        ids = [ids[n] for n in chosen]
+    return ids, [record["image_id"] for record in records]
+
+
 @command.command("retrieval")
-@click.argument("scores", type=FILE)
-@click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image (needed for rankings JSONL).")
+@click.argument("scores", nargs=-1, required=True, type=FILE)
+@click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image: needed for rankings JSONL; "
+              "for a .npy matrix, its rows are the images in order of first mention and its columns the captions.")
 @click.option("--protocol", type=click.Choice(["full", "coco1k"]), default="full", show_default=True,
               help="full: all images and captions at once (COCO 5K, Flickr30K 1K); coco1k: mean over folds of "
                    "--fold-size images and their captions, in file order.")
 @click.option("--fold-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Images per fold for --protocol coco1k.")
-@click.option("--split", help="With --captions: score only the captions of this split (as `match --split` ranked).")
-def retrieval(scores: str, captions: str | None, protocol: str, fold_size: int, split: str | None) -> None:
-    """R@1/5/10 both ways, medr, meanr and rsum from SCORES: a sims HDF5 file or a rankings JSONL (with --captions).
+@click.option("--split", help="With --captions: score only the captions of this split (as `match --split` ranked). "
+              "A .npy matrix in the precomp layout names its images {split}_{i}, as `convert precomp` does.")
+def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold_size: int,
+              split: str | None) -> None:
+    """R@1/5/10 both ways, medr, meanr, rsum and mR (rsum / 6) from SCORES: a sims HDF5 file, a plain .npy
+    images x captions matrix, or a rankings JSONL (with --captions).
 
-    Recalls are percentages; ranks are 1-based. For rankings (top-k lists) an answer beyond the list counts as
-    not found, and medr / meanr are null when they cannot be known.
+    Several matrices (sims HDF5 or .npy) are averaged into an ensemble (SGRAF = sgr_sims.h5 saf_sims.h5); they
+    must have the same image and caption ids in the same order. A .npy matrix without --captions must be in the
+    precomp layout: n images x 5n captions, the five captions of image i in columns 5i .. 5i + 4 (what the
+    released SCAN / SGRAF evaluation saves). Recalls are percentages; ranks are 1-based. For rankings (top-k
+    lists) an answer beyond the list counts as not found, and medr / meanr are null when they cannot be known.
     """
-    if is_hdf5(scores):
-        sims = retrieval_eval.read_sims(scores)
-        if captions is not None:
-            sims.caption_image_ids = _check_sims_captions(scores, sims, captions, split)
+    matrices = [path for path in scores if is_hdf5(path) or str(path).lower().endswith(".npy")]
+    if matrices:
+        if len(matrices) != len(scores):
+            rankings = next(path for path in scores if path not in matrices)
+            raise VLToolsError(f"{rankings}: rankings cannot join an ensemble of similarity matrices; give only "
+                               "sims HDF5 or .npy files, or one rankings JSONL")
+        parts = [(path, _matrix(path, captions, split)) for path in scores]
+        sims = retrieval_eval.average_sims(parts)
+        if len(parts) > 1:
+            log.info("ensemble: mean of %d similarity matrices", len(parts))
+        source = scores[0]
         if sims.caption_image_ids is None:
-            raise VLToolsError(f"{scores}: no /caption_image_ids dataset; retrieval needs the image of each caption")
-        index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, scores)
+            raise VLToolsError(f"{source}: no /caption_image_ids dataset; retrieval needs the image of each caption")
+        index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, source)
         if protocol == "coco1k":
             result = retrieval_eval.fold_metrics(sims.sims, index, fold_size)
             log.info("%d folds of %d images", result["n_folds"], fold_size)
         else:
             result = retrieval_eval.retrieval_metrics(sims.sims, index)
     else:
+        if len(scores) > 1:
+            raise click.UsageError("rankings JSONL are scored one at a time; ensembles need similarity matrices")
+        scores_path = scores[0]
         if captions is None:
             raise click.UsageError("a rankings JSONL needs --captions CAPS.jsonl to know each caption's image")
         if protocol != "full":
-            raise VLToolsError(f"{scores}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot be "
-                               "re-ranked within folds); rerun match with --sims")
-        records = read_records(captions, "captions")
-        ids_of_captions = caption_ids(records, captions)
-        if split is not None:
-            chosen = [n for n, record in enumerate(records) if record.get("split") == split]
-            if not chosen:
-                raise VLToolsError(f"{captions}: no captions with split {split!r}; check --split")
-            records = [records[n] for n in chosen]
-            ids_of_captions = [ids_of_captions[n] for n in chosen]
-        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores, "rankings"), ids_of_captions,
-                                                           [r["image_id"] for r in records], scores)
+            raise VLToolsError(f"{scores_path}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot "
+                               "be re-ranked within folds); rerun match with --sims")
+        ids_of_captions, images_of_captions = _captions_of(captions, split)
+        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores_path, "rankings"), ids_of_captions,
+                                                           images_of_captions, scores_path)
         if shortest < 10:
             log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)
         result = retrieval_eval.summarize(i2t, t2i)
-    result = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "n_images": result["n_images"],
-              "n_captions": result["n_captions"], "protocol": protocol}
+    result = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "mR": result["mR"],
+              "n_images": result["n_images"], "n_captions": result["n_captions"], "protocol": protocol}
+    if protocol == "coco1k":
+        result["fold_size"] = fold_size
     _emit(result, _retrieval_rows(result))
 
 

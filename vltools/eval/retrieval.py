@@ -7,8 +7,14 @@ Conventions (the same as SCAN's `evalrank` on real-valued scores):
   meanr = mean rank + 1 (1-based, as printed by those codes);
 - ties are broken against the model (an item scored equal to the right answer counts as ranked above it),
   so a constant similarity matrix scores no better than chance; with continuous scores there are no ties;
-- rsum = sum of the six recalls; in the COCO 1K protocol (five folds of 1000 images and their captions, in file
-  order) every number is the mean over the folds and rsum is the sum of the averaged recalls.
+- rsum = sum of the six recalls and mR = their mean (rsum / 6, the summary SCO reports); in the COCO 1K protocol
+  (five folds of 1000 images and their captions, in file order) every number is the mean over the folds and rsum
+  and mR come from the averaged recalls.
+
+A similarity matrix can also come from elsewhere: a plain `.npy` array of images x captions (what the released
+SCAN / SGRAF evaluation code saves), with ids from a captions file or in the precomp layout (the five captions of
+image i in columns 5i .. 5i + 4). Several matrices with the same ids average into an ensemble (SGRAF = mean of SGR
+and SAF).
 
 For rankings JSONL (top-k lists) a right answer missing from the list has an unknown rank beyond k: it counts as
 not found for R@K, medr is reported only when the median falls within the lists, and meanr only when every
@@ -18,6 +24,7 @@ query's answer is listed (otherwise null).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +34,7 @@ from vltools.io.hdf5 import decode_strings, open_h5, write_arrays
 
 KS = (1, 5, 10)
 BLOCK = 1024
+PRECOMP_CAPTIONS_PER_IMAGE = 5
 
 
 @dataclass
@@ -83,6 +91,61 @@ def read_sims(path: str | os.PathLike) -> Sims:
         raise input_error(path, "/caption_image_ids", f"{len(caption_image_ids)} entries for {len(caption_ids)} "
                           "captions")
     return Sims(sims, image_ids, caption_ids, caption_image_ids)
+
+
+def read_npy_sims(path: str | os.PathLike, image_ids: list[str] | None = None, caption_ids: list[str] | None = None,
+                  caption_image_ids: list[str] | None = None, prefix: str = "") -> Sims:
+    """A plain `.npy` images x captions matrix as `Sims`.
+
+    With ids (from a captions file: rows = images in order of first mention, columns = captions in order) the
+    shape must fit them; without, the matrix must be in the precomp layout, 5 captions per image in order
+    (n x 5n), and the ids are those `convert precomp` gives a split without an ids file: image `{prefix}{i}`,
+    caption `{prefix}{i}#{k}`.
+    """
+    try:
+        sims = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise input_error(path, None, f"not a readable .npy array ({exc})",
+                          "give an images x captions similarity matrix saved with numpy.save") from None
+    if sims.ndim != 2 or not np.issubdtype(sims.dtype, np.number):
+        raise input_error(path, None, f"expected a 2-D numeric images x captions matrix, found {sims.dtype} "
+                          f"{tuple(sims.shape)}", "give the similarity matrix itself")
+    rows, columns = sims.shape
+    if image_ids is None:
+        per_image = PRECOMP_CAPTIONS_PER_IMAGE
+        if rows == 0 or columns != per_image * rows:
+            hint = " (it looks transposed: rows must be images)" if rows == per_image * columns else ""
+            raise input_error(path, None, f"shape {rows} x {columns} is not the precomp layout of {per_image} "
+                              f"captions per image (n x {per_image}n){hint}",
+                              "give --captions CAPS.jsonl naming the columns' captions in order")
+        image_ids = [f"{prefix}{i}" for i in range(rows)]
+        caption_image_ids = [image_ids[j // per_image] for j in range(columns)]
+        caption_ids = [f"{image}#{j % per_image}" for j, image in enumerate(caption_image_ids)]
+    elif (rows, columns) != (len(image_ids), len(caption_ids or ())):
+        raise input_error(path, None, f"shape {rows} x {columns} does not fit the {len(image_ids)} images x "
+                          f"{len(caption_ids or ())} captions of the captions file",
+                          "give the captions (and --split) the matrix was computed for")
+    matrix = np.asarray(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
+    if not np.isfinite(matrix).all():
+        raise input_error(path, None, "contains NaN or infinite scores", "check the model that wrote it")
+    return Sims(matrix, list(image_ids), list(caption_ids or ()), list(caption_image_ids or ()) or None)
+
+
+def average_sims(parts: Sequence[tuple[object, Sims]]) -> Sims:
+    """The ensemble of several (source, matrix) parts: the mean matrix, in float64. Every part must have the
+    first part's image ids, caption ids and caption images in the same order."""
+    first_source, first = parts[0]
+    total = np.array(first.sims, dtype=np.float64)
+    for source, part in parts[1:]:
+        for name in ("image_ids", "caption_ids", "caption_image_ids"):
+            mine, theirs = getattr(first, name), getattr(part, name)
+            if mine != theirs:
+                what = ("the same ids in another order" if mine is not None and theirs is not None
+                        and sorted(mine) == sorted(theirs) else "other ids")
+                raise input_error(source, f"/{name}", f"has {what} than {first_source}",
+                                  "an ensemble averages matrices of the same images and captions, in the same order")
+        total += part.sims
+    return Sims(total / len(parts), first.image_ids, first.caption_ids, first.caption_image_ids)
 
 
 def shown_ids(ids: list[str], limit: int = 5) -> str:
@@ -159,7 +222,8 @@ def rank_summary(ranks: np.ndarray, ks: tuple[int, ...] = KS) -> dict[str, float
 def summarize(i2t_ranks: np.ndarray, t2i_ranks: np.ndarray) -> dict[str, object]:
     """The metrics JSON (without `protocol`) from both directions' ranks."""
     i2t, t2i = rank_summary(i2t_ranks), rank_summary(t2i_ranks)
-    return {"i2t": i2t, "t2i": t2i, "rsum": rsum(i2t, t2i), "n_images": len(i2t_ranks),
+    total = rsum(i2t, t2i)
+    return {"i2t": i2t, "t2i": t2i, "rsum": total, "mR": total / (2 * len(KS)), "n_images": len(i2t_ranks),
             "n_captions": len(t2i_ranks)}
 
 
@@ -196,7 +260,8 @@ def fold_metrics(sims: np.ndarray, caption_image_index: np.ndarray, fold_size: i
         folds.append(retrieval_metrics(sims[start:start + fold_size][:, columns], index[columns] - start))
     averaged = {direction: {key: float(np.mean([fold[direction][key] for fold in folds]))
                             for key in folds[0][direction]} for direction in ("i2t", "t2i")}
-    return {**averaged, "rsum": rsum(averaged["i2t"], averaged["t2i"]), "n_images": n_images,
+    total = rsum(averaged["i2t"], averaged["t2i"])
+    return {**averaged, "rsum": total, "mR": total / (2 * len(KS)), "n_images": n_images,
             "n_captions": int(sims.shape[1]), "n_folds": len(folds)}
 
 

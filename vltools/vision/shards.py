@@ -9,6 +9,7 @@ the same streaming merge to join the outputs of `--shard i/n` runs.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -24,17 +25,47 @@ from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
 from vltools.io.hdf5 import decode_strings, string_dtype
 from vltools.io.progress import log
 
-# attributes that describe how a file was made rather than what its features are
-BOOKKEEPING_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "shard", "num_failed",
-                     "inputs_digest", "merged_from", "dtype", IDS_CHECKSUM}
+# provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
+PROVENANCE_ATTRS = {"vltools_version", "command", "created", "shard", "inputs_digest", "source", "split",
+                    "merged_from", "parts"}
+# attributes that describe the file rather than what its features are (dtype is compared on the datasets)
+BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed", "dtype", IDS_CHECKSUM}
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
 MERGE_BLOCK = 256
 
 
+def is_provenance(key: str) -> bool:
+    """Whether attribute `key` records where rows came from (source, command, time, digests...)."""
+    return key in PROVENANCE_ATTRS or key.endswith("_digest")
+
+
 def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
-    """The attributes two files must share to be merged (backbone, weights, regions, sizes...)."""
-    return {k: str(v) for k, v in attrs.items() if k not in BOOKKEEPING_ATTRS}
+    """The attributes two files must share to be merged: what the features are (backbone, weights, regions,
+    sizes...), not where they came from."""
+    return {k: str(v) for k, v in attrs.items() if k not in BOOKKEEPING_ATTRS and not is_provenance(k)}
+
+
+def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str]]:
+    """The provenance of one file to merge: its own (with its file name), or its parts' if it is a merge."""
+    if "parts" in attrs:
+        return json.loads(str(attrs["parts"]))
+    return [{"file": path.name, **{k: str(v) for k, v in attrs.items() if is_provenance(k)}}]
+
+
+def merge_files(paths: Sequence[Path], target: Path) -> int:
+    """`vltools merge`: the rows of `paths` in order into `target`, which keeps the options the files share
+    and, in its `parts` attribute (JSON), each part's provenance; /failed lists are concatenated."""
+    with FeaturesReader(paths[0]) as first:
+        attrs = {k: v for k, v in first.attrs.items() if not is_provenance(k)}
+    failed: list[str] = []
+    parts: list[dict[str, str]] = []
+    for path in paths:
+        with FeaturesReader(path) as reader:
+            failed += reader.failed
+            parts += parts_provenance(path, reader.attrs)
+    attrs["parts"] = json.dumps(parts)
+    return merge_features(paths, target, attrs, failed=failed)
 
 
 def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
