@@ -396,3 +396,19 @@ def test_training_loss_and_gradients_equal_the_per_caption_computation(name):
     for key, ref in ref_grads.items():
         torch.testing.assert_close(grads[key], ref, atol=1e-5 * max(1.0, ref.abs().max().item()), rtol=1e-4,
                                    msg=key)
+
+
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_given_global_vectors_of_a_larger_block_give_the_same_scores(name):
+    # reranking computes the self-attended globals once per block and scores slices of it
+    model = make_model(name)
+    regions, tokens, lengths = make_inputs()
+    img_emb, cap_emb = encode(model, regions, tokens, lengths, torch.tensor([5, 3, 5, 4]))
+    with torch.no_grad():
+        img_glo, cap_glo = model.global_vectors(img_emb, cap_emb, lengths)
+        pick = torch.tensor([4, 1])
+        given = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick], img_glo[2:3], cap_glo[pick])
+        direct = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick])
+        reference = ref_similarity(model, img_emb[2:3], [5], cap_emb[pick], lengths[pick])
+    torch.testing.assert_close(given, direct, atol=1e-6, rtol=0)
+    torch.testing.assert_close(given, reference, atol=1e-5, rtol=0)

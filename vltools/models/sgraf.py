@@ -379,11 +379,24 @@ class EncoderSimilarity(nn.Module):
         with torch.autocast(vec.device.type, enabled=False):
             return torch.sigmoid(self.sim_eval_w(vec.float())).squeeze(-1), stats
 
-    def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
-        """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks."""
-        img_glo = self.v_global_w(img_emb, region_mask(img_emb))
+    def global_images(self, img_emb: torch.Tensor) -> torch.Tensor:
+        """Global images [Bi, E] (VisualSA); in eval mode each depends on its own image only."""
+        return self.v_global_w(img_emb, region_mask(img_emb))
+
+    def global_captions(self, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Global captions [Bc, E] (TextSA over each caption's real words)."""
+        return self.t_global_w(cap_emb, cap_lengths.to(device=cap_emb.device, dtype=torch.long))
+
+    def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor,
+                img_glo: torch.Tensor | None = None, cap_glo: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks.
+
+        `img_glo` / `cap_glo`: the global vectors when the caller has them already (reranking scores each
+        query against a few candidates many times; recomputing the self-attention would dominate its time).
+        """
+        img_glo = self.global_images(img_emb) if img_glo is None else img_glo
         lengths = cap_lengths.to(device=cap_emb.device, dtype=torch.long)
-        cap_glo = self.t_global_w(cap_emb, lengths)
+        cap_glo = self.global_captions(cap_emb, lengths) if cap_glo is None else cap_glo
         order = torch.argsort(lengths, descending=True, stable=True)
         sorted_lengths = lengths[order].tolist()
         parts, all_stats = [], []
@@ -437,9 +450,15 @@ class SGRAFModel(nn.Module):
         """Word ids [B, L] (<start> ... <end>, 0-padded) -> word embeddings [B, L, E], zero past each length."""
         return self.txt_enc(tokens, lengths)
 
-    def similarity(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
-        """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc]."""
-        return self.sim_enc(img_emb, cap_emb, cap_lengths)
+    def similarity(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor,
+                   img_glo: torch.Tensor | None = None, cap_glo: torch.Tensor | None = None) -> torch.Tensor:
+        """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc] (globals: see EncoderSimilarity)."""
+        return self.sim_enc(img_emb, cap_emb, cap_lengths, img_glo, cap_glo)
+
+    def global_vectors(self, img_emb: torch.Tensor, cap_emb: torch.Tensor,
+                       cap_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global images [Bi, E], global captions [Bc, E]) for `similarity(..., img_glo, cap_glo)`."""
+        return self.sim_enc.global_images(img_emb), self.sim_enc.global_captions(cap_emb, cap_lengths)
 
     def forward(self, regions: torch.Tensor, num_regions: torch.Tensor | None, tokens: torch.Tensor,
                 lengths: torch.Tensor) -> torch.Tensor:
