@@ -12,13 +12,24 @@ weights all scores lie within a few thousandths of each other, so R@K is near ch
 far more fragile than a trained model's), and one training step on a batch of 128 (forward, loss,
 backward, gradient clipping, Adam).
 
-Run: `.venv/bin/python benchmarks/match_sgraf.py` (2 threads; the last line is one JSON object).
+Limits (`--limits`, or `--limits-only` to skip the comparison above): the floating-point operations of SGR
+and SAF per image-caption pair at the official sizes, counted analytically (`flops_per_pair`: the matrix
+products of the batched computation, per pair, for the mean caption length; per-image and per-caption
+encodings are amortised and left out), this machine's fp32 matrix-multiply rate measured in the same run
+on the shape of the dominant product, and vltools' measured time per pair against the floor FLOPs / rate.
+Two-stage search (`match --rerank K`): the time of reranking K candidates per query, measured per pair on
+a few queries, and of the first stage (VSE encoders and the exact search), extrapolated to a 5,000 x 25,000
+set against exhaustive matching at the measured time per pair (exhaustive 5K x 25K SGR takes days on a CPU).
+
+Run: `.venv/bin/python benchmarks/match_sgraf.py [--limits | --limits-only]` (2 threads; the last line is one
+JSON object).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,8 +39,10 @@ from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.eval.retrieval import retrieval_metrics
+from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.losses import hardest_negative_loss
-from vltools.matching.similarity import similarity_blocks
+from vltools.matching.rerank import rerank_direction
+from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
 from vltools.models import build_model
 from vltools.models.sgraf import l2norm
 
@@ -183,17 +196,162 @@ def measure(model: nn.Module, n_img: int, n_cap: int, reference_captions: int, b
     return row
 
 
+# ---------- the machine's limit: FLOPs per pair, matmul rate, two-stage search ----------
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]   # --clock cpu: this process's CPU seconds, for a shared machine at --threads 1
+
+def flops_per_pair(model_name: str, words: float, regions: int = 36, embed: int = 1024, sim: int = 256,
+                   steps: int = 3) -> dict[str, float]:
+    """Matrix-product FLOPs (2 per multiply-add) of one image-caption pair as vltools computes it.
+
+    `words` counts the caption's tokens with <start> and <end>; the graph has words + 1 nodes.
+    """
+    nodes = words + 1
+    parts = {
+        "attention_logits": 2 * regions * words * embed,       # v_k . t_w
+        "attended_image": 2 * words * regions * embed,         # u_w = sum_k alpha_kw v_k
+        "local_map": 2 * words * embed * sim,                  # W_l (c_w - t_w)^2
+        "global_map": 2 * embed * sim,                         # W_g (v_glo - t_glo)^2
+        "score": 2 * sim,
+    }
+    if model_name == "sgr":
+        # steps - 1 full steps: query map N M + u (one S x S product per node), logits, edges x nodes, W_r
+        parts["graph_steps"] = (steps - 1) * (2 * nodes * sim * sim + 2 * nodes * nodes * sim
+                                              + 2 * nodes * nodes * sim + 2 * nodes * sim * sim)
+        parts["graph_last_step"] = 2 * sim * sim + 2 * nodes * sim + 2 * nodes * sim + 2 * sim * sim
+    else:
+        parts["filtration"] = 2 * nodes * sim + 2 * nodes * sim   # attention logits, weighted sum
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def matmul_gflops(rows: int = 8192, inner: int = 1024, cols: int = 256, repeats: int = 10) -> float:
+    """This machine's fp32 matrix-multiply rate on the dominant product's shape ([P, 1024] x [1024, 256])."""
+    a, b = torch.randn(rows, inner), torch.randn(inner, cols)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock()
+        a @ b
+        best = min(best, clock() - start)
+    return 2 * rows * inner * cols / best / 1e9
+
+
+def rerank_seconds_per_pair(model: nn.Module, k: int, queries: int = 4) -> dict[str, float]:
+    """Seconds per reranked pair in each direction, `queries` queries x `k` candidates (random features in a
+    temporary features file, read through the same FeatureBlocks as `match --rerank`)."""
+    tokens, lengths = real_captions(k)
+    captions = CaptionBlocks([tokens[i, :int(lengths[i])].tolist() for i in range(k)], CAPTION_BLOCK)
+    ids = [str(i) for i in range(k)]
+    proposals = np.tile(np.arange(k), (queries, 1))
+    result = {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "feats.h5"
+        with FeaturesWriter(path, {"backbone": "random"}, dtype="float32") as writer:
+            writer.add(ids, regions=np.random.default_rng(5).normal(size=(k, 36, 2048)).astype(np.float32))
+        with FeaturesReader(path) as reader, torch.inference_mode():
+            images = FeatureBlocks(reader, ids, 128)
+            for side in ("images", "captions"):
+                start = clock()
+                rerank_direction([model], images, captions, proposals, 10, side, torch.device("cpu"), 512)
+                result["i2t" if side == "images" else "t2i"] = (clock() - start) / (queries * k)
+    return result
+
+
+def first_stage_seconds(n_images: int, n_captions: int, vocab_size: int, sample: int = 200) -> float:
+    """VSE encoding of every image and caption (measured on `sample` of each, scaled) plus the exact search."""
+    vse = build_model("vse", {}, vocab_size).eval()
+    tokens, lengths = real_captions(sample)
+    regions = torch.randn(sample, 36, 2048)
+    with torch.inference_mode():
+        start = clock()
+        vse.encode_images(regions, None)
+        per_image = (clock() - start) / sample
+        start = clock()
+        vse.encode_captions(tokens, lengths)
+        per_caption = (clock() - start) / sample
+    dim = 1024
+    search = 2 * 2 * n_images * n_captions * dim / (matmul_gflops() * 1e9)   # both directions
+    return per_image * n_images + per_caption * n_captions + search
+
+
+def limits(model: nn.Module, vocab_size: int, seconds_per_pair: dict[str, float]) -> dict[str, object]:
+    """FLOPs per pair, the matmul rate, time per pair against the floor, and the two-stage extrapolation."""
+    _, lengths = real_captions(250)
+    words = float(lengths.float().mean())
+    rate = matmul_gflops()
+    report: dict[str, object] = {"mean_caption_tokens": round(words, 2), "matmul_fp32_gflops": round(rate, 1)}
+    for name, measured in seconds_per_pair.items():
+        flops = flops_per_pair(name, words)
+        floor = flops["total"] / (rate * 1e9)
+        report[name] = {"mflops_per_pair": round(flops["total"] / 1e6, 2),
+                        "mflops_by_part": {k: round(v / 1e6, 3) for k, v in flops.items() if k != "total"},
+                        "seconds_per_pair": measured, "floor_seconds_per_pair": floor,
+                        "ratio_to_floor": round(measured / floor, 2)}
+    n_images, n_captions = 5000, 25000
+    exhaustive = n_images * n_captions * seconds_per_pair["sgr"]
+    first = first_stage_seconds(n_images, n_captions, vocab_size)
+    rows = {}
+    for k in (50, 100, 200):
+        per_pair = rerank_seconds_per_pair(model, k)
+        second = n_images * k * per_pair["i2t"] + n_captions * k * per_pair["t2i"]
+        rows[k] = {"rerank_i2t_s_per_pair": per_pair["i2t"], "rerank_t2i_s_per_pair": per_pair["t2i"],
+                   "estimated_rerank_s": round(first + second),
+                   "speedup_vs_exhaustive": round(exhaustive / (first + second), 1)}
+    report["5Kx25K"] = {"estimated_exhaustive_s": round(exhaustive), "estimated_first_stage_s": round(first),
+                        "rerank": rows}
+    return report
+
+
+def seconds_per_pair_now(vocab_size: int, n_img: int = 50, n_cap: int = 250) -> dict[str, float]:
+    """vltools' fp32 time per pair for SGR and SAF (random official-size weights, real captions)."""
+    regions = torch.randn(n_img, 36, 2048)
+    tokens, lengths = real_captions(n_cap)
+    result = {}
+    for name in ("sgr", "saf"):
+        model = build_model(name, {}, vocab_size).eval()
+        vltools_match(model, regions[:8], tokens[:40], lengths[:40])    # warm-up
+        start = clock()
+        vltools_match(model, regions, tokens, lengths)
+        result[name] = (clock() - start) / (n_img * n_cap)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--full-reference", action="store_true",
                         help=f"run the released loop on all captions of the larger size too (default: the first "
                              f"{LARGE_REFERENCE_CAPTIONS}, extrapolated by word count)")
+    parser.add_argument("--limits", action="store_true", help="also report FLOPs per pair against the measured "
+                        "matmul rate and the two-stage search extrapolated to 5K x 25K")
+    parser.add_argument("--limits-only", action="store_true", help="only the --limits part")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="how --limits times things: wall seconds, or this process's CPU seconds (a shared machine "
+                             "at --threads 1)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    global clock
+    clock = CLOCKS[args.clock]
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab_size = len(load_vocabulary(VOCAB))
     model = build_model("sgr", {}, vocab_size).eval()
-    report: dict[str, object] = {"threads": torch.get_num_threads(), "torch": torch.__version__}
+    report: dict[str, object] = {"threads": torch.get_num_threads(), "torch": torch.__version__, "clock": args.clock}
+    if args.limits or args.limits_only:
+        report["limits"] = limits(model, vocab_size, seconds_per_pair_now(vocab_size))
+        for name in ("sgr", "saf"):
+            row = report["limits"][name]
+            print(f"{name}: {row['mflops_per_pair']} MFLOP per pair; {row['seconds_per_pair'] * 1e3:.3f} ms per pair "
+                  f"vs floor {row['floor_seconds_per_pair'] * 1e3:.3f} ms at {report['limits']['matmul_fp32_gflops']} "
+                  f"GFLOP/s: {row['ratio_to_floor']}x the floor", flush=True)
+        big = report["limits"]["5Kx25K"]
+        for k, row in big["rerank"].items():
+            print(f"5K x 25K, --rerank {k}: about {row['estimated_rerank_s']} s vs exhaustive about "
+                  f"{big['estimated_exhaustive_s']} s ({row['speedup_vs_exhaustive']}x, extrapolated)", flush=True)
+        if args.limits_only:
+            print(json.dumps(report))
+            return
     for n_img, n_cap in SIZES:
         reference_captions = n_cap if n_cap == SIZES[0][1] or args.full_reference else LARGE_REFERENCE_CAPTIONS
         row = measure(model, n_img, n_cap, reference_captions, bf16=n_cap == SIZES[0][1])

@@ -33,6 +33,9 @@ def test_checkpoint(tmp_path):
     summary = describe(tmp_path / "m.pt")
     assert summary["kind"] == "checkpoint" and summary["model"] == "vse"
     assert summary["parameters"] == 3 * 4 + 4 and summary["vocab_size"] == 4
+    assert summary["tokenizer"] is None
+    save_checkpoint(tmp_path / "t.pt", "vse", {}, {}, train_state={"inputs": {"tokenizer": "rule+treebank"}})
+    assert describe(tmp_path / "t.pt")["tokenizer"] == "rule+treebank"
 
 
 def test_jsonl_kinds_and_splits(tmp_path):

@@ -355,3 +355,60 @@ def test_bf16_autocast_runs_and_stays_close(name):
             bf16 = model.similarity(img_emb, cap_emb, lengths)
     assert bf16.dtype == torch.float32   # scores leave the model in float32 (ranking resolution)
     torch.testing.assert_close(bf16, fp32, atol=2e-2, rtol=0)
+
+
+def test_fused_local_similarity_backward_is_the_derivative():
+    # float64 finite differences against the hand-written backward (inputs: attention, regions, words, W)
+    gen = torch.Generator().manual_seed(3)
+    regions = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64)
+    alpha = torch.rand(3, 4, 2 * 5, generator=gen, dtype=torch.float64).softmax(dim=1)
+    words = torch.randn(2, 5, 6, generator=gen, dtype=torch.float64)
+    weight = torch.randn(7, 6, generator=gen, dtype=torch.float64)
+    inputs = tuple(x.requires_grad_() for x in (alpha, regions, words, weight))
+    assert torch.autograd.gradcheck(sgraf_module.LocalSimilarity.apply, inputs)
+    u = torch.bmm(alpha.transpose(1, 2), regions).view(3, 2, 5, 6)
+    direct = F.linear((u / (u.norm(dim=-1, keepdim=True) + EPS) - words) ** 2, weight)
+    torch.testing.assert_close(sgraf_module.LocalSimilarity.apply(*inputs), direct)
+
+
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_training_loss_and_gradients_equal_the_per_caption_computation(name):
+    # captions of very different lengths (2 to 30 words), images with padded regions; eval-mode BatchNorm so
+    # that the per-caption reference applies, gradients on (the fused training path runs whenever they are)
+    model = make_model(name)
+    regions, tokens, lengths = make_inputs(n_img=6, lengths=(30, 2, 17, 5, 23, 3))
+    num_regions = torch.tensor([5, 3, 5, 4, 2, 5])
+    weights = torch.rand(6, 6, generator=torch.Generator().manual_seed(4))
+
+    def loss_and_grads(similarity):
+        model.zero_grad()
+        img_emb = model.encode_images(regions, num_regions)
+        cap_emb = model.encode_captions(tokens, lengths)
+        loss = (similarity(img_emb, cap_emb) * weights).sum()
+        loss.backward()
+        return loss.item(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    loss, grads = loss_and_grads(lambda img, cap: model.similarity(img, cap, lengths))
+    ref_loss, ref_grads = loss_and_grads(lambda img, cap: ref_similarity(model, img, num_regions.tolist(), cap,
+                                                                        lengths))
+    assert loss == pytest.approx(ref_loss, abs=1e-5)
+    assert grads.keys() == ref_grads.keys()
+    for key, ref in ref_grads.items():
+        torch.testing.assert_close(grads[key], ref, atol=1e-5 * max(1.0, ref.abs().max().item()), rtol=1e-4,
+                                   msg=key)
+
+
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_given_global_vectors_of_a_larger_block_give_the_same_scores(name):
+    # reranking computes the self-attended globals once per block and scores slices of it
+    model = make_model(name)
+    regions, tokens, lengths = make_inputs()
+    img_emb, cap_emb = encode(model, regions, tokens, lengths, torch.tensor([5, 3, 5, 4]))
+    with torch.no_grad():
+        img_glo, cap_glo = model.global_vectors(img_emb, cap_emb, lengths)
+        pick = torch.tensor([4, 1])
+        given = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick], img_glo[2:3], cap_glo[pick])
+        direct = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick])
+        reference = ref_similarity(model, img_emb[2:3], [5], cap_emb[pick], lengths[pick])
+    torch.testing.assert_close(given, direct, atol=1e-6, rtol=0)
+    torch.testing.assert_close(given, reference, atol=1e-5, rtol=0)

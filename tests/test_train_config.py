@@ -93,6 +93,10 @@ def test_example_configs_load(name):
     assert dataset in ("f30k", "coco")
     assert (config["train"]["epochs"], config["train"]["lr_update"]) == expected
     assert (config["train"]["batch_size"], config["train"]["lr"], config["train"]["grad_clip"]) == (128, 2e-4, 2.0)
+    # the released training semantics (Paranioar/SGRAF train.py, model.py, data.py, vocab.py)
+    assert config["train"]["keep_best"] == "epoch_end"
+    assert (config["task"]["negatives"], config["task"]["vocab_splits"], config["task"]["val_captions"]) == \
+        ("diagonal", "train+val", 5000)
 
 
 def test_all_four_example_configs_exist():

@@ -243,3 +243,38 @@ def test_non_finite_gradient_stops_with_a_clear_error(tmp_path):
     torch.manual_seed(0)
     with distributed("cpu") as env, pytest.raises(VLToolsError, match="diverged at iteration 1: the gradient is"):
         train(Regression(x, torch.zeros(8)), regression_config(batch_size=8, device="cpu"), tmp_path / "m.pt", env)
+
+
+class Scripted(Regression):
+    """The regression task whose validations return scripted scores, one per call, to test checkpoint keeping."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, scores: list[float]) -> None:
+        super().__init__(x, y)
+        self.scores = list(scores)
+
+    def validate(self, model, device):
+        return {"neg_mse": self.scores.pop(0)}
+
+
+@pytest.mark.parametrize("keep_best, kept_iteration, best", [("any", 2, 5.0), ("epoch_end", 8, 3.0)])
+def test_keep_best_any_or_epoch_end_only(tmp_path, keep_best, kept_iteration, best):
+    # 2 epochs of 4 steps, validation every 2 iterations: iterations 2, 4 (end of epoch 1), 6, 8 (end of epoch 2).
+    # The mid-epoch validation at iteration 2 scores best (5.0); the released loop never keeps it.
+    x, y = torch.randn(32, 3, generator=torch.Generator().manual_seed(0)), torch.zeros(32)
+    torch.manual_seed(0)
+    task = Scripted(x, y, [5.0, 1.0, 4.0, 3.0])
+    config = regression_config(epochs=2, batch_size=8, val_every=2, keep_best=keep_best, device="cpu")
+    with distributed("cpu") as env:
+        summary = train(task, config, tmp_path / "m.pt", env)
+    assert summary["best"] == best
+    assert load_checkpoint(tmp_path / "m.pt")["train_state"]["iteration"] == kept_iteration
+    vals = [r for r in log_records(tmp_path / "m.pt") if r["type"] == "val"]
+    assert [r["neg_mse"] for r in vals] == [5.0, 1.0, 4.0, 3.0]   # every validation is still logged
+    assert [r["best"] for r in vals] == ([True, False, False, False] if keep_best == "any" else
+                                         [False, True, False, True])
+
+
+def test_keep_best_must_be_a_known_choice(tmp_path):
+    with distributed("cpu") as env, pytest.raises(VLToolsError, match="train.keep_best must be one of any, epoch_end"):
+        train(Regression(torch.ones(8, 2), torch.zeros(8)), regression_config(keep_best="last", device="cpu"),
+              tmp_path / "m.pt", env)

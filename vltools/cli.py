@@ -32,6 +32,7 @@ STAGES = {
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
     "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
+    "models": ("models", "List, add and remove named checkpoints and ensembles (match --model NAME)."),
 }
 
 

@@ -11,6 +11,7 @@ from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import write_sims
 from vltools.io.features import FeaturesReader
+from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import write_records
@@ -36,9 +37,10 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @click.command("match", epilog=MEMORY_NOTE)
 @click.argument("first", metavar="FEATS.h5|IMG_EMB.h5", type=click.Path(dir_okay=False))
 @click.argument("second", metavar="CAPS.jsonl|CAP_EMB.h5", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "model_paths", multiple=True, metavar="CKPT",
-              help="Matching checkpoint; repeat for an ensemble (SGRAF = --model sgr.pt --model saf.pt: mean of "
-                   "their similarities). Not used with two embeddings files.")
+@click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME",
+              help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
+                   "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
+                   "Not used with two embeddings files.")
 @click.option("--split", default="test", show_default=True, help="Captions of this split are matched.")
 @click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
@@ -84,7 +86,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
         raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
     chosen = read_split(second, split)
     check_images(chosen, first, second)
-    loaded = load_models(model_paths)
+    loaded = load_models(resolve_models(model_paths))
     chosen_device = resolve_device(device)
     for item in loaded:
         item.model.to(chosen_device)
@@ -96,7 +98,11 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
         captions = CaptionBlocks(tokens, batch_captions)
         models = [item.model for item in loaded]
         if rerank_k is not None:
-            stage = load_model(first_stage)
+            stage_paths = resolve_models([first_stage])
+            if len(stage_paths) != 1:
+                raise VLToolsError(f"--first-stage {first_stage}: names an ensemble of {len(stage_paths)} checkpoints; "
+                                   "the first stage is one separable model")
+            stage = load_model(stage_paths[0])
             require_separable(stage.model, stage.name, first_stage)
             check_features(reader, [stage])
             stage.model.to(chosen_device)

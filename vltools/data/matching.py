@@ -41,6 +41,14 @@ class CaptionSplit:
     def __len__(self) -> int:
         return len(self.captions)
 
+    def head(self, n: int) -> CaptionSplit:
+        """The first `n` captions and their images (the released loader validates on the first 5,000)."""
+        index = self.caption_image_index[:n]
+        images = list(dict.fromkeys(index.tolist()))
+        renumber = {old: new for new, old in enumerate(images)}
+        return CaptionSplit(self.name, self.captions[:n], self.caption_ids[:n], [self.image_ids[i] for i in images],
+                            np.array([renumber[i] for i in index.tolist()], dtype=np.int64))
+
 
 def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[dict] | None = None) -> CaptionSplit:
     """The captions of `split` from a captions JSONL (records without a split are in none)."""

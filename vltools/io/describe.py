@@ -61,6 +61,7 @@ def describe_checkpoint(path: Path) -> dict:
         "parameters": int(sum(t.numel() for t in state.values())),
         "tensors": len(state),
         "train_state": {k: v for k, v in payload.get("train_state", {}).items() if isinstance(v, (int, float, str))},
+        "tokenizer": (payload.get("train_state", {}).get("inputs") or {}).get("tokenizer"),  # which built the vocab
         "provenance": payload.get("provenance"),
     }
 

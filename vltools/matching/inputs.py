@@ -56,14 +56,20 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
 
 
 def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
-    """Load every checkpoint; an ensemble's members must share the vocabulary (same caption tokens)."""
+    """Load every checkpoint; an ensemble's members must share the vocabulary (same caption tokens) and the
+    region features they read (img_dim, num_regions)."""
     if not paths:
-        raise VLToolsError("no model given; pass --model CHECKPOINT (repeat it for an ensemble such as SGRAF)")
+        raise VLToolsError("no model given; pass --model CHECKPOINT or a stored name (repeat it for an ensemble)")
     loaded = [load_model(path) for path in paths]
     for other in loaded[1:]:
         if other.vocab.words != loaded[0].vocab.words:
             raise VLToolsError(f"{other.path}: its vocabulary differs from that of {loaded[0].path}; the models of "
                                "an ensemble must be trained on the same vocabulary (train with --vocab)")
+        for key in ("img_dim", "num_regions"):
+            mine, first = other.config.get(key), loaded[0].config.get(key)
+            if mine is not None and first is not None and mine != first:
+                raise VLToolsError(f"{other.path}: {key}={mine} but {loaded[0].path} has {key}={first}; the models "
+                                   "of an ensemble must read the same region features")
     return loaded
 
 

@@ -2,8 +2,9 @@
 
 Scoring every pair with SGR / SAF costs n_images x n_captions model evaluations; with a first stage
 the cross-attention models score only n_queries x K pairs in each direction. Queries are processed in
-blocks whose candidate union is encoded once (at most `items_per_block` items), then each query is scored
-against its own K candidates in one batched call.
+blocks whose candidate union is encoded once (at most `items_per_block` items), with the models' global
+vectors (SGR / SAF self-attention) computed once per block too, then each query is scored against its own
+K candidates in one batched call.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vltools.matching.similarity import (
     encode_images,
     ensemble_similarity,
     evaluating,
+    global_vectors,
 )
 from vltools.matching.topk import search
 
@@ -76,9 +78,11 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
         if query_side == "images":
             query_embs = encode_images(models, images.take(query_rows), device)
             item_embs, lengths = encode_captions(models, captions.take(union), device)
+            glo = global_vectors(models, query_embs, item_embs, lengths)
         else:
             query_embs, lengths = encode_captions(models, captions.take(query_rows), device)
             item_embs = encode_images(models, images.take(union), device)
+            glo = global_vectors(models, item_embs, query_embs, lengths)
         for row in range(len(block)):
             chosen = torch.as_tensor(where[row][where[row] >= 0], device=device)
             if not len(chosen):
@@ -86,9 +90,11 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
             query = [e[row:row + 1] for e in query_embs]
             item = [e[chosen] for e in item_embs]
             if query_side == "images":
-                scores = ensemble_similarity(models, query, item, lengths[chosen])[0]
+                pick = [None if g is None else (g[0][row:row + 1], g[1][chosen]) for g in glo]
+                scores = ensemble_similarity(models, query, item, lengths[chosen], pick)[0]
             else:
-                scores = ensemble_similarity(models, item, query, lengths[row:row + 1])[:, 0]
+                pick = [None if g is None else (g[0][chosen], g[1][row:row + 1]) for g in glo]
+                scores = ensemble_similarity(models, item, query, lengths[row:row + 1], pick)[:, 0]
             best = scores.topk(min(keep, len(chosen)))
             found = len(best.values)
             values[start + row, :found] = best.values.cpu().numpy()

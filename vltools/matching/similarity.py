@@ -137,12 +137,25 @@ def encode_captions(models: Sequence[nn.Module], block: CaptionBlock,
     return [model.encode_captions(tokens, lengths) for model in models], lengths
 
 
+def global_vectors(models: Sequence[nn.Module], image_embs: Sequence[torch.Tensor],
+                   caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor) -> list[tuple | None]:
+    """Per model, (global images, global captions) of the blocks when the model has them (SGR, SAF), else None."""
+    return [model.global_vectors(img, cap, lengths) if hasattr(model, "global_vectors") else None
+            for model, img, cap in zip(models, image_embs, caption_embs, strict=True)]
+
+
 def ensemble_similarity(models: Sequence[nn.Module], image_embs: Sequence[torch.Tensor],
-                        caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
-    """Mean over models of their [Bi, Bc] similarity blocks, in float32 (SGRAF = mean of SGR and SAF)."""
+                        caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor,
+                        globals_: Sequence[tuple | None] | None = None) -> torch.Tensor:
+    """Mean over models of their [Bi, Bc] similarity blocks, in float32 (SGRAF = mean of SGR and SAF).
+
+    `globals_`: per model, precomputed (global images, global captions) of these blocks, or None.
+    """
     total = None
-    for model, img, cap in zip(models, image_embs, caption_embs, strict=True):
-        sims = model.similarity(img, cap, lengths).float()
+    for n, (model, img, cap) in enumerate(zip(models, image_embs, caption_embs, strict=True)):
+        given = globals_[n] if globals_ is not None else None
+        sims = (model.similarity(img, cap, lengths) if given is None else
+                model.similarity(img, cap, lengths, *given)).float()
         total = sims if total is None else total + sims
     return total / len(models)
 

@@ -256,6 +256,53 @@ class AttentionFiltration(nn.Module):
         self.bn.num_batches_tracked.add_(n)
 
 
+class LocalSimilarity(torch.autograd.Function):
+    """W (l2norm(u) - t)^2 without bias, for training: the [Bi, Bc, L, E] steps fused with a hand-written backward.
+
+    Inputs: alpha [Bi, K, Bc * L] (attention), v [Bi, K, E] (regions), t [Bc, L, E] (words), W [S, E].
+    With u = alpha^T v (attended image), n = |u| + 1e-8 and d = u - n t, the output is (d^2 W^T) / n^2
+    (= W (u / n - t)^2).  Autograd through the plain expression would keep three [Bi, Bc, L, E] tensors
+    and make about ten passes over such tensors in the backward pass; here the forward pass turns u into d
+    in place and keeps d and d^2, and the backward pass makes one [Bi, Bc, L, E] gradient and updates it in
+    place (the gradient through n uses u = d + n t, so u itself is not kept).
+    """
+
+    @staticmethod
+    def forward(ctx, alpha: torch.Tensor, regions: torch.Tensor, words: torch.Tensor,
+                weight: torch.Tensor) -> torch.Tensor:
+        n_img, n_cap, n_word = regions.size(0), words.size(0), words.size(1)
+        diff = torch.bmm(alpha.transpose(1, 2), regions).view(n_img, n_cap, n_word, -1)
+        words, weight = words.to(diff.dtype), weight.to(diff.dtype)   # one dtype under autocast
+        norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
+        scale = norm + 1e-8
+        diff.addcmul_(words, scale, value=-1)
+        square = diff.square()
+        out = F.linear(square, weight).div_(scale.square())
+        ctx.save_for_backward(alpha, regions, words, weight, diff, square, norm, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        alpha, regions, words, weight, diff, square, norm, out = ctx.saved_tensors
+        grad_out = grad_out.to(diff.dtype)
+        alpha, regions = alpha.to(diff.dtype), regions.to(diff.dtype)
+        scale = norm + 1e-8
+        grad_proj = grad_out / scale.square()
+        grad_weight = grad_proj.reshape(-1, grad_proj.size(-1)).t() @ square.reshape(-1, square.size(-1))
+        # d(out)/d(scale) through the division by scale^2
+        grad_scale = (grad_out * out).sum(-1, keepdim=True).mul_(-2).div_(scale)
+        grad_diff = F.linear(grad_proj.mul_(2), weight.t()).mul_(diff)            # [Bi, Bc, L, E]
+        grad_words = -torch.einsum("icl,icle->cle", scale.squeeze(-1), grad_diff)
+        grad_scale -= torch.einsum("icle,cle->icl", grad_diff, words).unsqueeze(-1)
+        # scale = |u| + eps with u = d + scale * t: d|u|/du = u / |u|
+        factor = grad_scale / norm.clamp(min=torch.finfo(norm.dtype).tiny)
+        grad_diff.addcmul_(diff, factor).addcmul_(words, factor * scale)
+        grad_u = grad_diff.view(regions.size(0), -1, regions.size(-1))
+        grad_alpha = torch.bmm(regions, grad_u.transpose(1, 2))                   # [Bi, K, Bc * L]
+        grad_regions = torch.bmm(alpha, grad_u)
+        return grad_alpha, grad_regions, grad_words, grad_weight
+
+
 class EncoderSimilarity(nn.Module):
     """Similarity representations (local + global) and their SGR or SAF aggregation into a score."""
 
@@ -280,34 +327,39 @@ class EncoderSimilarity(nn.Module):
         else:
             raise VLToolsError(f"module_name must be SGR or SAF, got {module_name!r}")
 
-    def attend(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        """Attended image per word (SCAN t2i), before its l2norm: [Bi, K, E] x [Bc, L, E] -> u [Bi, Bc, L, E].
+    def attention(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """Word-to-region attention (SCAN t2i): [Bi, K, E] x [Bc, L, E] -> alpha [Bi, K, Bc * L].
 
         a = leaky_relu(v_k . t_w, 0.1), l2-normalised over the caption's real words for each region,
-        alpha = softmax(lambda * a) over regions, u_w = sum_k alpha_kw v_k; the attended image is
-        c_w = l2norm(u_w).  A padded region (zero row) adds nothing to u, and the l2norm removes the
-        rescaling its weight causes, so it needs no mask.
+        alpha = softmax(lambda * a) over regions; the attended image is c_w = l2norm(u_w), u_w = sum_k alpha_kw v_k.
+        A padded region (zero row) adds nothing to u, and the l2norm removes the rescaling its weight
+        causes, so it needs no mask.
         """
         n_img, n_reg, dim = img_emb.shape
         n_cap, n_word, _ = cap_emb.shape
         logits = (img_emb.reshape(-1, dim) @ cap_emb.reshape(-1, dim).t()).view(n_img, n_reg, n_cap, n_word)
         logits = F.leaky_relu(logits, 0.1) * word_mask
-        alpha = (l2norm(logits, dim=-1) * self.lambda_softmax).softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
-        return torch.bmm(alpha.transpose(1, 2), img_emb).view(n_img, n_cap, n_word, dim)
+        return (l2norm(logits, dim=-1) * self.lambda_softmax).softmax(dim=1).view(n_img, n_reg, n_cap * n_word)
+
+    def attend(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """Attended image per word before its l2norm: u [Bi, Bc, L, E] (see `attention`)."""
+        alpha = self.attention(img_emb, cap_emb, word_mask)
+        return torch.bmm(alpha.transpose(1, 2), img_emb).view(img_emb.size(0), *cap_emb.shape)
 
     def nodes(self, img_emb: torch.Tensor, img_glo: torch.Tensor, cap_emb: torch.Tensor, word_mask: torch.Tensor,
               cap_glo: torch.Tensor) -> torch.Tensor:
         """Similarity graph nodes [Bi, Bc, 1 + L, S]: global s_g then local s_1..s_L (padded words garbage)."""
-        weighted = self.attend(img_emb, cap_emb, word_mask)
-        norm = torch.linalg.vector_norm(weighted, dim=-1, keepdim=True) + 1e-8
-        # with c = u / n, (c - t)^2 = (u - n t)^2 / n^2: the division by n^2 moves past the linear map onto
-        # its 256-d output, which saves a pass over the large [Bi, Bc, L, E] tensor
-        if _scratch(weighted):
-            difference = weighted.addcmul_(cap_emb, norm, value=-1).square_()
-        else:
-            difference = (weighted - cap_emb * norm).pow(2)
         loc = self.sim_tranloc_w
-        sim_loc = _l2norm_temp(torch.addcdiv(loc.bias, F.linear(difference, loc.weight), norm.square()))
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (img_emb, cap_emb, loc.weight)):
+            alpha = self.attention(img_emb, cap_emb, word_mask)
+            sim_loc = l2norm(LocalSimilarity.apply(alpha, img_emb, cap_emb, loc.weight) + loc.bias)
+        else:
+            weighted = self.attend(img_emb, cap_emb, word_mask)
+            norm = torch.linalg.vector_norm(weighted, dim=-1, keepdim=True) + 1e-8
+            # with c = u / n, (c - t)^2 = (u - n t)^2 / n^2: the division by n^2 moves past the linear map onto
+            # its 256-d output, which saves a pass over the large [Bi, Bc, L, E] tensor
+            difference = weighted.addcmul_(cap_emb, norm, value=-1).square_()
+            sim_loc = _l2norm_temp(torch.addcdiv(loc.bias, F.linear(difference, loc.weight), norm.square()))
         sim_glo = _l2norm_temp(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
         return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
 
@@ -327,11 +379,24 @@ class EncoderSimilarity(nn.Module):
         with torch.autocast(vec.device.type, enabled=False):
             return torch.sigmoid(self.sim_eval_w(vec.float())).squeeze(-1), stats
 
-    def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
-        """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks."""
-        img_glo = self.v_global_w(img_emb, region_mask(img_emb))
+    def global_images(self, img_emb: torch.Tensor) -> torch.Tensor:
+        """Global images [Bi, E] (VisualSA); in eval mode each depends on its own image only."""
+        return self.v_global_w(img_emb, region_mask(img_emb))
+
+    def global_captions(self, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Global captions [Bc, E] (TextSA over each caption's real words)."""
+        return self.t_global_w(cap_emb, cap_lengths.to(device=cap_emb.device, dtype=torch.long))
+
+    def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor,
+                img_glo: torch.Tensor | None = None, cap_glo: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks.
+
+        `img_glo` / `cap_glo`: the global vectors when the caller has them already (reranking scores each
+        query against a few candidates many times; recomputing the self-attention would dominate its time).
+        """
+        img_glo = self.global_images(img_emb) if img_glo is None else img_glo
         lengths = cap_lengths.to(device=cap_emb.device, dtype=torch.long)
-        cap_glo = self.t_global_w(cap_emb, lengths)
+        cap_glo = self.global_captions(cap_emb, lengths) if cap_glo is None else cap_glo
         order = torch.argsort(lengths, descending=True, stable=True)
         sorted_lengths = lengths[order].tolist()
         parts, all_stats = [], []
@@ -385,9 +450,15 @@ class SGRAFModel(nn.Module):
         """Word ids [B, L] (<start> ... <end>, 0-padded) -> word embeddings [B, L, E], zero past each length."""
         return self.txt_enc(tokens, lengths)
 
-    def similarity(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
-        """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc]."""
-        return self.sim_enc(img_emb, cap_emb, cap_lengths)
+    def similarity(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor,
+                   img_glo: torch.Tensor | None = None, cap_glo: torch.Tensor | None = None) -> torch.Tensor:
+        """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc] (globals: see EncoderSimilarity)."""
+        return self.sim_enc(img_emb, cap_emb, cap_lengths, img_glo, cap_glo)
+
+    def global_vectors(self, img_emb: torch.Tensor, cap_emb: torch.Tensor,
+                       cap_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global images [Bi, E], global captions [Bc, E]) for `similarity(..., img_glo, cap_glo)`."""
+        return self.sim_enc.global_images(img_emb), self.sim_enc.global_captions(cap_emb, cap_lengths)
 
     def forward(self, regions: torch.Tensor, num_regions: torch.Tensor | None, tokens: torch.Tensor,
                 lengths: torch.Tensor) -> torch.Tensor:

@@ -1,22 +1,95 @@
-"""Offline word tokenisation compatible with the SCAN / SGRAF preprocessing."""
+"""Word tokenisation compatible with the SCAN / SGRAF preprocessing: `nltk.word_tokenize(caption.lower())`.
+
+`word_tokenize` first splits the text into sentences with NLTK's punkt model, then runs the Treebank
+tokenizer on each sentence; the Treebank tokenizer splits off only a sentence's final period, so
+"a dog runs. it is wet." gives "runs" "." only because of the sentence split. The punkt model is a
+download (`nltk.download("punkt_tab")`, which `bin/fetch_sgraf_models.sh` does). When it is installed
+it is used; otherwise the offline rule below splits sentences the way punkt does on lower-case
+captions:
+
+- the punkt algorithm itself (NLTK's `PunktSentenceTokenizer`: its word tokens and its candidate
+  sentence ends, a `.`, `?` or `!` followed by white space and another token, or by other punctuation),
+- with the abbreviations of `ABBREVIATIONS` in place of the trained English model's list: a period
+  after one of them ends no sentence. The list holds the abbreviations that the released SGRAF
+  vocabularies keep glued to their period (ave., dr., mr., mrs., st., u.s., j.p.) and common titles;
+- a period after a single letter (an initial, "the letter a.") or a number ends no sentence: with
+  lower-case text and a lower-case next word, punkt's orthographic heuristic decides so too.
+
+On lower-case captions the trained model differs from this rule only on abbreviations missing from
+the list (such a period then splits off as "." where punkt keeps "xyz.").
+"""
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Literal
+
+from vltools.errors import VLToolsError
+
+Splitter = Literal["auto", "punkt", "rule"]
+
+# abbreviations (lower case, without the final period) after which the offline rule never splits
+ABBREVIATIONS = frozenset({
+    "mr", "mrs", "ms", "dr", "st", "ave", "jr", "sr", "vs", "inc", "co", "corp", "ltd", "mt", "ft", "prof",
+    "u.s", "u.k", "j.p", "e.g", "i.e", "a.m", "p.m", "no",
+})
+
+RULE_NAME = "rule+treebank"     # the offline rule's name, recorded in checkpoints
+PUNKT_NAME = "punkt+treebank"   # nltk.word_tokenize with the punkt English model
 
 
 @cache
 def _treebank():
-    """NLTK's Treebank tokenizer, imported on first use (nltk takes about a second to import)."""
+    """NLTK's (improved) Treebank tokenizer, imported on first use (nltk takes about a second to import)."""
     from nltk.tokenize import NLTKWordTokenizer
 
     return NLTKWordTokenizer()
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-case Treebank-style tokens, as `nltk.word_tokenize(text.lower())` gives for one sentence.
+@cache
+def _punkt():
+    """The punkt English sentence splitter, or None when its data (punkt_tab) is not installed."""
+    from nltk.tokenize import PunktTokenizer
 
-    `word_tokenize` first splits sentences with the punkt model, which would need a download; captions
-    are single sentences, so the Treebank tokenizer alone gives the same tokens.
+    try:
+        return PunktTokenizer("english")
+    except LookupError:
+        return None
+
+
+@cache
+def _rule():
+    """The offline sentence rule: punkt's algorithm with `ABBREVIATIONS` and no trained statistics."""
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    params = PunktParameters()
+    params.abbrev_types = set(ABBREVIATIONS)
+    return PunktSentenceTokenizer(params)
+
+
+def tokenizer_name(splitter: Splitter = "auto") -> str:
+    """Which tokenizer `tokenize(..., splitter)` runs: PUNKT_NAME or RULE_NAME ("auto": punkt when installed)."""
+    if splitter == "punkt" or splitter == "auto" and _punkt() is not None:
+        return PUNKT_NAME
+    return RULE_NAME
+
+
+def tokenize(text: str, splitter: Splitter = "auto") -> list[str]:
+    """Lower-case tokens as `nltk.word_tokenize(text.lower())` gives: sentences split, then Treebank on each.
+
+    `splitter`: "punkt" (needs the punkt_tab data), "rule" (the offline rule of
+    the module docstring) or "auto" (punkt when installed, else the rule).
     """
-    return _treebank().tokenize(text.lower())
+    sentences = _sentence_splitter(splitter).tokenize(text.lower())
+    treebank = _treebank()
+    return [token for sentence in sentences for token in treebank.tokenize(sentence)]
+
+
+def _sentence_splitter(splitter: Splitter):
+    if tokenizer_name(splitter) == RULE_NAME:
+        return _rule()
+    punkt = _punkt()
+    if punkt is None:
+        raise VLToolsError("the punkt sentence model is not installed; run `python -m nltk.downloader punkt_tab` "
+                           "(or bin/fetch_sgraf_models.sh), or use the offline rule")
+    return punkt

@@ -28,12 +28,15 @@ TRAIN_DEFAULTS: dict[str, object] = {
     "lr_update": 30,          # the learning rate is divided by 10 every `lr_update` epochs
     "grad_clip": 2.0,         # max total gradient norm; 0 disables clipping
     "val_every": 1000,        # validate every N iterations (0: only at the end of each epoch)
+    "keep_best": "any",       # best checkpoint from: any validation (vltools), epoch_end validations only (released)
     "save_every": 1000,       # write the resume file every N iterations (0: only at the end of each epoch)
     "log_every": 10,          # one loss line in the log every N iterations
     "seed": 0,
     "workers": 0,
     "device": "auto",
 }
+
+KEEP_BEST = ("any", "epoch_end")
 
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -61,6 +64,13 @@ def coerce(value: object, default: object, key: str, source: str) -> object:
     elif expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     raise VLToolsError(f"{source}: {key} must be {_type_name(default)}, not {value!r}")
+
+
+def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
+    """A string option must be one of `allowed`; otherwise a one-line error naming them."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise VLToolsError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 def _locate(defaults: Mapping[str, Mapping[str, object]], key: str, source: str) -> tuple[str, str]:

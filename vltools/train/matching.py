@@ -24,19 +24,27 @@ from vltools.data.matching import (
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import hardest_negative_loss
 from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
 from vltools.models import build_model, default_config
+from vltools.text.tokenize import tokenizer_name
 from vltools.text.vocab import Vocabulary
+from vltools.train.config import check_choice
 
 TASK_DEFAULTS: dict[str, object] = {
     "margin": 0.2,
     "max_violation": True,     # hardest negative only (VSE++); false sums over all negatives
-    "vocab_threshold": 4,      # words seen fewer times in the training captions map to <unk>
+    "negatives": "other_images",  # other_images: never a caption of the same image; diagonal: as released
+    "vocab_threshold": 4,      # words seen fewer times in the vocabulary's captions map to <unk>
+    "vocab_splits": "train",   # captions a built vocabulary counts: train, or train+val (released vocabularies)
+    "val_captions": 0,         # validate on the first N captions of the validation split (0: all; released 5000)
     "val_batch_size": 100,     # images and captions per validation block (memory ~ block^2 x words x embed)
 }
+NEGATIVES = ("other_images", "diagonal")
+VOCAB_SPLITS = ("train", "train+val")
 
 
 def defaults(model_name: str) -> dict[str, dict[str, object]]:
@@ -71,11 +79,17 @@ class MatchingTask:
     def __init__(self, model_name: str, config: dict, features: str | os.PathLike, captions: str | os.PathLike,
                  train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary) -> None:
         self.model_name, self.options, self.vocab = model_name, config["task"], vocab
+        check_choice("task.negatives", self.options["negatives"], NEGATIVES)
+        if self.options["val_captions"] < 0:
+            raise VLToolsError(f"task.val_captions must be 0 (all) or a number of captions, not "
+                               f"{self.options['val_captions']}")
+        if self.options["val_captions"]:
+            val = val.head(self.options["val_captions"])
         self.features, self.val = features, val
         self.inputs = {"features": str(features), "captions": str(captions), "train_split": train.name,
                        "val_split": val.name, "train_captions": len(train), "val_captions": len(val),
                        "train_captions_digest": ids_digest(train.caption_ids),
-                       "val_captions_digest": ids_digest(val.caption_ids)}
+                       "val_captions_digest": ids_digest(val.caption_ids), "tokenizer": tokenizer_name()}
         self.model_config = data_config(model_name, config["model"], features)
         self.model: nn.Module = build_model(model_name, self.model_config, len(vocab))
         self.train_data = MatchingDataset(features, train, vocab)
@@ -85,9 +99,16 @@ class MatchingTask:
         return collate_matching(items)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Hardest-negative hinge on the batch's similarities; captions of the same image are not negatives."""
+        """Hardest-negative hinge on the batch's similarities.
+
+        negatives=other_images: a caption of the same image (an image twice in the batch) is never a
+        negative; negatives=diagonal: only pair i's own caption is masked, as the released loss does, so
+        another caption of the same image can be a (often the hardest) negative.
+        """
         sims = model(batch["regions"], batch["num_regions"], batch["tokens"], batch["lengths"])
-        same = batch["image_index"][:, None] == batch["image_index"][None, :]
+        same = None
+        if self.options["negatives"] == "other_images":
+            same = batch["image_index"][:, None] == batch["image_index"][None, :]
         return hardest_negative_loss(sims, margin=self.options["margin"], max_violation=self.options["max_violation"],
                                      positive_mask=same)
 
@@ -110,7 +131,8 @@ class MatchingTask:
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,
                train_split: str = "train", val_split: str = "val") -> MatchingTask:
-    """The matching task from `FEATS.h5 CAPS.jsonl`; the vocabulary is `vocab` or built from training captions."""
+    """The matching task from `FEATS.h5 CAPS.jsonl`; the vocabulary is `vocab`, or built from the training
+    captions (task.vocab_splits=train+val: training and validation captions, as the released vocabularies)."""
     if len(inputs) != 2:
         raise VLToolsError(f"--model {model_name} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
     features, captions = inputs
@@ -118,5 +140,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     train, val = (read_split(captions, split, records) for split in (train_split, val_split))
     for split in (train, val):
         check_images(split, features, captions)
-    words = load_vocabulary(vocab, train.captions, threshold=config["task"]["vocab_threshold"])
+    check_choice("task.vocab_splits", config["task"]["vocab_splits"], VOCAB_SPLITS)
+    counted = train.captions + (val.captions if config["task"]["vocab_splits"] == "train+val" else [])
+    words = load_vocabulary(vocab, counted, threshold=config["task"]["vocab_threshold"])
+    log.info("tokenizer: %s", tokenizer_name())
     return MatchingTask(model_name, config, features, captions, train, val, words)

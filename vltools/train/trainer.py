@@ -2,8 +2,9 @@
 
 What the loop does (official SGRAF schedule): Adam; the learning rate divided by 10 every `lr_update`
 epochs; gradient clipping on the total norm; validation every `val_every` iterations and after each
-epoch, keeping the checkpoint with the best score at PATH; one JSON line per logged step and per
-validation in `PATH.log.jsonl`; a resume file `PATH.last.pt` (model, optimizer, RNG states and
+epoch, keeping the checkpoint with the best score at PATH (`keep_best`: from any validation, or only from
+the end-of-epoch ones as the released loop does); one JSON line per logged step and per validation in
+`PATH.log.jsonl`; a resume file `PATH.last.pt` (model, optimizer, RNG states and
 position) written atomically after each epoch and every `save_every` iterations.
 
 Determinism and scale: the data order is a function of (seed, epoch) only, and each global batch of
@@ -38,9 +39,10 @@ from vltools.io.atomic import atomic_path, check_parent, output_error, output_lo
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import dumps
 from vltools.io.progress import log, progress
+from vltools.train.config import KEEP_BEST, check_choice
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
-RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every"}
+RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
 
 
 class Task(Protocol):
@@ -236,6 +238,7 @@ class Trainer:
         for key in ("batch_size", "accumulate", "epochs"):
             if self.options[key] < 1:
                 raise VLToolsError(f"train.{key} must be at least 1, not {self.options[key]}")
+        check_choice("train.keep_best", self.options["keep_best"], KEEP_BEST)
         self.model = task.model.to(env.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.options["lr"])
         self.wrapped = DistributedDataParallel(self.model, device_ids=[env.device] if env.device.type == "cuda"
@@ -290,7 +293,7 @@ class Trainer:
                 timed = [0.0, 0]
             if step + 1 < steps:
                 if self.options["val_every"] > 0 and iteration % self.options["val_every"] == 0:
-                    self._validate(epoch)
+                    self._validate(epoch, may_keep=self.options["keep_best"] == "any")
                 if self.options["save_every"] > 0 and iteration % self.options["save_every"] == 0:
                     self._save_last()
         self.state.update(epoch=epoch + 1, step=0)
@@ -326,15 +329,19 @@ class Trainer:
             value /= self.env.world_size
         return float(value)
 
-    def _validate(self, epoch: int) -> None:
-        """Rank 0 scores the model and keeps it at PATH when it is the best so far; the others wait."""
+    def _validate(self, epoch: int, may_keep: bool = True) -> None:
+        """Rank 0 scores the model and keeps it at PATH when it is the best so far; the others wait.
+
+        With `may_keep` False (mid-epoch validations under keep_best=epoch_end, as the released loop
+        does) the scores are only logged: the model is neither kept nor counted as the best.
+        """
         if self.env.main:
             self.model.eval()
             with torch.inference_mode():
                 metrics = self.task.validate(self.model, self.env.device)
             self.model.train()
             score = float(metrics[self.task.metric])
-            best = self.state["best"] is None or score > self.state["best"]
+            best = may_keep and (self.state["best"] is None or score > self.state["best"])
             if best:
                 self.state["best"] = score
                 info = self.task.checkpoint_info()

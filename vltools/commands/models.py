@@ -1,0 +1,47 @@
+"""`vltools models`: the local store of named checkpoints and ensembles (`match --model NAME`)."""
+
+from __future__ import annotations
+
+import click
+
+from vltools.io.model_store import add_model, read_index, remove_model, store_dir
+from vltools.io.progress import log
+
+
+@click.group("models")
+def command() -> None:
+    """List, add and remove named models in the local store (folder: $VLTOOLS_MODELS, default
+    ~/.local/share/vltools/models). `vltools match --model NAME` accepts a stored name wherever it takes a
+    checkpoint; a name with several checkpoints is an ensemble (mean of their similarities, e.g. sgraf = SGR + SAF).
+    """
+
+
+@command.command("list")
+def list_command() -> None:
+    """One line per stored model on standard output: NAME, TAB, its checkpoints joined by ' + '."""
+    entries = read_index()
+    log.info("model store: %s (%d models)", store_dir(), len(entries))
+    for name in sorted(entries):
+        click.echo(f"{name}\t{' + '.join(entries[name]['members'])}")
+
+
+@command.command("add")
+@click.argument("name")
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(), metavar="CKPT [CKPT...]")
+@click.option("--copy", is_flag=True, help="Copy the checkpoints into the store (default: record their paths).")
+@click.option("--replace", is_flag=True, help="Replace an entry of the same name.")
+def add_command(name: str, checkpoints: tuple[str, ...], copy: bool, replace: bool) -> None:
+    """Register NAME for one checkpoint, or for an ensemble of several (same vocabulary and region features)."""
+    from vltools.matching.inputs import load_models  # imported here: building the models loads torch
+
+    load_models(checkpoints)
+    entry = add_model(name, checkpoints, copy=copy, replace=replace)
+    log.info("added %s: %s", name, " + ".join(entry["members"]))
+
+
+@command.command("remove")
+@click.argument("name")
+def remove_command(name: str) -> None:
+    """Forget NAME (checkpoints copied into the store with --copy are deleted; others are left alone)."""
+    remove_model(name)
+    log.info("removed %s from %s", name, store_dir())
