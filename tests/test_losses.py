@@ -45,3 +45,18 @@ def test_loss_is_zero_when_positives_win_by_the_margin_and_has_gradients():
     sims = torch.rand(4, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()
     hardest_negative_loss(sims).backward()
     assert sims.grad.abs().sum() > 0
+
+
+def test_sequence_logprob_and_cross_entropy_by_hand():
+    from vltools.losses import sequence_cross_entropy, sequence_logprob
+
+    probs = torch.tensor([[[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]],
+                          [[0.1, 0.1, 0.1, 0.7], [0.4, 0.1, 0.4, 0.1], [0.5, 0.2, 0.2, 0.1]]], dtype=torch.float64)
+    targets = torch.tensor([[3, 2, 0], [1, 2, 0]])    # word 3 then <end> (2); word 1 then <end>; pads last
+    logp = sequence_logprob(probs.log(), targets)
+    expected = torch.tensor([0.4 * 0.25, 0.1 * 0.4], dtype=torch.float64).log()
+    torch.testing.assert_close(logp, expected)
+    assert sequence_cross_entropy(probs.log(), targets).item() == pytest.approx(-expected.sum().item() / 4)
+    assert sequence_cross_entropy(probs.log(), targets, reduction="caption").item() == \
+        pytest.approx(-expected.sum().item() / 2)
+    assert sequence_cross_entropy(probs.log(), targets, reduction="sum").item() == pytest.approx(-expected.sum().item())
