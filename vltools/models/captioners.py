@@ -18,15 +18,6 @@ from torch import nn
 from vltools.models.decoder import Conditioning, LSTMDecoder, State
 
 
-def _rows(cond: Conditioning, index: torch.Tensor) -> Conditioning:
-    """The conditioning of images `index` (one row per caption to score)."""
-    def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
-        return None if tensor is None else tensor.index_select(0, index)
-
-    return Conditioning(pick(cond.first_input), pick(cond.init), pick(cond.step_input), pick(cond.memory),
-                        pick(cond.memory_mask))
-
-
 class Captioner(nn.Module):
     """The part every captioner shares: image features -> Conditioning -> self.decoder."""
 
@@ -41,7 +32,7 @@ class Captioner(nn.Module):
                 image_rows: torch.Tensor | None = None) -> torch.Tensor:
         cond = self.conditioning(images)
         if image_rows is not None:
-            cond = _rows(cond, image_rows)
+            cond = cond.rows(image_rows)
         return self.decoder(cond, tokens)
 
     def init_state(self, images: dict[str, torch.Tensor]) -> tuple[State, State]:

@@ -44,6 +44,14 @@ class Conditioning:
     memory: torch.Tensor | None = None
     memory_mask: torch.Tensor | None = None
 
+    def rows(self, index: torch.Tensor) -> Conditioning:
+        """The conditioning of images `index` (e.g. one row per caption to score)."""
+        def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.index_select(0, index)
+
+        return Conditioning(pick(self.first_input), pick(self.init), pick(self.step_input), pick(self.memory),
+                            pick(self.memory_mask))
+
     @property
     def batch_size(self) -> int:
         for value in (self.first_input, self.init, self.step_input, self.memory):

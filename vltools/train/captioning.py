@@ -33,26 +33,23 @@ from vltools.data.captioning import (
     collate_captioning,
     feature_fields,
     fixed_mismatches,
-    image_tensors,
 )
 from vltools.data.matching import CaptionSplit, check_images, load_vocabulary, read_split
-from vltools.decoding import greedy
+from vltools.decoding.captioner import caption_batches, load_captioner
 from vltools.errors import VLToolsError
 from vltools.eval.caption import cider_d, ptb_tokenize
-from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import contrastive_objective, sequence_cross_entropy, sequence_logprob
-from vltools.models import MODELS, build_model, default_config, model_from_checkpoint
+from vltools.models import MODELS, build_model, default_config
 from vltools.models.captioners import Captioner
-from vltools.text.captions import CaptionPreprocessing, decode
+from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
 from vltools.train.config import TRAIN_DEFAULTS
 
 OBJECTIVES = ("mle", "cl", "cl-p", "cl-n", "il")
-CAPTIONERS = ("neuraltalk2", "adaptive-attention")
 
 TASK_DEFAULTS: dict[str, object] = {
     "objective": "mle",     # mle, cl, cl-p, cl-n or il
@@ -89,17 +86,6 @@ def data_config(model_name: str, model_config: dict, features: str | os.PathLike
     return config
 
 
-def load_captioner(path: str | os.PathLike, role: str) -> tuple[dict, Captioner]:
-    """A captioner checkpoint (payload, model in eval mode); any other checkpoint is a one-line error."""
-    payload = load_checkpoint(path)
-    if payload.get("model") not in CAPTIONERS:
-        raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}, not a captioner; {role} must be "
-                           f"one of {', '.join(CAPTIONERS)} (vltools train --model neuraltalk2|adaptive-attention)")
-    model = model_from_checkpoint(payload)
-    assert isinstance(model, Captioner)
-    return payload, model
-
-
 class CaptioningTask:
     """Training data, objective and CIDEr-D validation of one captioner."""
 
@@ -120,7 +106,6 @@ class CaptioningTask:
         needs = list(self.model.features) + (list(reference.features) if reference is not None else [])
         with FeaturesReader(features) as reader:
             self.fields = feature_fields(reader.fields, needs)
-        self.val_fields = feature_fields(self.fields, self.model.features)
         tokens = [self.prep.encode_one(vocab, c) for c in train.captions]
         negatives = self.options["negatives"] if self.objective in ("cl", "cl-p", "cl-n") else 0
         mismatch = (fixed_mismatches(len(train.image_ids), config["train"]["seed"]) if self.objective == "il"
@@ -181,10 +166,10 @@ class CaptioningTask:
         """CIDEr-D of greedy captions of the validation images."""
         predictions: dict[str, str] = {}
         with FeaturesReader(self.features) as reader:
-            for ids, arrays in reader.iter_batches(self.options["val_batch_size"], self.val_images, self.val_fields):
-                images = {k: v.to(device) for k, v in image_tensors(arrays).items()}
-                out = greedy(model.step, *model.init_state(images), max_len=self.prep.max_words or 16)
-                predictions.update(zip(ids, decode(self.vocab, out.tokens.cpu()), strict=True))
+            for ids, texts in caption_batches(model, self.vocab, reader, self.val_images, "greedy",
+                                              max_len=self.prep.max_words or 16,
+                                              batch_size=self.options["val_batch_size"], device=device):
+                predictions.update(zip(ids, texts, strict=True))
         return {"CIDEr": cider_d(predictions, self.references())}
 
     def checkpoint_info(self) -> dict:
@@ -204,7 +189,8 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         if not options["reference"]:
             raise VLToolsError(f"--objective {objective} needs --reference REF.pt, the frozen reference captioner "
                                "(usually the MLE model)")
-        ref_payload, reference = load_captioner(options["reference"], "--reference")
+        loaded = load_captioner(options["reference"], "--reference")
+        ref_payload, reference = loaded.payload, loaded.model
         reference.requires_grad_(False)
         if not init_path:
             if ref_payload["model"] != model_name:
@@ -216,7 +202,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         raise VLToolsError(f"--reference is only used by the CL objectives, not {objective}")
     init = None
     if init_path:
-        init, _ = load_captioner(init_path, "--init")
+        init = load_captioner(init_path, "--init").payload
         if init["model"] != model_name:
             raise VLToolsError(f"{init_path}: a {init['model']} checkpoint cannot initialise --model {model_name}")
         if vocab_path:
