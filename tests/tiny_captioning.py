@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
-
 from tiny_matching import make_world
+
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.records import read_records, write_records
@@ -53,6 +52,3 @@ def save_captioner(path: Path, name: str, captions: Path, seed: int = 0, img_dim
                     train_state={"config": {"task": dict(PREP)}})
     return path
 
-
-def rng_features(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
