@@ -83,7 +83,8 @@ def test_il_loss_compares_each_caption_under_its_image_and_a_fixed_other_image(w
     task.model.eval()
     items = task.train_data.__getitems__([1, 2, 30])
     again = task.train_data.__getitems__([1, 2, 30])
-    assert all(np.array_equal(a["mismatch"]["regions"], b["mismatch"]["regions"]) for a, b in zip(items, again, strict=True))
+    for a, b in zip(items, again, strict=True):
+        assert np.array_equal(a["mismatch"]["regions"], b["mismatch"]["regions"])
     loss = task.loss(task.model, task.collate(items))
     gaps = [pair_logp(task.model, it["image"], it["tokens"]) - pair_logp(task.model, it["mismatch"], it["tokens"])
             for it in items]
