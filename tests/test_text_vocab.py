@@ -54,3 +54,9 @@ def test_long_captions_are_cut_to_the_word_limit_with_one_counted_warning(monkey
     monkeypatch.setenv(MAX_TOKENS_VARIABLE, "many")
     with pytest.raises(VLToolsError, match="VLTOOLS_MAX_CAPTION_TOKENS='many'"):
         vocab.encode("a")
+
+
+def test_encode_with_another_tokenizer_and_a_length_cut():
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "dogs", "run"])
+    assert vocab.encode("Dog's run fast", tokenizer=str.split, max_tokens=2) == [1, 3, 5, 2]
+    assert vocab.encode("dogs run", max_tokens=1) == [1, 4, 2]

@@ -1,4 +1,5 @@
-"""Word tokenisation compatible with the SCAN / SGRAF preprocessing: `nltk.word_tokenize(caption.lower())`.
+"""Offline word tokenisation: Karpathy's captioning tokens (NeuralTalk2, `karpathy_tokenize`) and tokens
+compatible with the SCAN / SGRAF preprocessing, `nltk.word_tokenize(caption.lower())` (`tokenize`).
 
 `word_tokenize` first splits the text into sentences with NLTK's punkt model, then runs the Treebank
 tokenizer on each sentence; the Treebank tokenizer splits off only a sentence's final period, so
@@ -21,6 +22,7 @@ the list (such a period then splits off as "." where punkt keeps "xyz.").
 
 from __future__ import annotations
 
+import string
 from functools import cache
 from typing import Literal
 
@@ -36,6 +38,8 @@ ABBREVIATIONS = frozenset({
 
 RULE_NAME = "rule+treebank"     # the offline rule's name, recorded in checkpoints
 PUNKT_NAME = "punkt+treebank"   # nltk.word_tokenize with the punkt English model
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 @cache
@@ -93,3 +97,12 @@ def _sentence_splitter(splitter: Splitter):
         raise VLToolsError("the punkt sentence model is not installed; run `python -m nltk.downloader punkt_tab` "
                            "(or bin/fetch_sgraf_models.sh), or use the offline rule")
     return punkt
+
+
+def karpathy_tokenize(text: str) -> list[str]:
+    """Karpathy's captioning preprocessing (NeuralTalk2 prepro.py): lower case, ASCII punctuation deleted
+    (so "dog's" -> "dogs", "black-and-white" -> "blackandwhite"), then split on white space."""
+    return text.lower().translate(_PUNCTUATION).split()
+
+
+TOKENIZERS = {"treebank": tokenize, "karpathy": karpathy_tokenize}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError
@@ -45,11 +45,12 @@ class Vocabulary:
                 raise VLToolsError(f"vocabulary must have {special} at index {position}")
 
     @classmethod
-    def build(cls, captions: Iterable[str], threshold: int = 4) -> Vocabulary:
+    def build(cls, captions: Iterable[str], threshold: int = 4,
+              tokenizer: Callable[[str], list[str]] = tokenize) -> Vocabulary:
         """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab)."""
         counts = Counter()
         for caption in captions:
-            counts.update(tokenize(caption))
+            counts.update(tokenizer(caption))
         return cls([*SPECIALS, *(w for w, n in counts.items() if n >= threshold and w not in SPECIALS)])
 
     def __len__(self) -> int:
@@ -58,10 +59,11 @@ class Vocabulary:
     def __call__(self, word: str) -> int:
         return self.index.get(word, self.index[UNK])
 
-    def encode(self, caption: str, max_tokens: int | None = None) -> list[int]:
-        """Token ids of a caption wrapped in `<start> ... <end>`, its words cut to `max_tokens` (default:
-        `max_caption_tokens()`); `self.truncated` counts the captions cut."""
-        words = tokenize(caption)
+    def encode(self, caption: str, max_tokens: int | None = None,
+               tokenizer: Callable[[str], list[str]] = tokenize) -> list[int]:
+        """Token ids of a caption wrapped in `<start> ... <end>`, its words (by `tokenizer`) cut to `max_tokens`
+        (default: `max_caption_tokens()`); `self.truncated` counts the captions cut."""
+        words = tokenizer(caption)
         limit = max_tokens or max_caption_tokens()
         if limit is not None and len(words) > limit:
             words = words[:limit]

@@ -13,6 +13,7 @@ from vltools.train.config import TRAIN_DEFAULTS
 
 # model name -> task module under vltools.train
 TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching"}
+TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
 
 
 def task_module(model_name: str) -> ModuleType:
