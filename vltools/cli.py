@@ -25,6 +25,8 @@ STAGES = {
     "train": ("train", "Train a model (vse, sgr, saf) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
+    "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
+    "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
 }
 
 
