@@ -66,10 +66,10 @@ class RMAC(nn.Module):
                 module.eval()
         return self
 
-    def regions(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, 3, H, W) images of one size at scale 1 -> (B, R, D) region vectors before whitening."""
-        x = normalize(images)
-        return rmac_region_vectors(self.backbone(x), self.levels)
+    def scale_regions(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, 3, H, W) images of one size -> (B, R, D) region vectors of every scale, before whitening."""
+        return torch.cat([rmac_region_vectors(self.backbone(self._scaled(images, scale)), self.levels)
+                          for scale in self.scales], dim=1)
 
     def _scaled(self, images: torch.Tensor, scale: float) -> torch.Tensor:
         x = normalize(images)
