@@ -43,10 +43,11 @@ class RMAC(nn.Module):
     """The R-MAC embedding network (and, with `vocab_size` > 0 and `text`, the text branch)."""
 
     separable = True
-    DEFAULTS: dict = {"backbone": "resnet101", "levels": 3, "scales": "1.0,0.7071", "text": False}
+    DEFAULTS: dict = {"backbone": "resnet101", "levels": 3, "scales": "1.0,0.7071", "text": False, "frozen_bn": True}
 
-    def __init__(self, vocab_size: int, backbone: str, levels: int, scales: str, text: bool) -> None:
+    def __init__(self, vocab_size: int, backbone: str, levels: int, scales: str, text: bool, frozen_bn: bool) -> None:
         super().__init__()
+        self.frozen_bn = frozen_bn
         if backbone not in BACKBONES:
             raise ValueError(f"unknown backbone {backbone!r}")
         self.levels, self.scales = levels, parse_scales(scales)
@@ -58,10 +59,10 @@ class RMAC(nn.Module):
         self.text = nn.Linear(vocab_size, self.dim, bias=False) if text else None
 
     def train(self, mode: bool = True) -> RMAC:
-        """BatchNorm statistics stay frozen (eval mode) in training, as in Gordo et al.'s end-to-end R-MAC: triplet
-        batches are too small and too correlated to estimate them."""
+        """With `frozen_bn` (pretrained backbones), BatchNorm statistics stay frozen (eval mode) in training, as in
+        Gordo et al.'s end-to-end R-MAC: triplet batches are too small and too correlated to estimate them."""
         super().train(mode)
-        for module in self.backbone.modules():
+        for module in self.backbone.modules() if self.frozen_bn else ():
             if isinstance(module, nn.BatchNorm2d):
                 module.eval()
         return self

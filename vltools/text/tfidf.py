@@ -146,3 +146,17 @@ def nearest_neighbors(matrix: sp.csr_matrix, rows: np.ndarray, k: int, block: in
         neighbors[start:stop, :found] = rows[columns]
         sims[start:stop, :found] = values
     return neighbors, sims
+
+
+def word_columns(words: Sequence[str], vocab: Sequence[str]) -> list[int]:
+    """The vocabulary column of each word's Snowball stem; a word whose stem is not in the vocabulary is an error
+    naming it (ValueError)."""
+    stemmer, position = Stemmer(), {stem: i for i, stem in enumerate(vocab)}
+    columns = []
+    for word in words:
+        stems = stemmer(word)
+        if len(stems) != 1 or stems[0] not in position:
+            raise ValueError(f"{word!r} (stem {' '.join(stems) or 'none'!r}) is not in the vocabulary of "
+                             f"{len(vocab)} training stems")
+        columns.append(position[stems[0]])
+    return columns
