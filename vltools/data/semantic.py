@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error
-from vltools.eval.retrieval import shown_ids
+from vltools.eval.retrieval import Sims, shown_ids
 from vltools.io.progress import log
 from vltools.io.proxy import ProxyFile
 from vltools.text.tfidf import Stemmer, count_matrix, fit_tfidf, nearest_neighbors
@@ -72,3 +72,14 @@ def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Seque
                         split, len(rows), k + 1)
         neighbors[rows], sims[rows] = nearest_neighbors(tfidf.matrix, rows, k)
     return ProxyFile(list(ids), list(splits), tfidf.matrix, tfidf.vocab, tfidf.idf, neighbors, sims)
+
+
+def oracle_sims(proxy: ProxyFile, split: str, queries: int | None = None) -> Sims:
+    """The text oracle (Table 2's first row): tf-idf similarities of the first `queries` images of `split` to every
+    image of the split, as a queries x database sims matrix."""
+    rows = proxy.split_rows(split)
+    if len(rows) == 0:
+        raise VLToolsError(f"no image in split {split!r} of the proxy (splits: {', '.join(sorted(set(proxy.splits)))})")
+    query_rows = rows[:queries]
+    sims = (proxy.tfidf[query_rows] @ proxy.tfidf[rows].T).toarray().astype(np.float32)
+    return Sims(sims, [proxy.ids[r] for r in query_rows], [proxy.ids[r] for r in rows], None)
