@@ -43,3 +43,11 @@ sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
 # ---------------------------------------------------------------------------------------------------------
 section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
+
+# ---------------------------------------------------------------------------------------------------------
+# Semantic retrieval (Gordo & Larlus): synth -> tfidf-proxy (region captions) -> train rmac (baseline, V, V+T,
+# WSABIE; triplets mined every round) -> encode -> match i2i -> score semantic (+ the simulated user study)
+# ---------------------------------------------------------------------------------------------------------
+section "Semantic retrieval, Tables 1-2 layout (examples/semantic, DATA=synth)"
+make --no-print-directory -C "$(dirname "$0")/semantic" DATA=synth OUT="$(realpath "$OUT_DIR")/semantic" PYTHON=python \
+    table
