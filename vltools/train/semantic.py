@@ -45,6 +45,7 @@ TASK_DEFAULTS: dict[str, object] = {
     "val_queries": 1000, "val_images": 10000,
     "embed_batch": 32,        # images per forward pass when embedding (mining, whitening, validation)
     "cache_images": False,    # keep decoded images in memory (small datasets)
+    "calibrate_bn": False,    # random-init backbones: BatchNorm statistics from the whitening images first
 }
 # the paper: batch 64 triplets, Adam 1e-5 dropping to 1e-6 after 8k iterations (125 rounds of 64); 16k in all
 SEMANTIC_TRAIN = {"batch_size": 64, "lr": 1e-5, "lr_update": 125, "epochs": 250, "grad_clip": 0.0, "val_every": 0,
@@ -102,10 +103,30 @@ class SemanticTask:
         finally:
             model.train(was_training)
 
+    def calibrate_batchnorm(self, rows: Sequence[int], device: torch.device) -> None:
+        """BatchNorm running statistics = the average of the per-batch statistics over `rows`' images (a random-init
+        backbone's are 0 and 1, which normalise nothing); then frozen like a pretrained backbone's."""
+        layers = [m for m in self.model.backbone.modules() if isinstance(m, nn.BatchNorm2d)]
+        for layer in layers:
+            layer.reset_running_stats()
+            layer.momentum = None
+            layer.train()
+
+        def forward(images: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+            return self.model.encode_images(images, sizes.to(device))
+
+        embed_images(forward, self.store, [int(r) for r in rows], device, self.options["embed_batch"],
+                     desc="batchnorm statistics")
+        for layer in layers:
+            layer.momentum = 0.1
+        self.model.eval()
+
     def init_whitening(self, device: torch.device) -> None:
         """Fit the whitening layer to the region vectors (every scale) of the first `whiten_images` training images."""
         model = self.model.to(device).eval()
         rows = self.train_rows[:self.options["whiten_images"]]
+        if self.options["calibrate_bn"]:
+            self.calibrate_batchnorm(rows, device)
 
         def regions(images: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
             h, w = sizes[0].tolist()
