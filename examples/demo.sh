@@ -54,3 +54,9 @@ vltools report "$OUT_DIR/report" --force --title "SGRAF ensemble on the syntheti
     --captions "$SGRAF_OUT/world/captions.jsonl" --scores "$SGRAF_OUT/sgraf.json" \
     --log "$SGRAF_OUT/sgr.pt.log.jsonl" --log "$SGRAF_OUT/saf.pt.log.jsonl" --sample 100
 echo "open $OUT_DIR/report/index.html in a browser (it needs no server)"
+# Semantic retrieval (Gordo & Larlus): synth -> tfidf-proxy (region captions) -> train rmac (baseline, V, V+T,
+# WSABIE; triplets mined every round) -> encode -> match i2i -> score semantic (+ the simulated user study)
+# ---------------------------------------------------------------------------------------------------------
+section "Semantic retrieval, Tables 1-2 layout (examples/semantic, DATA=synth)"
+make --no-print-directory -C "$(dirname "$0")/semantic" DATA=synth OUT="$(realpath "$OUT_DIR")/semantic" PYTHON=python \
+    table

@@ -111,3 +111,25 @@ def test_contrastive_gradient_is_not_zero_when_target_and_reference_are_identica
     assert j.item() == pytest.approx(2 * -0.6931471805599453)   # (2 + 2) terms of ln(1/2), divided by K T_m = 2
     torch.testing.assert_close(pos.grad, torch.tensor([0.25, 0.25]))          # d ln sigmoid(G) / dG / T_m
     torch.testing.assert_close(neg.grad, torch.tensor([[-0.25, -0.25]]))
+def _triplets(seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.functional.normalize(torch.randn(6, 5, generator=gen, dtype=torch.float64), dim=1)
+            for _ in range(3)]
+
+
+def _hinge(a, p, n, m):
+    return sum(0.5 * max(0.0, m - float(a[i] @ p[i]) + float(a[i] @ n[i])) for i in range(len(a))) / len(a)
+
+
+@pytest.mark.parametrize("kind", ["v", "vt", "wsabie"])
+def test_semantic_losses_match_the_paper_equations(kind):
+    from vltools.losses import semantic_loss
+
+    phi, theta, m = _triplets(1), _triplets(2), 0.7
+    eq1 = _hinge(phi[0], phi[1], phi[2], m)                # L_v: image query, image relevant / irrelevant
+    eq2 = _hinge(phi[0], theta[1], theta[2], m)            # L_t1: image query, their texts
+    eq3 = _hinge(theta[0], phi[1], phi[2], m)              # L_t2: text query, images
+    expected = {"v": eq1, "vt": eq1 + eq2 + eq3, "wsabie": eq2}[kind]
+    got = semantic_loss(kind, tuple(phi), tuple(theta), m)
+    assert float(got) == pytest.approx(expected, rel=1e-12)
+    assert expected > 0

@@ -78,3 +78,13 @@ def test_faiss_ivf_with_all_lists_probed_is_exact(data):
     np.testing.assert_array_equal(indices, brute(queries, gallery, 5)[1])
     with pytest.raises(VLToolsError, match="factory string"):
         search(queries, gallery, 5, index="NotAnIndex")
+
+
+def test_drop_self_removes_the_query_and_keeps_k():
+    from vltools.matching.topk import drop_self
+
+    values = np.array([[0.9, 0.8, 0.7], [0.95, 0.5, 0.1]])
+    indices = np.array([[0, 2, 1], [2, 1, 0]])
+    kept_values, kept_indices = drop_self(["a", "x"], ["a", "b", "c"], values, indices, 2)
+    assert kept_indices.tolist() == [[2, 1], [2, 1]]
+    assert kept_values.tolist() == [[0.8, 0.7], [0.95, 0.5]]

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from vltools.errors import VLToolsError
+from vltools.eval.semantic import read_triplets
 from vltools.io.records import read_records
 from vltools.synth.scene import COLOURS
 from vltools.synth.world import WorldOptions, assign_splits, is_world, write_world
@@ -52,9 +53,10 @@ def test_files_validate_as_their_kinds(world):
              "aux_captions.jsonl": "captions"}
     for name, kind in kinds.items():
         assert read_records(world / name, kind)
+    assert read_triplets(world / "user_study.jsonl")
     names = {p.name for p in world.iterdir()}
     assert names == set(kinds) | {"README.txt", "images", "masks", "pair_images", "pair_masks", "aux_images",
-                                  "aux_masks"}
+                                  "aux_masks", "user_study.jsonl"}
     assert not list(world.parent.glob(".world.*"))  # no staging folder left
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vltools.vision.pooling import average, rmac, rmac_regions, ten_crop_average
+from vltools.vision.pooling import average, rmac, rmac_region_vectors, rmac_regions, ten_crop_average
 
 
 def test_rmac_regions_of_a_square_map():
@@ -49,3 +49,15 @@ def test_average_and_ten_crop_average():
     per_crop = maps.view(20, 3, 4).mean(-1)
     assert torch.allclose(average(maps), per_crop)
     assert torch.allclose(ten_crop_average(maps), torch.stack([per_crop[:10].mean(0), per_crop[10:].mean(0)]))
+
+
+def test_rmac_region_vectors_equal_a_direct_loop_over_regions():
+    rng = np.random.default_rng(1)
+    featmaps = rng.standard_normal((2, 4, 5, 9)).astype(np.float32)
+    got = rmac_region_vectors(torch.from_numpy(featmaps)).numpy()
+    regions = rmac_regions(5, 9)
+    assert got.shape == (2, len(regions), 4)
+    for b in range(2):
+        for r, (y, x, s) in enumerate(regions):
+            v = featmaps[b, :, y:y + s, x:x + s].max(axis=(1, 2))
+            assert np.allclose(got[b, r], v / np.linalg.norm(v), atol=1e-6)

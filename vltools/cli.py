@@ -34,6 +34,8 @@ STAGES = {
     "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
     "models": ("models", "List, add and remove named checkpoints and ensembles (match --model NAME)."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
+    "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
+    "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
 }
 
 

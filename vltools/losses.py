@@ -1,4 +1,5 @@
-"""Losses: ranking losses for image-caption matching, and the captioners' sequence likelihoods.
+"""Losses: ranking losses for image-caption matching (VSE++) and semantic image retrieval triplets (Gordo &
+Larlus), and the captioners' sequence likelihoods.
 
 Captioning usage: with `logp = decoder(cond, tokens)` ([B, L-1, V], see vltools.models.decoder) and
 `targets = tokens[:, 1:]` (`w1 .. wn <end> <pad> ..`),
@@ -80,3 +81,28 @@ def contrastive_objective(target_pos: torch.Tensor, reference_pos: torch.Tensor,
     if negative:     # ln(1 - r_nu(G)) = ln sigmoid(-(G - ln nu))
         total = total + torch.nn.functional.logsigmoid(-(target_neg - reference_neg - shift)).sum()
     return total / (k * t_m)
+def triplet_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
+                 margin: float) -> torch.Tensor:
+    """Gordo & Larlus Eqs. 1-3: mean over triplets of 1/2 max(0, m - a.p + a.n) (rows of [B, D] embeddings)."""
+    return 0.5 * (margin - (anchor * positive).sum(1) + (anchor * negative).sum(1)).clamp(min=0).mean()
+
+
+SEMANTIC_LOSSES = ("v", "vt", "wsabie")
+
+
+def semantic_loss(kind: str, image: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                  text: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, margin: float) -> torch.Tensor:
+    """The losses of Gordo & Larlus on (query, relevant, irrelevant) triplets: `v` L_v (Eq. 1), `vt`
+    L_v + L_t1 + L_t2 (Eqs. 1-3), `wsabie` L_t1 alone (Eq. 2). `image` = (phi_q, phi_+, phi_-), `text` the thetas."""
+    phi_q, phi_p, phi_n = image
+    if kind == "v":
+        return triplet_loss(phi_q, phi_p, phi_n, margin)
+    if text is None:
+        raise ValueError(f"loss {kind!r} needs the text embeddings")
+    theta_q, theta_p, theta_n = text
+    text_to_image = triplet_loss(phi_q, theta_p, theta_n, margin)
+    if kind == "wsabie":
+        return text_to_image
+    if kind == "vt":
+        return triplet_loss(phi_q, phi_p, phi_n, margin) + text_to_image + triplet_loss(theta_q, phi_p, phi_n, margin)
+    raise ValueError(f"unknown loss {kind!r}; use one of {', '.join(SEMANTIC_LOSSES)}")

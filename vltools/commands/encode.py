@@ -6,34 +6,63 @@ import click
 
 from vltools.data.matching import check_images, read_split
 from vltools.devices import resolve_device
+from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.matching.embed import embed_blocks, require_separable, write_embeddings
-from vltools.matching.inputs import check_features, hdf5_kind, load_model
+from vltools.matching.inputs import check_features, file_digest, hdf5_kind, load_model
+from vltools.matching.rmac import QueryOptions, encode_rmac
 from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 
 
 @click.command("encode")
-@click.argument("source", metavar="FEATS.h5|CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=click.Path(allow_dash=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
-              help="A separable checkpoint (vse).")
+              help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder "
+                   "or list).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Embeddings HDF5 (default: standard output, never a terminal).")
-@click.option("--split", default="test", show_default=True, help="For captions: encode this split.")
+@click.option("--split", default="test", show_default=True,
+              help="For captions: encode this split; for rmac with --proxy: the images of this split.")
 @click.option("--captions", "captions_path", type=click.Path(dir_okay=False),
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
+@click.option("--proxy", "proxy_path", type=click.Path(dir_okay=False),
+              help="rmac: encode the --split images of this proxy (tfidf-proxy), in its order; needed by --with-text.")
+@click.option("--first", type=click.IntRange(min=1), help="rmac: only the first N images (e.g. 1k queries).")
+@click.option("--with-text", is_flag=True, help="rmac (V+T model): image + its captions queries, "
+              "l2norm(phi(image) + theta(tf-idf of its captions)).")
+@click.option("--add", "add_words", multiple=True, metavar="WORD",
+              help="rmac (V+T model): add theta(WORD) to each query (text modifier); repeatable.")
+@click.option("--subtract", "subtract_words", multiple=True, metavar="WORD",
+              help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
+@click.option("--image-size", type=click.IntRange(min=32), help="rmac: longest image side [the training one].")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="rmac: image decoding processes.")
 def command(source: str, model_path: str, output: str | None, split: str, captions_path: str | None,
-            batch_size: int, precision: str, device: str) -> None:
+            batch_size: int, precision: str, device: str, proxy_path: str | None, first: int | None,
+            with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...], image_size: int | None,
+            workers: int) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
-    embeddings and are refused."""
+    embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
+    QUERIES.h5 DATABASE.h5` then ranks images for images."""
+    payload = load_checkpoint(model_path)
+    if payload.get("model") == "rmac":
+        options = QueryOptions(proxy_path, split, first, with_text, add_words, subtract_words, image_size, batch_size,
+                               workers)
+        ids, emb, attrs = encode_rmac(payload, model_path, source, options, resolve_device(device))
+        write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": model_path,
+                                              "checkpoint_digest": file_digest(model_path), "source": source,
+                                              "ids_digest": ids_digest(ids), **attrs})
+        log.info("encoded %d images (%s) with rmac", len(ids), attrs["query"])
+        return
     loaded = load_model(model_path)
     require_separable(loaded.model, loaded.name, model_path)
     chosen_device = resolve_device(device)

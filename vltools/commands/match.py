@@ -15,7 +15,7 @@ from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import write_records
-from vltools.matching.embed import Embeddings, open_embeddings, require_separable
+from vltools.matching.embed import Embeddings, check_same_model, full_sims, open_embeddings, require_separable
 from vltools.matching.inputs import check_features, hdf5_kind, load_model, load_models
 from vltools.matching.rerank import FirstStage, rerank
 from vltools.matching.similarity import (
@@ -24,7 +24,7 @@ from vltools.matching.similarity import (
     FeatureBlocks,
     similarity_blocks,
 )
-from vltools.matching.topk import EXACT, rankings, search, topk_rows
+from vltools.matching.topk import EXACT, drop_self, rankings, search, topk_rows
 
 MEMORY_NOTE = """\b
 Memory (SGR at official sizes, default blocks, fp32): peak = ~0.7 GB (torch, model, one image block) + ~0.5 GB
@@ -71,7 +71,9 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
-    or two files from `vltools encode` (image then caption embeddings of one separable model).
+    or two files from `vltools encode` (image then caption embeddings of one separable model), or two image
+    embeddings files (query images then database images, e.g. rmac): images ranked for images (i2i), each query
+    left out of its own list.
     Queries follow input order: images in order of first mention in the split's captions, then captions
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
@@ -145,14 +147,15 @@ def _match_embeddings(first: str, second: str, top_k: int, output: str | None, s
                                f"embeddings {first}")
         captions = open_embeddings(second)
         try:
+            if images.side == "images" and captions.side == "images":
+                _match_images(images, captions, top_k, output, sims_path, index, nprobe, device)
+                return
             _check_pair(images, captions)
             i2t = search(images.emb, captions.emb, top_k, index, nprobe, device)
             t2i = search(captions.emb, images.emb, top_k, index, nprobe, device)
             if sims_path:
-                gallery = torch.from_numpy(np.asarray(captions.emb[()], dtype=np.float32))
-                sims = np.concatenate([(torch.from_numpy(np.asarray(images.emb[s:s + 4096], dtype=np.float32))
-                                        @ gallery.T).numpy() for s in range(0, len(images.ids), 4096)])
-                write_sims(sims_path, sims, images.ids, captions.ids, captions.caption_image_ids,
+                write_sims(sims_path, full_sims(images.emb, captions.emb), images.ids, captions.ids,
+                           captions.caption_image_ids,
                            attrs={"image_embeddings": first, "caption_embeddings": second,
                                   "checkpoint_digest": str(images.checkpoint_digest)})
         finally:
@@ -160,6 +163,20 @@ def _match_embeddings(first: str, second: str, top_k: int, output: str | None, s
     finally:
         images.close()
     _write_rankings(output, images.ids, captions.ids, i2t, t2i)
+
+
+def _match_images(queries: Embeddings, database: Embeddings, top_k: int, output: str | None, sims_path: str | None,
+                  index: str, nprobe: int, device: torch.device) -> None:
+    """i2i: rank the database images for each query image (the query itself left out of its own list)."""
+    check_same_model(queries, database)
+    values, indices = search(queries.emb, database.emb, top_k + 1, index, nprobe, device)
+    values, indices = drop_self(queries.ids, database.ids, values, indices, top_k)
+    if sims_path:
+        write_sims(sims_path, full_sims(queries.emb, database.emb), queries.ids, database.ids,
+                   attrs={"query_embeddings": str(queries.path), "database_embeddings": str(database.path),
+                          "checkpoint_digest": str(queries.checkpoint_digest), "direction": "i2i"})
+    write_records(output, rankings(queries.ids, database.ids, values, indices, "i2i"))
+    log.info("ranked %d database images for %d query images", len(database.ids), len(queries.ids))
 
 
 def _check_pair(images: Embeddings, captions: Embeddings) -> None:
@@ -170,10 +187,4 @@ def _check_pair(images: Embeddings, captions: Embeddings) -> None:
     if captions.side != "captions":
         raise VLToolsError(f"{captions.path}: holds {captions.side or 'unknown'} embeddings; give caption "
                            "embeddings (vltools encode CAPS.jsonl) second")
-    if images.checkpoint_digest != captions.checkpoint_digest:
-        raise VLToolsError(f"{captions.path}: encoded by another checkpoint than {images.path} "
-                           f"({captions.checkpoint_digest} vs {images.checkpoint_digest}); encode both sides with "
-                           "the same model")
-    if images.emb.shape[1] != captions.emb.shape[1]:
-        raise VLToolsError(f"{captions.path}: {captions.emb.shape[1]}-d embeddings vs {images.emb.shape[1]}-d in "
-                           f"{images.path}")
+    check_same_model(images, captions)

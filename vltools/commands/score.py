@@ -7,6 +7,7 @@ import math
 
 import click
 
+from vltools.data.semantic import oracle_sims
 from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
 from vltools.eval import retrieval as retrieval_eval
@@ -15,7 +16,9 @@ from vltools.eval import semantic as semantic_eval
 from vltools.io.hdf5 import is_hdf5
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
+from vltools.io.proxy import read_proxy_file
 from vltools.io.records import caption_ids, read_records, write_records
+from vltools.matching.inputs import hdf5_kind
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
 
@@ -212,11 +215,17 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
 @click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
               "user-agreement score (o1 / o2: annotators who chose a / b, o3: neither).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
-def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None) -> None:
+@click.option("--split", default="test", show_default=True,
+              help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
+@click.option("--queries", type=click.IntRange(min=1),
+              help="When MODEL is a proxy file: the first N images of the split are the queries [all].")
+def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None, split: str,
+             queries: int | None) -> None:
     """Semantic retrieval (Gordo & Larlus): NDCG@R, PCC@R and their AUC against a tf-idf proxy, user agreement.
 
     MODEL: image-to-image similarities, a sims HDF5 file (rows = query image ids, columns = database image ids)
-    or a rankings JSONL with direction i2i (whose database is every image of the proxy file). The query is
+    or a rankings JSONL with direction i2i (whose database is every image of the proxy file), or a proxy file
+    (tfidf-proxy) whose tf-idf similarities rank the --split images (the text oracle). The query is
     removed from its own ranking. All values are percentages; AUC is over a log R axis normalised to [0, 1].
     """
     if proxy is None and triplets is None:
@@ -224,7 +233,10 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
     r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
-    sims = retrieval_eval.read_sims(model) if is_hdf5(model) else None
+    if is_hdf5(model) and hdf5_kind(model) == "proxy":
+        sims = oracle_sims(read_proxy_file(model), split, queries)
+    else:
+        sims = retrieval_eval.read_sims(model) if is_hdf5(model) else None
     rankings = read_records(model, "rankings") if sims is None else None
     result: dict[str, object] = {}
     rows: list[tuple[str, ...]] = [("measure", "value")]

@@ -106,3 +106,21 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
             row += len(block)
         if row != len(ids):
             raise ValueError(f"{row} embeddings written for {len(ids)} ids")
+
+
+def check_same_model(first: Embeddings, second: Embeddings) -> None:
+    """Two embeddings files to compare must come from one checkpoint and have one dimension."""
+    if first.checkpoint_digest != second.checkpoint_digest:
+        raise VLToolsError(f"{second.path}: encoded by another checkpoint than {first.path} "
+                           f"({second.checkpoint_digest} vs {first.checkpoint_digest}); encode both sides with "
+                           "the same model")
+    if first.emb.shape[1] != second.emb.shape[1]:
+        raise VLToolsError(f"{second.path}: {second.emb.shape[1]}-d embeddings vs {first.emb.shape[1]}-d in "
+                           f"{first.path}")
+
+
+def full_sims(rows, columns, block: int = 4096) -> np.ndarray:
+    """The whole rows x columns inner-product matrix of two embeddings datasets, computed in row blocks."""
+    gallery = torch.from_numpy(np.asarray(columns[()], dtype=np.float32))
+    return np.concatenate([(torch.from_numpy(np.asarray(rows[s:s + block], dtype=np.float32)) @ gallery.T).numpy()
+                           for s in range(0, len(rows), block)])

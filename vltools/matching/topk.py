@@ -117,3 +117,17 @@ def rankings(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.nd
         yield {"query": query, "direction": direction,
                "ids": [gallery_ids[i] for i in row_indices[keep]],
                "scores": [float(v) for v in row_values[keep]]}
+
+
+def drop_self(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.ndarray, indices: np.ndarray,
+              k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-(k + 1) lists without the query's own id (where the gallery holds it), cut to k; -1 pads short lists."""
+    values, indices = np.asarray(values), np.asarray(indices)
+    out_values = np.full((len(query_ids), k), -np.inf, dtype=values.dtype)
+    out_indices = np.full((len(query_ids), k), -1, dtype=np.int64)
+    for row, query in enumerate(query_ids):
+        keep = [j for j in range(indices.shape[1]) if indices[row, j] >= 0 and gallery_ids[indices[row, j]] != query]
+        keep = keep[:k]
+        out_values[row, :len(keep)] = values[row, keep]
+        out_indices[row, :len(keep)] = indices[row, keep]
+    return out_values, out_indices

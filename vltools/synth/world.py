@@ -30,9 +30,10 @@ from vltools.io.progress import progress
 from vltools.synth.grammar import difference_descriptions, image_captions, region_captions
 from vltools.synth.render import png_bytes, render
 from vltools.synth.scene import COLOURS, EDIT_TYPES, SHAPES, SIZES, Scene, apply_edit, sample_scene, scene_record
+from vltools.synth.user_study import NOISE, PANEL, PER_QUERY, user_study
 
 README_HEADER = "vltools synthetic world"
-MAIN, PAIRS, AUX, SPLITS = 0, 1, 2, 3  # random streams
+MAIN, PAIRS, AUX, SPLITS, STUDY = 0, 1, 2, 3, 4  # random streams
 SPLIT_FRACTIONS = (("test", 0.1), ("val", 0.1))  # the rest is train
 MAX_GROUP = 3  # a source image and at most two edits of it
 PAIR_CHANGES = (1, 2, 3)
@@ -163,7 +164,9 @@ def build_main(folder: Path, options: WorldOptions) -> dict:
     _write_jsonl(folder / "images.jsonl", images)
     _write_jsonl(folder / "captions.jsonl", captions)
     _write_jsonl(folder / "regions.jsonl", regions)
-    return {"images": len(images), "captions": len(captions), "regions": len(regions),
+    study = _write_jsonl(folder / "user_study.jsonl",
+                         user_study(ids, scenes, splits, np.random.default_rng([options.seed, STUDY, MAIN])))
+    return {"images": len(images), "captions": len(captions), "regions": len(regions), "user_study": study,
             "edits": sum(e is not None for e in edits), "edit_types": Counter(e["type"] for e in edits if e),
             "splits": Counter(splits), "objects": Counter(len(s.objects) for s in scenes)}
 
@@ -269,6 +272,9 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         f"- region captions: {main['regions']}, one per object and one per pair of objects a phrase can single",
         "  out (box = union of the two boxes), as Visual Genome region descriptions.",
         f"- splits by image: {_counts(main['splits'])}.",
+        f"- user study: {main['user_study']} triplets (query, a, b) of test images, {PER_QUERY} per query, voted by",
+        f"  a simulated panel of {PANEL} annotators who judge shared objects with noise (sd {NOISE}): o1 / o2 chose",
+        "  a / b, o3 neither (Gordo & Larlus section 3 layout; see vltools/synth/user_study.py).",
     ]
     if pairs is not None:
         lines += [
@@ -293,6 +299,7 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         ("images.jsonl", "main set, `images` kind: image_id, path, mask, boxes, split, objects, edit"),
         ("captions.jsonl", "`captions` kind: image_id, caption, split, caption_id (<image_id>#<k>)"),
         ("regions.jsonl", "`regions` kind: image_id, caption, box, region_id, split"),
+        ("user_study.jsonl", "user-study triplets: query, a, b, o1, o2, o3 (for `vltools score semantic --triplets`)"),
     ]
     if pairs is not None:
         files += [("pair_images/, pair_masks/", "pair set images and masks"),

@@ -12,7 +12,7 @@ from types import ModuleType
 from vltools.train.config import TRAIN_DEFAULTS
 
 # model name -> task module under vltools.train
-TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching"}
+TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "rmac": "semantic"}
 TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
 
 
@@ -23,4 +23,4 @@ def task_module(model_name: str) -> ModuleType:
 
 def config_defaults(model_name: str) -> dict[str, dict[str, object]]:
     """All config sections for `model_name`: `train` (the loop), `task` and `model`."""
-    return {"train": dict(TRAIN_DEFAULTS), **task_module(model_name).defaults(model_name)}
+    return {"train": dict(TRAIN_DEFAULTS), **task_module(model_name).defaults(model_name)}  # a task may set `train`

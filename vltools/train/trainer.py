@@ -64,6 +64,9 @@ class Task(Protocol):
     def checkpoint_info(self) -> dict:
         """`model` (name), `config` (full model config), `vocab` for save_checkpoint; `inputs` (provenance)."""
 
+    # optional: `start_epoch(model, epoch, device)`, called on every process before each epoch's data is drawn
+    # (semantic retrieval re-mines its triplets with the current model there)
+
 
 @dataclass(frozen=True)
 class Distributed:
@@ -269,6 +272,10 @@ class Trainer:
         lr = learning_rate(self.options, epoch)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        start_epoch = getattr(self.task, "start_epoch", None)
+        if start_epoch is not None:
+            start_epoch(self.model, epoch, self.env.device)
+            self.model.train()
         self.sampler.set_epoch(epoch, self.state["step"])
         loader = DataLoader(self.task.train_data, batch_sampler=self.sampler, collate_fn=self.task.collate,
                             num_workers=self.options["workers"], pin_memory=self.env.device.type == "cuda",

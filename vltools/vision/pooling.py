@@ -56,3 +56,11 @@ def ten_crop_average(crop_featmaps: torch.Tensor, crops: int = 10) -> torch.Tens
     """(B * crops, D, h, w), the crops of each image consecutive -> (B, D): the average-pooled crops averaged."""
     pooled = average(crop_featmaps)
     return pooled.view(-1, crops, pooled.shape[1]).mean(dim=1)
+
+
+def rmac_region_vectors(featmaps: torch.Tensor, levels: int = RMAC_LEVELS) -> torch.Tensor:
+    """(B, D, h, w) -> (B, R, D): every R-MAC region of `rmac_regions` max-pooled and l2-normalised (differentiable,
+    for models that whiten regions before summing them)."""
+    regions = [featmaps[:, :, y:y + size, x:x + size].amax(dim=(2, 3))
+               for y, x, size in rmac_regions(featmaps.shape[2], featmaps.shape[3], levels)]
+    return F.normalize(torch.stack(regions, dim=1), dim=2)

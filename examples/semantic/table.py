@@ -1,0 +1,142 @@
+"""Print Gordo & Larlus's Table 2 (and Table 1 when a user study is given) from `vltools score semantic` JSON files,
+and draw Figure 2 (NDCG@R and PCC@R of every row).
+
+Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J --proxy PROXY.h5 [--split S] [--first N]
+       [--triplets USER_STUDY.jsonl] [--objects OBJECTS.json] [--figure FIG.png]
+The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same queries and
+database, scored by vltools' own functions; mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from vltools.data.semantic import oracle_sims
+from vltools.eval import semantic
+from vltools.eval.retrieval import Sims
+from vltools.io.proxy import read_proxy_file
+
+ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("baseline", "Visual baseline (V, V)"),
+        ("wsabie", "WSABIE (V+T, V)"), ("v", "Proposed (V, V)"), ("vt", "Proposed (V+T, V)"),
+        ("vtt", "Proposed (V+T, V+T)"))
+# the paper's Table 2 on Visual Genome: US, NDCG AUC, PCC AUC
+PAPER = {"oracle": (76.3, 100, 100), "random": (50.0, 10.2, -0.2), "baseline": (64.0, 58.4, 16.1),
+         "wsabie": (67.8, 61.0, 15.7), "v": (76.9, 70.1, 20.7), "vt": (77.2, 68.8, 21.1), "vtt": (78.6, 74.4, 22.5)}
+
+
+def random_rows(proxy_path: str, split: str, first: int | None, triplets: str | None) -> list[dict]:
+    """Scores of five random rankings of the split's queries against the split."""
+    proxy = read_proxy_file(proxy_path)
+    shape = oracle_sims(proxy, split, first)
+    scoring = semantic.read_proxy(proxy_path)
+    annotated = semantic.read_triplets(triplets) if triplets else None
+    results = []
+    for seed in range(5):
+        noise = np.random.default_rng(seed).random(shape.sims.shape).astype(np.float32)
+        sims = Sims(noise, shape.image_ids, shape.caption_ids, None)
+        ndcg, pcc, kept = semantic.semantic_from_sims(sims, scoring, list(semantic.DEFAULT_R), proxy_path)
+        result = semantic.summarize_curves(ndcg, pcc, kept)
+        if annotated is not None:
+            sim_a, sim_b = semantic.triplet_sims_from_matrix(sims, annotated, "random")
+            result["user_agreement"] = semantic.user_agreement(sim_a, sim_b, semantic.triplet_counts(annotated))[0]
+        results.append(result)
+    return results
+
+
+def annotator_agreement(triplets: str) -> tuple[float, int]:
+    """Leave-one-out agreement of the simulated annotators (section 3), over every decision whose triplet has
+    another deciding annotator: s = w (o_i - 1) / (o1 + o2 - 1), w = (o1 + o2 - 1) / (o1 + o2 + o3 - 1)."""
+    scores = []
+    for o1, o2, o3 in semantic.triplet_counts(semantic.read_triplets(triplets)):
+        decided = o1 + o2
+        for chosen, count in ((o1, o1), (o2, o2)):
+            if decided - 1 > 0:
+                scores += [100 * (chosen - 1) / (decided + o3 - 1)] * count
+    return float(np.mean(scores)), len(scores)
+
+
+def cell(values: list[float | None], digits: int = 1) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    if len(values) == 1:
+        return f"{present[0]:.{digits}f}"
+    return f"{np.mean(present):.{digits}f} +- {np.std(present):.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("title")
+    parser.add_argument("rows", nargs="+", help="NAME=score.json")
+    parser.add_argument("--proxy", required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--first", type=int)
+    parser.add_argument("--triplets")
+    parser.add_argument("--objects")
+    parser.add_argument("--figure")
+    args = parser.parse_args()
+    results = {}
+    for item in args.rows:
+        name, path = item.split("=", 1)
+        with open(path, encoding="utf-8") as stream:
+            results[name] = [json.load(stream)]
+    results["random"] = random_rows(args.proxy, args.split, args.first, args.triplets)
+    print(args.title)
+    print(f"{'Method':<30}{'US':>14}{'NDCG AUC':>14}{'PCC AUC':>14}    paper (Visual Genome): US / NDCG / PCC")
+    for name, label in ROWS:
+        if name not in results:
+            continue
+        rows = results[name]
+        us = cell([r.get("user_agreement") for r in rows])
+        ndcg, pcc = cell([r["ndcg_auc"] for r in rows]), cell([r["pcc_auc"] for r in rows])
+        print(f"{label:<30}{us:>14}{ndcg:>14}{pcc:>14}    {' / '.join(str(v) for v in PAPER[name])}")
+    if args.triplets:
+        print("\nTable 1: agreement with the (simulated) users, percent")
+        agreement, decisions = annotator_agreement(args.triplets)
+        lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6"),
+                 ("Visual baseline: R-MAC", cell([r.get("user_agreement") for r in results["baseline"]]), "64.0")]
+        if args.objects:
+            with open(args.objects, encoding="utf-8") as stream:
+                lines.append(("Object annotations: tf-idf", cell([json.load(stream).get("user_agreement")]), "63.4"))
+        lines += [("Human captions: METEOR", "not run (README)", "72.1"),
+                  ("Human captions: tf-idf", cell([r.get("user_agreement") for r in results["oracle"]]), "76.3"),
+                  ("Random (x5)", cell([r.get("user_agreement") for r in results["random"]]), "50.0 +- 0.8")]
+        print(f"{'Method':<30}{'score':>18}    paper")
+        for label, value, paper in lines:
+            print(f"{label:<30}{value:>18}    {paper}")
+    if args.figure:
+        draw(args.figure, results)
+        print(f"\nFigure 2: {args.figure}")
+
+
+def draw(path: str, results: dict[str, list[dict]]) -> None:
+    """NDCG@R and PCC@R against R (log axis) for every row; the random row is its first run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, label in ROWS:
+        if name not in results:
+            continue
+        summary = results[name][0]
+        for axis, key in ((axes[0], "ndcg"), (axes[1], "pcc")):
+            points = [(int(r), v) for r, v in summary[key].items() if v is not None]
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    for axis, key in ((axes[0], "NDCG@R (%)"), (axes[1], "PCC@R (%)")):
+        axis.set_xscale("log")
+        axis.set_xlabel("R (retrieved images)")
+        axis.set_ylabel(key)
+        axis.grid(True, alpha=0.3)
+    axes[1].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+if __name__ == "__main__":
+    main()

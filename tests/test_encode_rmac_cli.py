@@ -1,0 +1,102 @@
+"""`vltools encode` with an rmac checkpoint (database images, image + text queries, text modifiers) and
+`vltools match` over two image embeddings files (i2i), against the model called directly."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from matching_helpers import fails
+from PIL import Image
+
+from vltools.cli import cli
+from vltools.io.checkpoints import save_checkpoint
+from vltools.io.hdf5 import decode_strings
+from vltools.io.proxy import read_proxy_file
+from vltools.models import build_model
+
+CAPTIONS = ["a red dog", "a blue cat", "a red cat", "a green tree", "a blue dog", "a green dog"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rmac")
+    rng = np.random.default_rng(0)
+    with open(folder / "images.jsonl", "w") as images, open(folder / "caps.jsonl", "w") as caps:
+        for i, caption in enumerate(CAPTIONS):
+            split = "train" if i < 2 else "test"
+            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+            images.write(json.dumps({"image_id": f"im{i}", "path": f"{i}.png", "split": split}) + "\n")
+            caps.write(json.dumps({"image_id": f"im{i}", "caption": caption, "split": split}) + "\n")
+    run("tfidf-proxy", str(folder / "caps.jsonl"), "--images", str(folder / "images.jsonl"), "--k", "2",
+        "-o", str(folder / "proxy.h5"))
+    proxy = read_proxy_file(folder / "proxy.h5")
+    torch.manual_seed(0)
+    config = {"backbone": "resnet18", "levels": 3, "scales": "1.0", "text": True, "frozen_bn": True}
+    model = build_model("rmac", config, len(proxy.vocab)).eval()
+    save_checkpoint(folder / "rmac.pt", "rmac", config, model.state_dict(), vocab=proxy.vocab,
+                    train_state={"config": {"task": {"image_size": 32}}})
+    return folder, model, proxy
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def read(path):
+    with h5py.File(path) as handle:
+        return decode_strings(handle["ids"][()]), handle["emb"][()]
+
+
+def direct(folder, model, ids):
+    """phi of each image resized to a longest side of 32 (48 x 40 -> 32 x 27), one at a time."""
+    out = []
+    for image_id in ids:
+        image = Image.open(folder / f"{image_id[2:]}.png").convert("RGB").resize((32, 27), Image.BILINEAR)
+        tensor = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)[None]
+        with torch.no_grad():
+            out.append(model.encode_images(tensor)[0].numpy())
+    return np.stack(out)
+
+
+def test_database_and_queries_with_text_and_modifiers(world):
+    folder, model, proxy = world
+    common = ["encode", "--model", str(folder / "rmac.pt"), str(folder / "images.jsonl"), "--proxy",
+              str(folder / "proxy.h5"), "--split", "test", "--device", "cpu"]
+    run(*common, "-o", str(folder / "db.h5"))
+    ids, emb = read(folder / "db.h5")
+    assert ids == ["im2", "im3", "im4", "im5"]
+    phi = direct(folder, model, ids)
+    np.testing.assert_allclose(emb, phi, atol=1e-5)
+    run(*common, "--first", "2", "--with-text", "--add", "dogs", "--subtract", "red", "-o", str(folder / "q.h5"))
+    query_ids, query = read(folder / "q.h5")
+    assert query_ids == ["im2", "im3"]
+    vocab = proxy.vocab
+    with torch.no_grad():
+        theta = model.encode_texts(torch.from_numpy(proxy.tfidf[[2, 3]].toarray())).numpy()
+        word = model.encode_texts(torch.eye(len(vocab))[[vocab.index("dog"), vocab.index("red")]]).numpy()
+    expected = phi[:2] + theta + word[0] - word[1]
+    np.testing.assert_allclose(query, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
+
+    out = run("match", str(folder / "q.h5"), str(folder / "db.h5"), "--top-k", "3", "--sims", str(folder / "s.h5"))
+    rankings = [json.loads(line) for line in out.splitlines()]
+    for row, ranking in enumerate(rankings):
+        assert ranking["direction"] == "i2i" and ranking["query"] not in ranking["ids"]
+        scores = {i: float(query[row] @ emb[k]) for k, i in enumerate(ids) if i != ranking["query"]}
+        assert ranking["ids"] == sorted(scores, key=lambda i: -scores[i])
+    scored = json.loads(run("score", "semantic", str(folder / "s.h5"), "--proxy", str(folder / "proxy.h5"),
+                            "--R", "1,2"))
+    assert scored["n_queries"] == 2
+
+
+def test_unknown_modifier_word_is_one_line_naming_it(world, capsys):
+    folder, _, proxy = world
+    err = fails(capsys, "encode", "--model", str(folder / "rmac.pt"), str(folder / "images.jsonl"), "--add",
+                "zebra", "-o", str(folder / "bad.h5"))
+    assert "'zebra'" in err and len(err.strip().splitlines()) == 1 and not (folder / "bad.h5").exists()

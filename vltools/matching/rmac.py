@@ -1,0 +1,98 @@
+"""R-MAC embeddings for `encode`: image queries or database images, image + text queries (V+T), text modifiers.
+
+A query's visual embedding phi is combined with text embeddings theta of the same model: with its own captions
+(`with_text`, the paper's (V+T, V+T) queries: theta of the image's tf-idf row) and with words added or subtracted
+(paper Figure 5: theta of each word's one-hot tf-idf vector), as l2norm(phi + theta_text + sum theta_add -
+sum theta_subtract).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vltools.errors import VLToolsError
+from vltools.eval.retrieval import shown_ids
+from vltools.io.proxy import read_proxy_file
+from vltools.models import model_from_checkpoint
+from vltools.text.tfidf import word_columns
+from vltools.vision.embedding import ImageStore, embed_images
+from vltools.vision.images import list_inputs
+
+
+@dataclass
+class QueryOptions:
+    """What to embed and how."""
+
+    proxy: str | None = None
+    split: str = "test"
+    first: int | None = None
+    with_text: bool = False
+    add: Sequence[str] = ()
+    subtract: Sequence[str] = ()
+    image_size: int | None = None
+    batch_size: int = 32
+    workers: int = 0
+
+
+def _words(model, vocab: list[str], words: Sequence[str], option: str, checkpoint: object) -> torch.Tensor:
+    try:
+        columns = word_columns(words, vocab)
+    except ValueError as exc:
+        raise VLToolsError(f"{option} {exc}; use words of the training captions ({checkpoint})") from None
+    return model.encode_texts(torch.eye(len(vocab))[columns]).sum(dim=0)
+
+
+def encode_rmac(payload: dict, checkpoint: str | os.PathLike, images_path: str | os.PathLike,
+                options: QueryOptions, device: torch.device) -> tuple[list[str], np.ndarray, dict]:
+    """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES (all of them, or those of
+    `options.split` in the proxy, the first `first`), as database images or as queries with text."""
+    model = model_from_checkpoint(payload).to(device)
+    vocab = list(payload["vocab"])
+    texts = options.with_text or options.add or options.subtract
+    if texts and model.text is None:
+        raise VLToolsError(f"{checkpoint}: the model was trained without text (task.loss v), so it cannot embed "
+                           "--with-text / --add / --subtract; train it with task.loss=vt")
+    if options.with_text and options.proxy is None:
+        raise VLToolsError("--with-text embeds each image's captions: give --proxy PROXY.h5 (their tf-idf rows)")
+    items = {item.image_id: item for item in list_inputs([images_path])}
+    proxy = read_proxy_file(options.proxy) if options.proxy else None
+    if proxy is not None:
+        if proxy.vocab != vocab:
+            raise VLToolsError(f"{options.proxy}: its vocabulary differs from the one {checkpoint} was trained with; "
+                               "give the proxy the model was trained on")
+        rows = proxy.split_rows(options.split)
+        if len(rows) == 0:
+            raise VLToolsError(f"{options.proxy}: no image in split {options.split!r}; give --split")
+        rows = rows[:options.first]
+        ids = [proxy.ids[r] for r in rows]
+    else:
+        ids = list(items)[:options.first]
+    missing = [i for i in ids if i not in items]
+    if missing:
+        raise VLToolsError(f"{images_path}: {len(missing)} images of the proxy are not in it: {shown_ids(missing)}")
+    size = options.image_size or int(payload.get("train_state", {}).get("config", {}).get("task", {})
+                                      .get("image_size", 576))
+    store = ImageStore([items[i] for i in ids], size)
+    emb = torch.from_numpy(embed_images(lambda images, sizes: model.encode_images(images, sizes.to(device)), store,
+                                        range(len(ids)), device, options.batch_size, options.workers,
+                                        desc="encode images"))
+    if texts:
+        with torch.inference_mode():
+            total = emb.to(device)
+            if options.with_text:
+                total = total + model.encode_texts(torch.from_numpy(proxy.tfidf[rows].toarray()).to(device))
+            if options.add:
+                total = total + _words(model, vocab, options.add, "--add", checkpoint).to(device)
+            if options.subtract:
+                total = total - _words(model, vocab, options.subtract, "--subtract", checkpoint).to(device)
+            emb = F.normalize(total, dim=1).cpu()
+    query = "image" + (" + its captions" if options.with_text else "") + \
+        "".join(f" + {w}" for w in options.add) + "".join(f" - {w}" for w in options.subtract)
+    return ids, emb.numpy().astype(np.float32), {"side": "images", "query": query, "image_size": size,
+                                                 "split": options.split if proxy is not None else "all"}
