@@ -25,6 +25,7 @@ STAGES = {
     "train": ("train", "Train a model (vse, sgr, saf) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
+    "concepts": ("concepts", "SCO's concept vocabulary: the K most frequent concept words of the captions."),
 }
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from torch import nn
 
 from vltools.errors import VLToolsError
+from vltools.models.sco import SCO
 from vltools.models.sgraf import SAF, SGR
 from vltools.models.vse import VSE
 
-MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF}
+MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "sco": SCO}
 
 
 def _model_class(name: str) -> type[nn.Module]:
