@@ -30,7 +30,7 @@ from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
-from vltools.losses import sampled_hinge_loss
+from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
 from vltools.matching.similarity import CaptionBlocks, similarity_blocks
 from vltools.models import build_model, default_config
 from vltools.text.vocab import Vocabulary
@@ -109,8 +109,6 @@ class SCOTask:
         loss = sampled_hinge_loss(sims, margin=self.options["margin"], negatives=int(self.options["negatives"]),
                                   positive_mask=same, generator=self.generator)
         if logp is not None and self.options["gen_weight"] > 0:
-            from vltools.losses import sequence_cross_entropy
-
             loss = loss + self.options["gen_weight"] * sequence_cross_entropy(logp, batch["tokens"][:, 1:],
                                                                                reduction="sum")
         return loss
