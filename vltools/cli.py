@@ -26,6 +26,7 @@ STAGES = {
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "concepts": ("concepts", "SCO's concept vocabulary: the K most frequent concept words of the captions."),
+    "concept-scores": ("concept_scores", "SCO's concept scores p of images: concept CNN over r regions, max-pooled."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
 }
 
