@@ -26,8 +26,8 @@ from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
-              help="For SCO models that fuse context and concepts: the concept scores (vltools concept-scores); "
-                   "FEATS.h5 is then the context features.")
+              help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
+                   "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")

@@ -132,15 +132,15 @@ def collate_sco(items: Sequence[dict]) -> dict[str, torch.Tensor]:
 
 
 def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.PathLike | None) -> ImageVectors:
-    """The image vectors a trained SCO model (its `config`) reads: SOURCE is the context file, or the concept
-    scores for a concepts-only model; `concepts` the concept scores of a model that uses both. Widths are checked
-    against the model's."""
+    """The image vectors a trained SCO model (its `config`) reads: SOURCE is the context file and `concepts` the
+    concept scores; a context-only model ignores `concepts`, a concepts-only model reads `concepts` (or SOURCE
+    when `concepts` is not given). Widths are checked against the model's."""
     use_context, use_concepts = bool(config["use_context"]), bool(config["use_concepts"])
     if use_context and use_concepts and concepts is None:
         raise VLToolsError(f"{source}: this SCO model fuses context and concepts; give the concept scores with "
                            "--concepts CONCEPTS.h5 (vltools concept-scores)")
     context_path = source if use_context else None
-    concepts_path = (concepts if use_context else source) if use_concepts else None
+    concepts_path = (concepts if concepts is not None else source) if use_concepts else None
     if context_path is not None:
         check_global(context_path, False, int(config["context_dim"]))
     if concepts_path is not None:
