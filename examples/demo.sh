@@ -43,3 +43,10 @@ sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
 # ---------------------------------------------------------------------------------------------------------
 section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
+
+# ---------------------------------------------------------------------------------------------------------
+# SCO (image-text matching with semantic concepts and order): its own 400-image world -> tencrop context ->
+# concepts -> concept CNN -> concept scores -> every Table 1 row and the lambda sweep -> encode -> match -> score
+# ---------------------------------------------------------------------------------------------------------
+section "SCO, Table 2 and Table 3 layouts (examples/sco, DATA=synth)"
+make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpath "$OUT_DIR")/sco" PYTHON=python table
