@@ -60,3 +60,8 @@ echo "open $OUT_DIR/report/index.html in a browser (it needs no server)"
 section "Semantic retrieval, Tables 1-2 layout (examples/semantic, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/semantic" DATA=synth OUT="$(realpath "$OUT_DIR")/semantic" PYTHON=python \
     table
+# SCO (image-text matching with semantic concepts and order): its own 400-image world -> tencrop context ->
+# concepts -> concept CNN -> concept scores -> every Table 1 row and the lambda sweep -> encode -> match -> score
+# ---------------------------------------------------------------------------------------------------------
+section "SCO, Table 2 and Table 3 layouts (examples/sco, DATA=synth)"
+make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpath "$OUT_DIR")/sco" PYTHON=python table

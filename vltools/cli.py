@@ -33,6 +33,8 @@ STAGES = {
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
     "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
     "models": ("models", "List, add and remove named checkpoints and ensembles (match --model NAME)."),
+    "concepts": ("concepts", "SCO's concept vocabulary: the K most frequent concept words of the captions."),
+    "concept-scores": ("concept_scores", "SCO's concept scores p of images: concept CNN over r regions, max-pooled."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
     "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),

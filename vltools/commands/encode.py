@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.data.matching import check_images, read_split
+from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.devices import resolve_device
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
@@ -28,6 +29,9 @@ from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 @click.option("--captions", "captions_path", type=click.Path(dir_okay=False),
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
+@click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
+              help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
+                   "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
@@ -44,9 +48,9 @@ from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="rmac: image decoding processes.")
 def command(source: str, model_path: str, output: str | None, split: str, captions_path: str | None,
-            batch_size: int, precision: str, device: str, proxy_path: str | None, first: int | None,
-            with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...], image_size: int | None,
-            workers: int) -> None:
+            concepts_path: str | None, batch_size: int, precision: str, device: str, proxy_path: str | None,
+            first: int | None, with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...],
+            image_size: int | None, workers: int) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
@@ -69,7 +73,21 @@ def command(source: str, model_path: str, output: str | None, split: str, captio
     loaded.model.to(chosen_device)
     attrs = {"model": loaded.name, "checkpoint": model_path, "checkpoint_digest": loaded.digest, "source": source,
              "precision": precision}
-    if hdf5_kind(source) is not None:
+    if hdf5_kind(source) is not None and getattr(loaded.model, "inputs", "regions") == "global":
+        vectors = model_vectors(loaded.config, source, concepts_path)
+        ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
+        if captions_path is not None:
+            chosen = read_split(captions_path, split)
+            for path in vectors.paths:
+                if path is not None:
+                    check_split_images(chosen, path, captions_path)
+            ids = chosen.image_ids
+        blocks = VectorBlocks(vectors, ids, batch_size)
+        write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", chosen_device, precision),
+                         {**attrs, "side": "images", "concepts": concepts_path or "", "ids_digest": ids_digest(ids)})
+        vectors.close()
+        count = len(ids)
+    elif hdf5_kind(source) is not None:
         ids = None
         if captions_path is not None:
             chosen = read_split(captions_path, split)

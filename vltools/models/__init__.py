@@ -14,11 +14,12 @@ from torch import nn
 from vltools.errors import VLToolsError, first_line
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
 from vltools.models.rmac import RMAC
+from vltools.models.sco import SCO
 from vltools.models.sgraf import SAF, SGR
 from vltools.models.vse import VSE
 
 MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
-                                      "adaptive-attention": AdaptiveAttention, "rmac": RMAC}
+                                      "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO}
 
 
 def _model_class(name: str) -> type[nn.Module]:

@@ -14,6 +14,7 @@ from vltools.train.config import TRAIN_DEFAULTS
 # model name -> task module under vltools.train
 TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "rmac": "semantic"}
 TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
+TASKS.update({"sco": "sco", "concepts": "concepts"})
 
 
 def task_module(model_name: str) -> ModuleType:

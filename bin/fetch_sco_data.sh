@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Data for SCO's real recipe (examples/sco): Karpathy's splits (dataset_{flickr30k,coco}.json) and the raw images.
+# Usage: bin/fetch_sco_data.sh f30k|coco DEST
+#   DEST/dataset_<name>.json and DEST/images/ (COCO: images/train2014, images/val2014; ids are train2014/<file>)
+# Flickr30K's images are given out by its authors after a request form, so for f30k the script fetches the
+# splits and says where to put the images. Offline, it stops with one sentence naming the file it could not get.
+set -euo pipefail
+if [[ $# -ne 2 || ! $1 =~ ^(f30k|coco)$ ]]; then
+    echo "usage: $0 f30k|coco DEST" >&2
+    exit 2
+fi
+NAME=$1
+DEST=$2
+SPLITS=https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip
+COCO=http://images.cocodataset.org/zips
+mkdir -p "$DEST/images"
+
+fetch() {  # URL FILE
+    if ! curl -fsL --connect-timeout 20 -o "$2.part" "$1"; then
+        rm -f "$2.part"
+        echo "fetch_sco_data.sh: cannot download $1 (no network?); download it elsewhere and put it at $2" >&2
+        exit 1
+    fi
+    mv "$2.part" "$2"
+}
+
+json=dataset_$([[ $NAME == f30k ]] && echo flickr30k || echo coco).json
+if [[ ! -f $DEST/$json ]]; then
+    [[ -f $DEST/caption_datasets.zip ]] || fetch "$SPLITS" "$DEST/caption_datasets.zip"
+    unzip -o -q "$DEST/caption_datasets.zip" "$json" -d "$DEST"
+fi
+if [[ $NAME == coco ]]; then
+    for part in train2014 val2014; do
+        if [[ ! -d $DEST/images/$part ]]; then
+            [[ -f $DEST/$part.zip ]] || fetch "$COCO/$part.zip" "$DEST/$part.zip"
+            unzip -q "$DEST/$part.zip" -d "$DEST/images"
+        fi
+    done
+elif [[ -z $(ls -A "$DEST/images") ]]; then
+    echo "fetch_sco_data.sh: Flickr30K images come from https://shannon.cs.illinois.edu/DenotationGraph/ after a" \
+         "request; unpack flickr30k-images/*.jpg into $DEST/images/" >&2
+    exit 1
+fi
+echo "SCO data ready in $DEST: make -C examples/sco DATA=$DEST table" >&2

@@ -1,0 +1,100 @@
+"""Print SCO's Table 2 layout (R@1/5/10 of image annotation and image retrieval, and mR) and Table 3 (lambda).
+
+Usage: python table.py TITLE [--paper=f30k|coco1k] ROW=scores.json ... lambda=L=scores.json ...
+Each file is `vltools score retrieval` JSON; mR is its "mR" when present, else the mean of the six recalls (the
+paper's definition). The chance row is exact for a uniformly random ranking of the first file's test set: an
+image has c = n_captions / n_images captions, so i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K), and a
+caption has one image: t2i R@K = K / n_images (per 1000-image fold under the coco1k protocol).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from math import comb
+
+KS = (1, 5, 10)
+FOLD = 1000
+NAMES = {"ctx_1crop": "ctx (1-crop)", "ctx": "ctx", "ctx_sen": "ctx + sen", "ctx_gen_S": "ctx + gen (S)",
+         "ctx_gen_E": "ctx + gen (E)", "ctx_gen": "ctx + gen", "cnp": "cnp", "cnp_gen": "cnp + gen",
+         "cnp_ctx_C": "cnp + ctx (C)", "cnp_ctx": "cnp + ctx", "cnp_ctx_gen": "cnp + ctx + gen"}
+# SCO paper, Table 2 (Flickr30K, MSCOCO 1K): annotation R@1/5/10, retrieval R@1/5/10
+PAPER = {
+    "f30k": {"ctx": (33.8, 63.7, 75.9, 26.3, 55.4, 67.6), "cnp": (30.9, 60.9, 72.4, 23.1, 52.5, 64.8),
+             "cnp + ctx": (42.4, 72.9, 81.5, 32.4, 63.5, 73.9),
+             "cnp + ctx + gen": (44.2, 74.1, 83.6, 32.8, 64.3, 74.9)},
+    "coco1k": {"ctx": (44.7, 78.2, 88.3, 37.0, 73.2, 85.7), "cnp": (59.5, 86.9, 93.6, 48.5, 81.4, 90.9),
+               "cnp + ctx": (65.3, 90.0, 96.0, 54.2, 85.9, 93.5),
+               "cnp + ctx + gen": (66.4, 91.3, 96.6, 55.5, 86.5, 93.7)},
+}
+
+
+def chance(n_images: int, n_captions: int) -> tuple[float, ...]:
+    """Expected recalls (percent) of a uniformly random ranking."""
+    per_image = n_captions // n_images
+    i2t = [100 * (1 - comb(n_captions - per_image, k) / comb(n_captions, k)) for k in KS]
+    t2i = [100 * min(k, n_images) / n_images for k in KS]
+    return (*i2t, *t2i)
+
+
+def load(path: str) -> dict:
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)
+
+
+def recalls(result: dict) -> tuple[float, ...]:
+    return tuple(result[d][f"R@{k}"] for d in ("i2t", "t2i") for k in KS)
+
+
+def mean_recall(result: dict) -> float:
+    return float(result["mR"]) if "mR" in result else sum(recalls(result)) / 6
+
+
+def chance_of(result: dict) -> tuple[float, ...]:
+    images, captions = result["n_images"], result["n_captions"]
+    if result.get("protocol") == "coco1k":
+        images, captions = FOLD, captions * FOLD // images
+    return chance(images, captions)
+
+
+def line(name: str, values: tuple[float, ...], mr: float) -> str:
+    cells = " ".join(f"{v:6.1f}" for v in values)
+    return f"{name:<18}{cells[:20]}   {cells[21:]}   {mr:6.1f}"
+
+
+def header(first: str) -> list[str]:
+    return [f"{'':<18}{'Image Annotation':<23}{'Image Retrieval':<23}",
+            f"{first:<18}{'R@1':>6} {'R@5':>6} {'R@10':>6}   {'R@1':>6} {'R@5':>6} {'R@10':>6}   {'mR':>6}"]
+
+
+def main(argv: list[str]) -> None:
+    title, paper, rows, lambdas = argv[0], None, [], []
+    for arg in argv[1:]:
+        if arg.startswith("--paper="):
+            paper = arg.split("=", 1)[1]
+        elif arg.startswith("lambda="):
+            value, path = arg[len("lambda="):].split("=", 1)
+            lambdas.append((value, load(path)))
+        else:
+            name, path = arg.split("=", 1)
+            rows.append((NAMES.get(name, name), load(path)))
+    print(title)
+    print("\n".join(header("Method")))
+    if rows:
+        base = chance_of(rows[0][1])
+        print(line("chance", base, sum(base) / 6))
+    for name, result in rows:
+        print(line(name, recalls(result), mean_recall(result)))
+    if paper:
+        print(f"paper ({paper}):")
+        for name, values in PAPER[paper].items():
+            print(line(f"  {name}", values, sum(values) / 6))
+    if lambdas:
+        print("\nTable 3 layout: cnp + ctx + gen with L = L_mat + lambda L_gen")
+        print("\n".join(header("lambda")))
+        for value, result in lambdas:
+            print(line(value, recalls(result), mean_recall(result)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,111 @@
+"""The SCO task: its loss is the sampled hinge plus lambda times the generator's token cross-entropy, computed here
+independently; inputs are checked (missing images, swapped files, wrong K)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesWriter
+from vltools.losses import sample_negatives
+from vltools.train import config_defaults
+from vltools.train.sco import build_task
+
+WORDS = ["red", "blue", "circle", "square", "big", "small"]
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    ids = [f"im{i}" for i in range(12)]
+    with FeaturesWriter(tmp_path / "ctx.h5", {"global": "tencrop"}, dtype="float32") as writer:
+        writer.add(ids, **{"global": rng.normal(size=(12, 7))})
+    with FeaturesWriter(tmp_path / "cnp.h5", {"global": "concepts"}, dtype="float32") as writer:
+        writer.add(ids, **{"global": rng.random((12, 5))})
+    lines = []
+    for n, image_id in enumerate(ids):
+        for k in range(2):
+            words = " ".join(WORDS[(n + k + j) % 6] for j in range(3))
+            lines.append({"image_id": image_id, "caption": f"a {words}", "split": "train" if n < 8 else "val"})
+    (tmp_path / "caps.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return tmp_path
+
+
+def config(**model):
+    cfg = config_defaults("sco")
+    cfg["model"].update({"embed_size": 8, "word_dim": 6, **model})
+    cfg["task"]["vocab_threshold"] = 1
+    return cfg
+
+
+def test_loss_is_hinge_plus_lambda_token_cross_entropy(files):
+    torch.manual_seed(0)
+    cfg = config(generation=True)
+    cfg["task"]["gen_weight"] = 0.5
+    task = build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")], cfg)
+    assert task.model_config["context_dim"] == 7 and task.model_config["concept_dim"] == 5
+    batch = task.collate(task.train_data.__getitems__(list(range(16))))
+    task.generator.manual_seed(11)
+    loss = task.loss(task.model, batch)
+    model = task.model
+    v = model.fuse(batch["context"], batch["concepts"])
+    sims = torch.nn.functional.normalize(v) @ torch.nn.functional.normalize(
+        model.sentence(batch["tokens"], batch["lengths"])).t()
+    same = batch["image_index"][:, None] == batch["image_index"][None, :]
+    replay = torch.Generator().manual_seed(11)
+    caption_negatives = sample_negatives(same, 128, replay)
+    image_negatives = sample_negatives(same.t(), 128, replay).t()
+    diagonal = sims.diagonal()
+    hinge = ((0.2 - diagonal[:, None] + sims).clamp(min=0)[caption_negatives].sum()
+             + (0.2 - diagonal[None, :] + sims).clamp(min=0)[image_negatives].sum())
+    # the generator by hand: LSTM cell from h0 = W_h v, c0 = W_c v, teacher-forced, log-softmax of the output layer
+    dec = model.generator
+    h, c = dec.init_h(v), dec.init_c(v)
+    nll = torch.zeros(())
+    tokens = batch["tokens"]
+    for t in range(tokens.size(1) - 1):
+        h, c = dec.lstm(dec.embed(tokens[:, t]), (h, c))
+        logp = torch.log_softmax(dec.output(h), dim=1)
+        target = tokens[:, t + 1]
+        nll = nll - logp.gather(1, target[:, None]).squeeze(1).masked_fill(target == 0, 0).sum()
+    torch.testing.assert_close(loss, hinge + 0.5 * nll, rtol=1e-5, atol=1e-4)
+
+
+def test_shared_embedding_ties_the_two_word_matrices(files):
+    cfg = config(generation=True, shared_embedding=True)
+    task = build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")], cfg)
+    assert task.model.generator.embed is task.model.sentence.embed
+
+
+def test_scheduled_sampling_runs_and_differs_from_teacher_forcing(files):
+    torch.manual_seed(0)
+    cfg = config(generation=True, sampling=1.0)
+    task = build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")], cfg)
+    batch = task.collate(task.train_data.__getitems__(list(range(8))))
+    v = task.model.fuse(batch["context"], batch["concepts"])
+    sampled = task.model.generate_logp(v, batch["tokens"])
+    task.model.eval()
+    forced = task.model.generate_logp(v, batch["tokens"])
+    assert sampled.shape == forced.shape
+    torch.testing.assert_close(sampled[:, 0], forced[:, 0])      # the first step always sees <start>
+    assert not torch.allclose(sampled[:, 2:], forced[:, 2:])
+
+
+def test_single_side_inputs_and_errors(files):
+    captions = str(files / "caps.jsonl")
+    task = build_task("sco", [str(files / "ctx.h5"), captions], config(use_concepts=False, generation=False))
+    assert task.vectors.paths[1] is None
+    with pytest.raises(VLToolsError, match="CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl"):
+        build_task("sco", [str(files / "ctx.h5"), captions], config(generation=False))
+    with pytest.raises(VLToolsError, match="concept-scores file where context"):
+        build_task("sco", [str(files / "cnp.h5"), str(files / "ctx.h5"), captions], config(generation=False))
+    with pytest.raises(VLToolsError, match="concept_dim=5 but the config says model.concept_dim=9"):
+        build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), captions], config(concept_dim=9))
+    with FeaturesWriter(files / "short.h5", {"global": "tencrop"}, dtype="float32") as writer:
+        writer.add(["im0", "im1"], **{"global": np.zeros((2, 7))})
+    with pytest.raises(VLToolsError, match="image_id 'im2' has no row in .*short.h5"):
+        build_task("sco", [str(files / "short.h5"), str(files / "cnp.h5"), captions], config(generation=False))

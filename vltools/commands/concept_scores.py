@@ -1,0 +1,68 @@
+"""`vltools concept-scores IMAGES --model CONCEPTS.pt`: SCO's concept score vector p of every image (features HDF5)."""
+
+from __future__ import annotations
+
+import click
+
+from vltools.errors import VLToolsError
+from vltools.matching.inputs import file_digest
+from vltools.text.concepts import ConceptVocabulary
+from vltools.vision.concept_regions import DEFAULT_LEVELS, ConceptScorer, load_concept_cnn
+from vltools.vision.extraction import RunOptions, check_output, extract
+from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give comma-separated grid sizes such as 1,2,3,6",
+                                 param_hint="--levels") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter(f"{text!r}: grid sizes are positive integers", param_hint="--levels")
+    return levels
+
+
+@click.command("concept-scores")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="A concept CNN checkpoint (vltools train --model concepts).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Features HDF5 (default: standard output).")
+@click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
+              help="Check that this concepts file is the one the CNN was trained on (same K and concepts).")
+@click.option("--levels", default=",".join(map(str, DEFAULT_LEVELS)), show_default=True,
+              help="Grid levels n: n x n half-overlapping windows each; r = sum of n^2 (1,2,3,6 gives 50).")
+@click.option("--image-size", type=click.IntRange(min=16), default=448, show_default=True,
+              help="Images are resized to this square before the windows are cut.")
+@click.option("--crop-size", type=click.IntRange(min=16),
+              help="Side of each region crop fed to the CNN [the checkpoint's training size].")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Images a batch (times r crops through the CNN).")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(("fp32", "bf16", "fp16")), default="fp32", show_default=True)
+@click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o.")
+@click.option("--shard", metavar="I/N", help="Every N-th image starting at I; join shards with vltools merge.")
+def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None, levels: str,
+            image_size: int, crop_size: int | None, batch_size: int, workers: int, device: str, precision: str,
+            strict: bool, resume: bool, shard: str | None) -> None:
+    """Write /global = p (N, K) for the images of INPUTS (folder, list file or images JSONL): each image's r grid
+    regions scored by the concept CNN, max-pooled element-wise over the regions. SCO trains on this file."""
+    check_output(output, resume)
+    model, payload = load_concept_cnn(model_path)
+    concepts = list(payload.get("vocab") or [])
+    if concepts_path is not None:
+        given = ConceptVocabulary.load(concepts_path)
+        if given.concepts != concepts:
+            raise VLToolsError(f"{concepts_path}: has K={len(given)} concepts but {model_path} was trained on "
+                               f"K={len(concepts)} {'(other concepts)' if len(given) == len(concepts) else ''}; "
+                               "use the concepts file the CNN was trained with")
+    train_size = int(payload.get("train_state", {}).get("config", {}).get("task", {}).get("image_size", 224))
+    run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype="float32",
+                     strict=strict, resume=resume, max_pixels=DEFAULT_MAX_PIXELS)
+    info = {"backbone": payload["config"]["backbone"], "checkpoint": model_path,
+            "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
+    scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, _levels(levels))
+    all_items = list_inputs(inputs)
+    extract(scorer, all_items, shard_items(all_items, parse_shard(shard)), output, shard)

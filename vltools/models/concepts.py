@@ -1,0 +1,49 @@
+"""SCO's multi-label concept CNN (section 3.2): an image backbone with K sigmoid outputs, scored over regions.
+
+The network is a backbone cut at its last convolutional stage (vltools.vision.backbones), global average
+pooling and one linear layer to K concept logits. Training reads Eq. 1 as the logistic loss of each concept
+with labels in {-1, +1} on the logits, sum_c log(1 + exp(-y'_c z_c)), y' = 2y - 1: the literal form, with
+y in {0, 1} and the sigmoid score y^ in [0, 1], is log 2 for every absent concept whatever the score (no
+gradient pushes absent concepts down) and bounded for present ones, so it cannot be what was optimised.
+That is binary cross-entropy on the logits, summed over concepts (`concept_loss`).
+
+At test time each image's r regions are scored separately with shared weights and the K sigmoid scores are
+max-pooled element-wise over the regions (`max_over_regions`), giving the concept score vector p.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def concept_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 1 as read above: sum over concepts of log(1 + exp(-(2y - 1) z)), mean over the batch."""
+    return F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / logits.size(0)
+
+
+def max_over_regions(scores: torch.Tensor) -> torch.Tensor:
+    """Element-wise max of region score vectors [B, r, K] -> [B, K]."""
+    return scores.max(dim=1).values
+
+
+class ConceptCNN(nn.Module):
+    """Backbone trunk -> global average pool -> Linear(dim, K): concept logits of whole images or regions."""
+
+    def __init__(self, trunk: nn.Module, dim: int, num_concepts: int) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.classifier = nn.Linear(dim, num_concepts)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits [B, K] of normalised images [B, 3, S, S]."""
+        return self.classifier(self.trunk(images).mean(dim=(2, 3)))
+
+    def region_scores(self, crops: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """Concept scores p [B, K] of region crops [B, r, 3, S, S]: sigmoid of every region's logits (all the
+        batch's regions through the network together, `chunk` crops a pass), max over each image's regions."""
+        b, r = crops.shape[:2]
+        flat = crops.flatten(0, 1)
+        logits = torch.cat([self(flat[i:i + chunk]) for i in range(0, len(flat), chunk)])
+        return max_over_regions(torch.sigmoid(logits.float()).view(b, r, -1))
