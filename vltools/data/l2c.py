@@ -1,15 +1,16 @@
 """L2C's data: image pairs with difference descriptions and single images with captions, both read as
 feature maps and foreground masks (`/featmap`, `/mask`) from segment-pool features files.
 
-One training item per description (pairs) or per caption (single images), as captioning loaders do;
-rows are read from HDF5 when a batch is fetched, never the whole file. Masks of another size than the
-feature map are area-resized to it (said once); empty masks are kept and counted (their nodes are zero).
+One training item per description (pairs) or per caption (single images), as captioning loaders do,
+with token ids from the caller's `encode`; rows are read from HDF5 when a batch is fetched, never the
+whole file. Masks of another size than the feature map are area-resized to it (said once); empty masks
+are kept and counted (their nodes are zero).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.records import read_records
-from vltools.text.vocab import Vocabulary
 from vltools.vision.masks import area_resize
 
 MAP_FIELDS = ("featmap", "mask")
@@ -145,10 +145,10 @@ class FeatureMaps:
 class PairDataset(Dataset):
     """One item per description: both images' feature maps and masks, and the description's tokens."""
 
-    def __init__(self, maps: FeatureMaps, pairs: PairSplit, vocab: Vocabulary) -> None:
+    def __init__(self, maps: FeatureMaps, pairs: PairSplit, encode: Callable[[str], list[int]]) -> None:
         self.maps, self.pairs = maps, pairs
         self.entries = pairs.items()
-        self.tokens = [vocab.encode(text) for _, text in self.entries]
+        self.tokens = [encode(text) for _, text in self.entries]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -188,9 +188,9 @@ def read_image_captions(path: str | os.PathLike, split: str) -> ImageCaptions:
 class CaptionDataset(Dataset):
     """One item per single-image caption: its image's feature map and mask, and the caption's tokens."""
 
-    def __init__(self, maps: FeatureMaps, captions: ImageCaptions, vocab: Vocabulary) -> None:
+    def __init__(self, maps: FeatureMaps, captions: ImageCaptions, encode: Callable[[str], list[int]]) -> None:
         self.maps, self.captions = maps, captions
-        self.tokens = [vocab.encode(text) for text in captions.captions]
+        self.tokens = [encode(text) for text in captions.captions]
 
     def __len__(self) -> int:
         return len(self.captions)

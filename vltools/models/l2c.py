@@ -16,9 +16,14 @@ concat (CNN+LSTM reads both images' nodes side by side). The TV weight is a task
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from vltools.errors import VLToolsError
+from vltools.models.decoder import Conditioning, LSTMDecoder
 
 POOLINGS = ("semantic", "masked_average", "global")
 COMPARES = ("difference", "concat")
@@ -117,3 +122,105 @@ class L2CEncoder(nn.Module):
 def difference_nodes(nodes_a: torch.Tensor, nodes_b: torch.Tensor) -> torch.Tensor:
     """V_diff: v_k(a) - v_k(b) for each node k (Section 2.2)."""
     return nodes_a - nodes_b
+
+
+@dataclass
+class L2COutput:
+    """Log-probabilities of the pairs' descriptions [P, L-1, V] and the single images' captions [S, L-1, V]
+    (None without single images), and the TV norm of every encoded image [2P + S]."""
+
+    pair_logp: torch.Tensor
+    single_logp: torch.Tensor | None
+    tv: torch.Tensor
+
+
+class L2C(nn.Module):
+    """Encoder (pooling, GCN) + one LSTM decoder attending over the nodes, for pairs and single images."""
+
+    DEFAULTS: dict[str, object] = {
+        "feature_dim": 2048,       # D of the feature maps (ResNet-101: 2048); filled in from the features file
+        "num_nodes": 9,            # K
+        "pool_hidden": 512,        # channels of the pooling module's conv 3x3
+        "graph_dim": 512,
+        "gcn_steps": 1,            # 0: no GCN (Table 3)
+        "pooling": "semantic",     # semantic | masked_average (Table 3) | global (CNN+LSTM)
+        "compare": "difference",   # difference | concat (CNN+LSTM: both images' nodes side by side)
+        "embed_size": 512,
+        "hidden_size": 512,
+        "attention_size": 512,
+        "dropout": 0.5,
+    }
+
+    def __init__(self, vocab_size: int, **config: object) -> None:
+        super().__init__()
+        unknown = sorted(set(config) - set(self.DEFAULTS))
+        if unknown:
+            raise VLToolsError(f"model l2c has no setting {', '.join(unknown)}; its settings are "
+                               f"{', '.join(self.DEFAULTS)}")
+        c = {**self.DEFAULTS, **config}
+        if c["compare"] not in COMPARES:
+            raise VLToolsError(f"model.compare must be one of {', '.join(COMPARES)}, not {c['compare']!r}")
+        if c["pooling"] not in POOLINGS:
+            raise VLToolsError(f"model.pooling must be one of {', '.join(POOLINGS)}, not {c['pooling']!r}")
+        self.compare = c["compare"]
+        self.encoder = L2CEncoder(c["feature_dim"], c["num_nodes"], c["pool_hidden"], c["graph_dim"],
+                                  c["gcn_steps"], c["pooling"])
+        self.decoder = LSTMDecoder(vocab_size, embed_size=c["embed_size"], hidden_size=c["hidden_size"],
+                                   dropout=c["dropout"], memory_size=c["graph_dim"], attention="input",
+                                   attention_size=c["attention_size"])
+
+    def encode(self, featmap_a: torch.Tensor, mask_a: torch.Tensor, featmap_b: torch.Tensor, mask_b: torch.Tensor,
+               featmap: torch.Tensor | None = None, mask: torch.Tensor | None = None
+               ) -> tuple[Conditioning, torch.Tensor]:
+        """The decoder's memory for P pairs (node differences, or both node sets) then S single images (their
+        nodes; padded and masked when pairs have more nodes), all images through the encoder at once (one set
+        of BatchNorm statistics); and the TV norms [2P + S]."""
+        pairs = featmap_a.shape[0]
+        featmaps, masks = [featmap_a, featmap_b], [mask_a, mask_b]
+        if featmap is not None:
+            featmaps.append(featmap)
+            masks.append(mask)
+        nodes, tv = self.encoder(torch.cat(featmaps), torch.cat(masks))
+        a, b, single = nodes[:pairs], nodes[pairs:2 * pairs], nodes[2 * pairs:]
+        pair_memory = difference_nodes(a, b) if self.compare == "difference" else torch.cat([a, b], dim=1)
+        valid = torch.ones(nodes.shape[0] - pairs, pair_memory.shape[1], dtype=torch.bool, device=nodes.device)
+        if single.shape[1] < pair_memory.shape[1]:
+            valid[pairs:, single.shape[1]:] = False
+            single = F.pad(single, (0, 0, 0, pair_memory.shape[1] - single.shape[1]))
+        memory = torch.cat([pair_memory, single])
+        return Conditioning(memory=memory, memory_mask=valid if not valid.all() else None), tv
+
+    def forward(self, featmap_a: torch.Tensor, mask_a: torch.Tensor, featmap_b: torch.Tensor, mask_b: torch.Tensor,
+                tokens: torch.Tensor, featmap: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                single_tokens: torch.Tensor | None = None) -> L2COutput:
+        """Teacher-forced log-probabilities of the pairs' `tokens` [P, L] and the single images' `single_tokens`
+        [S, L'] (both `<start> ... <end>` padded with 0), one decoder pass over both."""
+        cond, tv = self.encode(featmap_a, mask_a, featmap_b, mask_b, featmap, mask)
+        pairs = tokens.shape[0]
+        if single_tokens is not None:
+            length = max(tokens.shape[1], single_tokens.shape[1])
+            tokens = torch.cat([F.pad(tokens, (0, length - tokens.shape[1])),
+                                F.pad(single_tokens, (0, length - single_tokens.shape[1]))])
+        logp = self.decoder(cond, tokens)
+        if single_tokens is None:
+            return L2COutput(logp, None, tv)
+        return L2COutput(logp[:pairs], logp[pairs:], tv)
+
+
+def build_l2c(config: dict, vocab_size: int) -> L2C:
+    """An L2C model from a (possibly partial) model config."""
+    return L2C(vocab_size, **config)
+
+
+def l2c_from_checkpoint(payload: dict) -> L2C:
+    """The L2C model of a loaded vltools checkpoint, in eval mode."""
+    if payload.get("model") != "l2c":
+        raise VLToolsError(f"checkpoint holds model {payload.get('model')!r}, not l2c; give a checkpoint written "
+                           "by `vltools train --model l2c`")
+    model = build_l2c(payload["config"], len(payload["vocab"]))
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as exc:
+        raise VLToolsError(f"checkpoint weights do not fit model l2c with its config "
+                           f"({str(exc).splitlines()[0][:200]})") from None
+    return model.eval()
