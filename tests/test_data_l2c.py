@@ -106,3 +106,14 @@ def test_a_pair_id_naming_two_image_pairs_is_refused(tmp_path):
         {"pair_id": "a", "image_a": "1", "image_b": "3", "description": "y"}])
     with pytest.raises(VLToolsError, match="pair_id 'a' names images"):
         read_pairs(path, None)
+
+
+def test_preloaded_and_streamed_reads_agree_with_the_file(world):
+    ids = ["p5b", "p0a", "p5b", "p2a"]
+    with FeaturesReader(world["features"]) as reader:
+        direct = reader.read(ids)
+    for maps in (FeatureMaps(world["features"]), FeatureMaps(world["features"], preload_bytes=0)):
+        featmaps, masks = maps.read(ids)
+        np.testing.assert_array_equal(featmaps, direct["featmap"])
+        np.testing.assert_array_equal(masks, direct["mask"])
+    assert FeatureMaps(world["features"], preload_bytes=0).read([])[0].shape == (0, DIM, SIZE, SIZE)

@@ -26,6 +26,7 @@ from vltools.io.records import read_records
 from vltools.vision.masks import area_resize
 
 MAP_FIELDS = ("featmap", "mask")
+PRELOAD_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -115,31 +116,46 @@ def check_map_features(features: str | os.PathLike, image_ids: Sequence[str], so
 
 class FeatureMaps:
     """Feature maps (float32) and masks resized to them, read by id from a features file opened lazily in
-    each process (h5py handles must not cross a fork, so this works with DataLoader workers)."""
+    each process (h5py handles must not cross a fork, so this works with DataLoader workers).
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    A file whose feature maps take at most `preload_bytes` is read into memory once per process; larger
+    ones are read row by row (h5py's fancy indexing of scattered rows is several times slower).
+    """
+
+    def __init__(self, path: str | os.PathLike, preload_bytes: int = PRELOAD_BYTES) -> None:
         self.path = Path(path)
+        self.preload_bytes = preload_bytes
         self._reader: FeaturesReader | None = None
         self._pid: int | None = None
+        self._loaded: dict[str, np.ndarray] | None = None
 
     @property
     def reader(self) -> FeaturesReader:
         if self._reader is None or self._pid != os.getpid():
             self._reader = FeaturesReader(self.path)
             self._pid = os.getpid()
+            featmaps = self._reader.handle["featmap"]
+            small = featmaps.size * featmaps.dtype.itemsize <= self.preload_bytes
+            self._loaded = {name: self._reader.handle[name][:] for name in MAP_FIELDS} if small else None
         return self._reader
+
+    def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        if self._loaded is not None:
+            return self._loaded[name][rows]
+        dataset = self.reader.handle[name]
+        return np.stack([dataset[row] for row in rows]) if len(rows) else dataset[:0]
 
     def read(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(featmaps (N, D, H, W), masks (N, H, W)) of `ids`, in that order."""
-        arrays = self.reader.read(list(ids), MAP_FIELDS)
-        featmaps = arrays["featmap"].astype(np.float32, copy=False)
-        masks = arrays["mask"].astype(np.float32, copy=False)
+        rows = self.reader.rows(list(ids))
+        featmaps = self._rows("featmap", rows).astype(np.float32, copy=False)
+        masks = self._rows("mask", rows).astype(np.float32, copy=False)
         if masks.shape[1:] != featmaps.shape[2:]:
             masks = area_resize(torch.from_numpy(masks), featmaps.shape[2:]).numpy()
         return featmaps, masks
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_reader": None, "_pid": None}
+        return {**self.__dict__, "_reader": None, "_pid": None, "_loaded": None}
 
 
 class PairDataset(Dataset):
