@@ -45,3 +45,69 @@ def test_loss_is_zero_when_positives_win_by_the_margin_and_has_gradients():
     sims = torch.rand(4, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()
     hardest_negative_loss(sims).backward()
     assert sims.grad.abs().sum() > 0
+
+
+def test_sequence_logprob_and_cross_entropy_by_hand():
+    from vltools.losses import sequence_cross_entropy, sequence_logprob
+
+    probs = torch.tensor([[[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]],
+                          [[0.1, 0.1, 0.1, 0.7], [0.4, 0.1, 0.4, 0.1], [0.5, 0.2, 0.2, 0.1]]], dtype=torch.float64)
+    targets = torch.tensor([[3, 2, 0], [1, 2, 0]])    # word 3 then <end> (2); word 1 then <end>; pads last
+    logp = sequence_logprob(probs.log(), targets)
+    expected = torch.tensor([0.4 * 0.25, 0.1 * 0.4], dtype=torch.float64).log()
+    torch.testing.assert_close(logp, expected)
+    assert sequence_cross_entropy(probs.log(), targets).item() == pytest.approx(-expected.sum().item() / 4)
+    assert sequence_cross_entropy(probs.log(), targets, reduction="caption").item() == \
+        pytest.approx(-expected.sum().item() / 2)
+    assert sequence_cross_entropy(probs.log(), targets, reduction="sum").item() == pytest.approx(-expected.sum().item())
+
+
+def direct_cl(pos_m, pos_n, neg_m, neg_n, nu):
+    """Eqs. (7)-(10) written out with math on Python floats."""
+    import math
+
+    def h(log_pm, log_pn):
+        return 1.0 / (1.0 + nu * math.exp(-(log_pm - log_pn)))
+
+    total = 0.0
+    for k in range(len(neg_m)):
+        total += sum(math.log(h(a, b)) for a, b in zip(pos_m, pos_n, strict=True))
+        total += sum(math.log(1.0 - h(a, b)) for a, b in zip(neg_m[k], neg_n[k], strict=True))
+    return total / len(neg_m) / len(pos_m)
+
+
+@pytest.mark.parametrize("nu", [1.0, 2.0])
+def test_contrastive_objective_equals_equations_7_to_10(nu):
+    from vltools.losses import contrastive_objective
+
+    # caption log-probabilities, each a sum over words and <end> (e.g. -2.0 = ln p(w1) + ln p(<end>) = -1.5 - 0.5)
+    pos_m, pos_n = [-2.0, -7.5, -4.0], [-3.0, -7.0, -4.0]
+    neg_m = [[-9.0, -6.0, -12.0], [-5.0, -8.0, -10.0], [-11.0, -6.5, -9.5], [-7.0, -7.0, -7.0],
+             [-6.0, -13.0, -8.0]]                                      # K = 5 negative sets
+    neg_n = [[-8.0, -6.5, -11.0], [-5.5, -8.0, -9.0], [-10.0, -7.0, -9.0], [-6.0, -7.5, -8.0],
+             [-6.5, -12.0, -8.5]]
+    def t(values):
+        return torch.tensor(values, dtype=torch.float64)
+
+    j = contrastive_objective(t(pos_m), t(pos_n), t(neg_m), t(neg_n), nu=nu)
+    assert j.item() == pytest.approx(direct_cl(pos_m, pos_n, neg_m, neg_n, nu), rel=1e-12)
+    # CL(P) and CL(N): the two halves of eq. (9)
+    only_p = contrastive_objective(t(pos_m), t(pos_n), t(neg_m), t(neg_n), nu=nu, negative=False)
+    only_n = contrastive_objective(t(pos_m), t(pos_n), t(neg_m), t(neg_n), nu=nu, positive=False)
+    assert (only_p + only_n).item() == pytest.approx(j.item(), rel=1e-12)
+    import math
+    assert only_p.item() == pytest.approx(sum(math.log(1 / (1 + nu * math.exp(-(a - b))))
+                                              for a, b in zip(pos_m, pos_n, strict=True)) / 3, rel=1e-12)
+
+
+def test_contrastive_gradient_is_not_zero_when_target_and_reference_are_identical():
+    """Section 4.3: with p_m = p_n, G = 0 and h = 1/2 everywhere, yet dJ/dtheta != 0."""
+    from vltools.losses import contrastive_objective
+
+    pos = torch.tensor([-3.0, -5.0], requires_grad=True)
+    neg = torch.tensor([[-4.0, -6.0]], requires_grad=True)
+    j = contrastive_objective(pos, pos.detach(), neg, neg.detach())
+    j.backward()
+    assert j.item() == pytest.approx(2 * -0.6931471805599453)   # (2 + 2) terms of ln(1/2), divided by K T_m = 2
+    torch.testing.assert_close(pos.grad, torch.tensor([0.25, 0.25]))          # d ln sigmoid(G) / dG / T_m
+    torch.testing.assert_close(neg.grad, torch.tensor([[-0.25, -0.25]]))

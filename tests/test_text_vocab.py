@@ -34,3 +34,9 @@ def test_bad_vocab_files(tmp_path):
         Vocabulary.from_scan_json(tmp_path / "v.json")
     with pytest.raises(VLToolsError, match="<start> at index 1"):
         Vocabulary(["<pad>", "x", "<start>", "<end>", "<unk>"])
+
+
+def test_encode_with_another_tokenizer_and_a_length_cut():
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "dogs", "run"])
+    assert vocab.encode("Dog's run fast", tokenizer=str.split, max_words=2) == [1, 3, 5, 2]
+    assert vocab.encode("dogs run", max_words=1) == [1, 4, 2]

@@ -1,4 +1,13 @@
-"""Ranking losses for image-caption matching."""
+"""Losses: ranking losses for image-caption matching, and the captioners' sequence likelihoods.
+
+Captioning usage: with `logp = decoder(cond, tokens)` ([B, L-1, V], see vltools.models.decoder) and
+`targets = tokens[:, 1:]` (`w1 .. wn <end> <pad> ..`),
+
+    sequence_logprob(logp, targets)        # [B] log p(c | I): sum over the words and <end>, pads masked
+    sequence_cross_entropy(logp, targets)  # scalar: the MLE token cross-entropy (mean over real tokens)
+
+Every captioning objective (MLE, CL, SCO's generation loss) goes through these two functions.
+"""
 
 from __future__ import annotations
 
@@ -25,3 +34,49 @@ def hardest_negative_loss(sims: torch.Tensor, margin: float = 0.2, max_violation
     if max_violation:
         return cost_caption.max(dim=1).values.sum() + cost_image.max(dim=0).values.sum()
     return cost_caption.sum() + cost_image.sum()
+
+
+def sequence_logprob(logp: torch.Tensor, targets: torch.Tensor, pad: int = 0) -> torch.Tensor:
+    """log p(c | I) of each caption [B]: the sum of log p(target token) over its tokens, `<end>` included.
+
+    `logp` [B, T, V] are the decoder's log-probabilities for each position, `targets` [B, T] the tokens
+    to score (the caption shifted past `<start>`); positions holding `pad` add nothing.
+    """
+    picked = logp.gather(2, targets.unsqueeze(2)).squeeze(2)
+    return picked.masked_fill(targets == pad, 0.0).sum(1)
+
+
+def sequence_cross_entropy(logp: torch.Tensor, targets: torch.Tensor, pad: int = 0,
+                           reduction: str = "token") -> torch.Tensor:
+    """The captioners' token cross-entropy: -sum log p(target) over real tokens (`<end>` included), divided
+    by the number of real tokens (`reduction="token"`, ImageCaptioning.pytorch's LanguageModelCriterion), by
+    the number of captions (`"caption"`), or not at all (`"sum"`)."""
+    total = -sequence_logprob(logp, targets, pad).sum()
+    if reduction == "sum":
+        return total
+    if reduction == "caption":
+        return total / targets.size(0)
+    if reduction == "token":
+        return total / (targets != pad).sum().clamp(min=1)
+    raise ValueError(f"reduction must be token, caption or sum, not {reduction!r}")
+
+
+def contrastive_objective(target_pos: torch.Tensor, reference_pos: torch.Tensor, target_neg: torch.Tensor,
+                          reference_neg: torch.Tensor, nu: float = 1.0, positive: bool = True,
+                          negative: bool = True) -> torch.Tensor:
+    """J(theta) of Dai & Lin's Contrastive Learning (eqs. 7-10), to be maximised; returns the scalar J.
+
+    `target_pos`, `reference_pos` [T_m]: ln p_m(c_t | I_t) and ln p_n(c_t | I_t) of the positive pairs;
+    `target_neg`, `reference_neg` [K, T_n]: the same for the K negative sets (c_/t, I_t). With
+    G = ln p_m - ln p_n (eq. 7) and h = r_nu(G) = 1 / (1 + nu exp(-G)) (eqs. 3, 8),
+    L_k = sum_t ln h(pos_t) + sum_t ln(1 - h(neg_kt)) (eq. 9) and J = (1/K)(1/T_m) sum_k L_k (eq. 10).
+    `positive` / `negative` False drop the first / second term of eq. 9 (CL(N) / CL(P) of Table 4).
+    """
+    shift = torch.log(torch.as_tensor(nu, dtype=target_pos.dtype, device=target_pos.device))
+    k, t_m = target_neg.size(0), target_pos.size(0)
+    total = target_pos.new_zeros(())
+    if positive:     # the positive pairs are the same in each of the K copies of X
+        total = total + k * torch.nn.functional.logsigmoid(target_pos - reference_pos - shift).sum()
+    if negative:     # ln(1 - r_nu(G)) = ln sigmoid(-(G - ln nu))
+        total = total + torch.nn.functional.logsigmoid(-(target_neg - reference_neg - shift)).sum()
+    return total / (k * t_m)

@@ -32,11 +32,17 @@ from vltools.train.trainer import distributed, seed_everything, train
               "checkpoint; default: built from the training captions.")
 @click.option("--train-split", default="train", show_default=True, help="Split of the captions to train on.")
 @click.option("--val-split", default="val", show_default=True, help="Split of the captions to validate on.")
+@click.option("--objective", help="Training objective (task.objective), e.g. for captioners mle, cl, cl-p, cl-n, il.")
+@click.option("--reference", type=click.Path(dir_okay=False),
+              help="Frozen reference checkpoint of contrastive objectives (task.reference).")
+@click.option("--init", "init", type=click.Path(dir_okay=False),
+              help="Checkpoint whose weights and vocabulary the model starts from (task.init).")
 def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
             epochs: int | None, batch_size: int | None, lr: float | None, lr_update: int | None,
             grad_clip: float | None, val_every: int | None, seed: int | None, device: str | None,
-            workers: int | None, resume: bool, vocab: str | None, train_split: str, val_split: str) -> None:
-    """Train --model NAME on INPUTS (matching models: FEATS.h5 CAPS.jsonl) into the checkpoint -o PATH.
+            workers: int | None, resume: bool, vocab: str | None, train_split: str, val_split: str,
+            objective: str | None, reference: str | None, init: str | None) -> None:
+    """Train --model NAME on INPUTS (matching models and captioners: FEATS.h5 CAPS.jsonl) into the checkpoint -o PATH.
 
     Validation runs every --val-every iterations and after each epoch; the best checkpoint is kept at
     PATH. Defaults are the official SGRAF hyper-parameters; see examples/sgraf/configs/ for recipes.
@@ -44,7 +50,12 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
                "train.device": device, "train.workers": workers}
-    config = build_config(config_defaults(model_name), config_file, overrides, options)
+    defaults = config_defaults(model_name)
+    for key, value in (("objective", objective), ("reference", reference), ("init", init)):
+        if value is not None and key not in defaults.get("task", {}):
+            raise click.UsageError(f"--{key} is not an option of --model {model_name}")
+        options[f"task.{key}"] = value
+    config = build_config(defaults, config_file, overrides, options)
     with distributed(config["train"]["device"]) as env:
         seed_everything(config["train"]["seed"])
         task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,

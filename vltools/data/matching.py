@@ -64,14 +64,18 @@ def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[d
     )
 
 
-def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike) -> None:
-    """Every image the captions name must be in the features file; the error names the first missing id."""
+def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike,
+                 needs: Sequence[str] = ("regions",), who: str = "matching models") -> None:
+    """Every image the captions name must be in the features file, which must hold the datasets `needs`
+    (that `who` read); the error names the first missing id or dataset."""
     with FeaturesReader(features_path) as reader:
         known = reader.index
         missing = [i for i in split.image_ids if i not in known]
-        if "regions" not in reader.fields:
-            raise VLToolsError(f"{features_path}: has no /regions dataset; matching models need region features "
-                               "(vltools extract-regions)")
+        for name in needs:
+            if name not in reader.fields:
+                kind = "a global vector (--global avg)" if name == "global" else f"/{name} features"
+                raise VLToolsError(f"{features_path}: has no /{name} dataset; {who} need {kind} "
+                                   "(vltools extract-regions)")
     if missing:
         raise VLToolsError(f"{captions_path}: image_id {missing[0]!r} is not in {features_path} "
                            f"({len(missing)} image(s) missing); extract its features or remove its captions")
@@ -101,17 +105,12 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
     return read_vocabulary_json(path)
 
 
-class MatchingDataset(Dataset):
-    """Captions of one split with their images' regions; batches are read from HDF5 in one call each.
+class FeaturesDataset(Dataset):
+    """A dataset reading a features HDF5 opened lazily in each process (h5py handles must not cross a fork),
+    so that it works with DataLoader workers."""
 
-    The HDF5 file is opened lazily in each process (h5py handles must not cross a fork), so the
-    dataset works with DataLoader workers.
-    """
-
-    def __init__(self, features_path: str | os.PathLike, split: CaptionSplit, vocab: Vocabulary) -> None:
+    def __init__(self, features_path: str | os.PathLike) -> None:
         self.features_path = Path(features_path)
-        self.split = split
-        self.tokens = [vocab.encode(c) for c in split.captions]
         self._reader: FeaturesReader | None = None
         self._pid: int | None = None
 
@@ -121,6 +120,15 @@ class MatchingDataset(Dataset):
             self._reader = FeaturesReader(self.features_path)
             self._pid = os.getpid()
         return self._reader
+
+
+class MatchingDataset(FeaturesDataset):
+    """Captions of one split with their images' regions; batches are read from HDF5 in one call each."""
+
+    def __init__(self, features_path: str | os.PathLike, split: CaptionSplit, vocab: Vocabulary) -> None:
+        super().__init__(features_path)
+        self.split = split
+        self.tokens = [vocab.encode(c) for c in split.captions]
 
     def __len__(self) -> int:
         return len(self.split)

@@ -264,3 +264,14 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
         metrics["SPICE"] = float(score)
         _put(per_item, sorted(ids), "SPICE", [item["All"]["f"] for item in items])  # SPICE returns ids sorted
     return CaptionScores(metrics, per_item, counts)
+
+
+def cider_d(predictions: dict[str, str], tokenized_refs: dict[str, list[str]]) -> float:
+    """Corpus CIDEr-D (pycocoevalcap's, as in score_captions) of already tokenised predictions (a captioner's
+    own lower-case, punctuation-free words, so no Java call) against PTB-tokenised references (ptb_tokenize);
+    cheap enough to pick checkpoints during training."""
+    from pycocoevalcap.cider.cider import Cider
+
+    ids = list(predictions)
+    score, _ = Cider().compute_score({i: list(tokenized_refs[i]) for i in ids}, {i: [predictions[i]] for i in ids})
+    return float(score)

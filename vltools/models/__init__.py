@@ -1,6 +1,7 @@
-"""Matching models by name, their default configurations, and building one from a checkpoint.
+"""Models by name, their default configurations, and building one from a checkpoint.
 
-Every model encodes images and captions separately and scores every image against every caption:
+Captioners (`neuraltalk2`, `adaptive-attention`) are vltools.models.captioners.Captioner subclasses. Every
+matching model encodes images and captions separately and scores every image against every caption:
 `encode_images(regions, num_regions)`, `encode_captions(tokens, lengths)`,
 `similarity(img_emb, cap_emb, cap_lengths) -> [Bi, Bc]`, `forward(...) -> [B, B]`, and the class
 attribute `separable` (True when similarity is an inner product of [B, E] embeddings).
@@ -11,10 +12,12 @@ from __future__ import annotations
 from torch import nn
 
 from vltools.errors import VLToolsError
+from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
 from vltools.models.sgraf import SAF, SGR
 from vltools.models.vse import VSE
 
-MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF}
+MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
+                                      "adaptive-attention": AdaptiveAttention}
 
 
 def _model_class(name: str) -> type[nn.Module]:

@@ -1,8 +1,11 @@
-"""Offline word tokenisation compatible with the SCAN / SGRAF preprocessing."""
+"""Offline word tokenisation: Treebank tokens (SCAN / SGRAF) and Karpathy's captioning tokens (NeuralTalk2)."""
 
 from __future__ import annotations
 
+import string
 from functools import cache
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 @cache
@@ -20,3 +23,12 @@ def tokenize(text: str) -> list[str]:
     are single sentences, so the Treebank tokenizer alone gives the same tokens.
     """
     return _treebank().tokenize(text.lower())
+
+
+def karpathy_tokenize(text: str) -> list[str]:
+    """Karpathy's captioning preprocessing (NeuralTalk2 prepro.py): lower case, ASCII punctuation deleted
+    (so "dog's" -> "dogs", "black-and-white" -> "blackandwhite"), then split on white space."""
+    return text.lower().translate(_PUNCTUATION).split()
+
+
+TOKENIZERS = {"treebank": tokenize, "karpathy": karpathy_tokenize}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError
@@ -28,11 +28,12 @@ class Vocabulary:
                 raise VLToolsError(f"vocabulary must have {special} at index {position}")
 
     @classmethod
-    def build(cls, captions: Iterable[str], threshold: int = 4) -> Vocabulary:
+    def build(cls, captions: Iterable[str], threshold: int = 4,
+              tokenizer: Callable[[str], list[str]] = tokenize) -> Vocabulary:
         """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab)."""
         counts = Counter()
         for caption in captions:
-            counts.update(tokenize(caption))
+            counts.update(tokenizer(caption))
         return cls([*SPECIALS, *(w for w, n in counts.items() if n >= threshold and w not in SPECIALS)])
 
     def __len__(self) -> int:
@@ -41,9 +42,11 @@ class Vocabulary:
     def __call__(self, word: str) -> int:
         return self.index.get(word, self.index[UNK])
 
-    def encode(self, caption: str) -> list[int]:
-        """Token ids of a caption wrapped in `<start> ... <end>`."""
-        return [self.index[START], *(self(w) for w in tokenize(caption)), self.index[END]]
+    def encode(self, caption: str, tokenizer: Callable[[str], list[str]] = tokenize,
+               max_words: int | None = None) -> list[int]:
+        """Token ids of a caption wrapped in `<start> ... <end>`, keeping its first `max_words` words."""
+        words = tokenizer(caption)[:max_words]
+        return [self.index[START], *(self(w) for w in words), self.index[END]]
 
     def decode(self, ids: Iterable[int]) -> str:
         """The words of `ids`, stopping at `<end>` and dropping `<start>` and `<pad>`."""

@@ -12,7 +12,9 @@ from types import ModuleType
 from vltools.train.config import TRAIN_DEFAULTS
 
 # model name -> task module under vltools.train
-TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "l2c": "l2c"}
+TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching"}
+TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
+TASKS.update({"l2c": "l2c"})
 
 
 def task_module(model_name: str) -> ModuleType:

@@ -1,0 +1,144 @@
+"""The captioning task: CL / CL(P) / CL(N) / IL losses of real batches against a pair-by-pair direct computation,
+section 4.3's non-zero gradient, validation, and the one-line errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tiny_captioning import PREP, make_caption_world, save_captioner
+
+from vltools.data.captioning import draw_negatives, fixed_mismatches, image_tensors
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import save_checkpoint
+from vltools.io.records import read_records, write_records
+from vltools.train import config_defaults
+from vltools.train.captioning import build_task
+from vltools.train.config import build_config
+
+AA = "adaptive-attention"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("capworld")
+    features, captions = make_caption_world(folder)
+    return folder, features, captions, save_captioner(folder / "ref.pt", AA, captions, seed=1), \
+        save_captioner(folder / "init.pt", AA, captions, seed=2)
+
+
+def task_for(world, objective: str, model: str = AA, **options):
+    folder, features, captions, ref, init = world
+    values = {"task.objective": objective, "task.negatives": 3, **{f"task.{k}": v for k, v in PREP.items()}}
+    if objective.startswith("cl"):
+        values.update({"task.reference": str(ref), "task.init": str(init)})
+    values.update(options)
+    config = build_config(config_defaults(model), options=values)
+    return build_task(model, [str(features), str(captions)], config)
+
+
+def pair_logp(model, image: dict, tokens: list[int]) -> float:
+    """ln p(c | I) of one caption under one image: one decoder run, the target token's log-prob summed by hand."""
+    feats = image_tensors({k: np.asarray(v)[None] for k, v in image.items()})
+    out = model(feats, torch.tensor([tokens]))[0]
+    return sum(float(out[t, tokens[t + 1]]) for t in range(len(tokens) - 1))   # the words and <end>
+
+
+def direct_j(pos_m, pos_n, neg_m, neg_n, positive=True, negative=True):
+    """Eqs. (7)-(10) with nu = 1 on Python floats."""
+    def h(a, b):
+        return 1.0 / (1.0 + math.exp(-(a - b)))
+
+    total = 0.0
+    for k in range(len(neg_m)):
+        if positive:
+            total += sum(math.log(h(a, b)) for a, b in zip(pos_m, pos_n, strict=True))
+        if negative:
+            total += sum(math.log(1.0 - h(a, b)) for a, b in zip(neg_m[k], neg_n[k], strict=True))
+    return total / len(neg_m) / len(pos_m)
+
+
+@pytest.mark.parametrize("objective", ["cl", "cl-p", "cl-n"])
+@torch.no_grad()
+def test_cl_losses_equal_the_equations_pair_by_pair(world, objective):
+    task = task_for(world, objective)
+    task.model.eval()
+    torch.manual_seed(0)
+    items = task.train_data.__getitems__([0, 6, 13, 40])
+    loss = task.loss(task.model, task.collate(items))
+    target, reference = task.model, task.reference
+    pos_m = [pair_logp(target, it["image"], it["tokens"]) for it in items]
+    pos_n = [pair_logp(reference, it["image"], it["tokens"]) for it in items]
+    neg_m = [[pair_logp(target, it["image"], it["negatives"][k]) for it in items] for k in range(3)]
+    neg_n = [[pair_logp(reference, it["image"], it["negatives"][k]) for it in items] for k in range(3)]
+    expected = direct_j(pos_m, pos_n, neg_m, neg_n, objective != "cl-n", objective != "cl-p")
+    assert -loss.item() == pytest.approx(expected, rel=1e-4)
+
+
+@torch.no_grad()
+def test_il_loss_compares_each_caption_under_its_image_and_a_fixed_other_image(world):
+    task = task_for(world, "il", **{"task.init": str(world[4])})
+    task.model.eval()
+    items = task.train_data.__getitems__([1, 2, 30])
+    again = task.train_data.__getitems__([1, 2, 30])
+    for a, b in zip(items, again, strict=True):
+        assert np.array_equal(a["mismatch"]["regions"], b["mismatch"]["regions"])
+    loss = task.loss(task.model, task.collate(items))
+    gaps = [pair_logp(task.model, it["image"], it["tokens"]) - pair_logp(task.model, it["mismatch"], it["tokens"])
+            for it in items]
+    assert -loss.item() == pytest.approx(np.mean([math.log(1 / (1 + math.exp(-g))) for g in gaps]), rel=1e-4)
+
+
+def test_cl_gradient_is_not_zero_when_target_equals_reference(world):
+    task = task_for(world, "cl", **{"task.init": str(world[3])})   # target starts as the reference itself
+    task.model.eval()
+    torch.manual_seed(0)
+    loss = task.loss(task.model, task.collate(task.train_data.__getitems__(list(range(8)))))
+    assert loss.item() == pytest.approx(-2 * math.log(0.5), rel=1e-5)     # G = 0: h = 1/2 for every pair
+    loss.backward()
+    norm = sum(float(p.grad.norm()) ** 2 for p in task.model.parameters() if p.grad is not None) ** 0.5
+    assert norm > 1e-3
+    assert all(p.grad is None for p in task.reference.parameters())
+
+
+def test_mle_loss_and_validation(world):
+    task = task_for(world, "mle", model="neuraltalk2")
+    batch = task.collate(task.train_data.__getitems__([0, 1, 2]))
+    assert set(batch) == {"image.global", "tokens", "image_rows"}
+    assert task.loss(task.model, batch).item() == pytest.approx(math.log(len(task.vocab)), rel=0.3)
+    task.model.eval()
+    with torch.no_grad():
+        metrics = task.validate(task.model, torch.device("cpu"))
+    assert set(metrics) == {"CIDEr"} and metrics["CIDEr"] >= 0
+
+
+def test_negatives_are_captions_of_other_images_and_mismatches_are_derangements():
+    image_index = np.repeat(np.arange(6), 5)
+    items = np.arange(30)
+    drawn = draw_negatives(image_index, 5, items, torch.Generator().manual_seed(0))
+    assert drawn.shape == (30, 5) and (image_index[drawn] != image_index[items][:, None]).all()
+    assert len(np.unique(drawn)) > 20
+    other = fixed_mismatches(7, seed=3)
+    assert (other != np.arange(7)).all() and np.array_equal(other, fixed_mismatches(7, seed=3))
+
+
+def test_bad_inputs(world, tmp_path):
+    folder, features, captions, ref, init = world
+    with pytest.raises(VLToolsError, match="needs --reference"):
+        task_for(world, "cl", **{"task.reference": ""})
+    with pytest.raises(VLToolsError, match="unknown objective"):
+        task_for(world, "mmi")
+    save_checkpoint(tmp_path / "vse.pt", "vse", {}, {}, vocab=["<pad>", "<start>", "<end>", "<unk>"])
+    with pytest.raises(VLToolsError, match="not a captioner"):
+        task_for(world, "cl", **{"task.reference": str(tmp_path / "vse.pt")})
+    other = tmp_path / "other.jsonl"
+    write_records(other, [{**r, "caption": r["caption"] + " zebra"} for r in read_records(captions, "captions")])
+    with pytest.raises(VLToolsError, match="same vocabulary"):
+        task_for(world, "cl", **{"task.reference": str(save_captioner(tmp_path / "o.pt", AA, other))})
+    from tiny_matching import make_world
+    regions_only, _ = make_world(tmp_path)
+    config = build_config(config_defaults("neuraltalk2"))
+    with pytest.raises(VLToolsError, match="no /global dataset"):
+        build_task("neuraltalk2", [str(regions_only), str(captions)], config)

@@ -1,0 +1,114 @@
+"""`vltools caption --model CKPT FEATS.h5 [CAPS.jsonl]`: captions of images, or (--logp) log p(c | I) of captions."""
+
+from __future__ import annotations
+
+import click
+
+from vltools.decoding.captioner import caption_batches, load_captioner, logp_matrix
+from vltools.devices import resolve_device
+from vltools.errors import VLToolsError
+from vltools.eval.self_retrieval import write_logp
+from vltools.io.atomic import is_stdout
+from vltools.io.features import FeaturesReader
+from vltools.io.partial import PartialRecords
+from vltools.io.progress import log, progress
+from vltools.io.provenance import provenance
+from vltools.io.records import caption_ids, read_records, write_records
+from vltools.vision.images import parse_shard
+
+
+def _split_records(captions: str, split: str | None) -> list[dict]:
+    records = read_records(captions, "captions")
+    if split is None:
+        if not records:
+            raise VLToolsError(f"{captions}: no captions")
+        return records
+    chosen = [r for r in records if r.get("split") == split]
+    if not chosen:
+        found = sorted({str(r.get("split")) for r in records})
+        raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: {', '.join(found)}); "
+                           "choose one of them with --split")
+    return chosen
+
+
+def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) -> None:
+    missing = [i for i in image_ids if i not in reader.index]
+    if missing:
+        raise VLToolsError(f"{captions}: image_id {missing[0]!r} is not in {reader.path} ({len(missing)} image(s) "
+                           "missing); extract its features or remove its captions")
+
+
+@click.command("caption")
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
+              help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention).")
+@click.argument("features", type=click.Path(dir_okay=False))
+@click.argument("captions", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--split", help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")
+@click.option("--beam", type=click.IntRange(min=1), default=3, show_default=True, help="Beam size; 1 = greedy.")
+@click.option("--sample", is_flag=True, help="Sample each word from softmax(logp / temperature) instead.")
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--max-len", type=click.IntRange(min=1), help="Most words per caption [the checkpoint's max_words].")
+@click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Choose among finished beams by logp / length**A.")
+@click.option("--logp", is_flag=True, help="Write log p(c | I) of every caption of CAPTIONS under every image they "
+                                           "name (for `score self-retrieval`) instead of captioning.")
+@click.option("--block-images", type=click.IntRange(min=1), default=25, show_default=True,
+              help="--logp: images per block (memory grows with block images x block captions).")
+@click.option("--block-captions", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True, help="Images per batch.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o (skips images in "
+                                             "OUT.partial).")
+@click.option("--shard", metavar="I/N", help="Caption every N-th image starting at I; `cat` the shards' outputs.")
+def command(model_path: str, features: str, captions: str | None, split: str | None, output: str | None, beam: int,
+            sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,
+            block_images: int, block_captions: int, batch_size: int, device: str, seed: int, resume: bool,
+            shard: str | None) -> None:
+    """Caption the images of FEATURES (all, in file order, or those of CAPTIONS [--split], in first-appearance
+    order) with beam search (batched over images and beams), greedy decoding or sampling: one
+    {"image_id", "caption"} line per image, in input order.
+
+    With --logp, score every caption of CAPTIONS under every image CAPTIONS names and write the
+    matrix (captions x images) as HDF5 for `vltools score self-retrieval`.
+    """
+    if split is not None and captions is None:
+        raise click.UsageError("--split needs CAPTIONS, the captions JSONL that holds the splits")
+    if logp and captions is None:
+        raise click.UsageError("--logp needs CAPTIONS, the captions to score")
+    if resume and (logp or is_stdout(output)):
+        raise click.UsageError("--resume needs -o OUT.jsonl and works when captioning (not with --logp)")
+    loaded = load_captioner(model_path)
+    chosen = resolve_device(device)
+    records = _split_records(captions, split) if captions is not None else None
+    with FeaturesReader(features) as reader:
+        image_ids = list(dict.fromkeys(r["image_id"] for r in records)) if records is not None else list(reader.ids)
+        if records is not None:
+            _check_known(reader, image_ids, captions)
+        if logp:
+            matrix = logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
+                                 block_captions, chosen)
+            write_logp(output, matrix, image_ids, [r["image_id"] for r in records], caption_ids(records),
+                       provenance(model=model_path, features=features, captions=captions))
+            log.info("caption: wrote log p(c|I) of %d captions x %d images", len(records), len(image_ids))
+            return
+        if shard is not None:
+            index, count = parse_shard(shard)
+            image_ids = image_ids[index::count]
+        partial = PartialRecords(output, "image_id", resume) if not is_stdout(output) else None
+        todo = [i for i in image_ids if partial is None or i not in partial.done]
+        method = "sample" if sample else "beam" if beam > 1 else "greedy"
+        batches = caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
+                                  max_len=max_len or loaded.prep.max_words or 16, length_penalty=length_penalty,
+                                  temperature=temperature, seed=seed, batch_size=batch_size, device=chosen)
+        if partial is None:
+            written = write_records(output, ({"image_id": i, "caption": c} for ids, texts in
+                                             progress(batches, total=-(-len(todo) // batch_size), desc="caption",
+                                                      unit="batches") for i, c in zip(ids, texts, strict=True)))
+        else:
+            for ids, texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption", unit="batches"):
+                partial.add({"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True))
+            written = partial.finish(image_ids)
+    log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")

@@ -1,0 +1,125 @@
+"""A trained captioner at work: load its checkpoint, caption images in batches, score captions under images.
+
+    loaded = load_captioner("aa.pt")                       # model (eval), vocabulary, preprocessing
+    for ids, captions in caption_batches(loaded.model, loaded.vocab, reader, ids, beam_size=3): ...
+    logp = logp_matrix(loaded, reader, image_ids, captions)  # [captions, images] log p(c | I), in blocks
+
+`caption` (the stage), the captioning task's validation and the benchmarks call these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vltools.data.captioning import feature_fields, image_tensors
+from vltools.decoding.search import beam_search, greedy, sample
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import load_checkpoint
+from vltools.io.features import FeaturesReader
+from vltools.io.progress import progress
+from vltools.losses import sequence_logprob
+from vltools.models import model_from_checkpoint
+from vltools.models.captioners import Captioner
+from vltools.text.captions import CaptionPreprocessing, decode
+from vltools.text.vocab import Vocabulary
+
+CAPTIONERS = ("neuraltalk2", "adaptive-attention")
+
+
+@dataclass
+class LoadedCaptioner:
+    """A captioner checkpoint: its name, model (eval mode), vocabulary, text preprocessing and raw payload."""
+
+    name: str
+    model: Captioner
+    vocab: Vocabulary
+    prep: CaptionPreprocessing
+    payload: dict
+
+
+def load_captioner(path: str | os.PathLike, role: str = "--model") -> LoadedCaptioner:
+    """A captioner checkpoint; any other checkpoint (a matching model, ...) is a one-line error naming `role`."""
+    payload = load_checkpoint(path)
+    if payload.get("model") not in CAPTIONERS:
+        raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}, not a captioner; {role} must be "
+                           f"one of {', '.join(CAPTIONERS)} (vltools train --model neuraltalk2|adaptive-attention)")
+    model = model_from_checkpoint(payload)
+    assert isinstance(model, Captioner)
+    task = payload.get("train_state", {}).get("config", {}).get("task", {})
+    return LoadedCaptioner(payload["model"], model, Vocabulary(payload["vocab"]),
+                           CaptionPreprocessing.from_config(task), payload)
+
+
+def check_features(model: Captioner, reader: FeaturesReader) -> list[str]:
+    """The datasets to read for this captioner; a features file without them is a one-line error."""
+    for name in model.features:
+        if name not in reader.fields:
+            kind = "a global vector (extract-regions --global avg)" if name == "global" else \
+                "spatial features (extract-regions --regions grid or detector)"
+            raise VLToolsError(f"{reader.path}: has no /{name} dataset; {type(model).__name__} needs {kind}")
+    return feature_fields(reader.fields, model.features)
+
+
+def _images(reader: FeaturesReader, ids: Sequence[str], fields: list[str], device: torch.device
+            ) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in image_tensors(reader.read(ids, fields)).items()}
+
+
+@torch.inference_mode()
+def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader, ids: Sequence[str],
+                    method: str = "beam", beam_size: int = 3, max_len: int = 16, length_penalty: float = 0.0,
+                    temperature: float = 1.0, seed: int = 0, batch_size: int = 50,
+                    device: torch.device | str = "cpu") -> Iterator[tuple[list[str], list[str]]]:
+    """(ids, captions) batch by batch in the order of `ids`; `method` is beam, greedy or sample."""
+    device = torch.device(device)
+    model = model.to(device)
+    fields = check_features(model, reader)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    for start in range(0, len(ids), batch_size):
+        chunk = list(ids[start:start + batch_size])
+        state, static = model.init_state(_images(reader, chunk, fields, device))
+        if method == "beam":
+            out = beam_search(model.step, state, static, beam_size=beam_size, max_len=max_len,
+                              length_penalty=length_penalty)
+        elif method == "greedy":
+            out = greedy(model.step, state, static, max_len=max_len)
+        elif method == "sample":
+            out = sample(model.step, state, static, max_len=max_len, temperature=temperature, generator=generator)
+        else:
+            raise ValueError(f"method must be beam, greedy or sample, not {method!r}")
+        yield chunk, decode(vocab, out.tokens.cpu())
+
+
+@torch.inference_mode()
+def logp_matrix(loaded: LoadedCaptioner, reader: FeaturesReader, image_ids: Sequence[str], captions: Sequence[str],
+                block_images: int = 25, block_captions: int = 100, device: torch.device | str = "cpu",
+                quiet: bool = False) -> np.ndarray:
+    """log p(caption_t | image_j) as [len(captions), len(image_ids)] float32, by teacher forcing blocks of
+    images x captions at once (memory bounded by the block sizes: rows = block_images x block_captions)."""
+    device = torch.device(device)
+    model = loaded.model.to(device)
+    fields = check_features(model, reader)
+    tokens = loaded.prep.encode(loaded.vocab, list(captions))
+    out = np.zeros((len(captions), len(image_ids)), dtype=np.float32)
+    blocks = [(i, c) for i in range(0, len(image_ids), block_images) for c in range(0, len(captions), block_captions)]
+    for i, c in progress(blocks, total=len(blocks), desc="log p(c|I)", unit="blocks") if not quiet else blocks:
+        image_block = list(image_ids[i:i + block_images])
+        cond = model.conditioning(_images(reader, image_block, fields, device))
+        block = tokens[c:c + block_captions].to(device)
+        block = block[:, :int((block != 0).sum(1).max())]
+        n_img, n_cap = len(image_block), block.size(0)
+        rows = torch.arange(n_img, device=device).repeat_interleave(n_cap)
+        seq = block.repeat(n_img, 1)
+        state, static = model.decoder.init_state(cond.rows(rows))
+        total = torch.zeros(seq.size(0), device=device)
+        for t in range(seq.size(1) - 1):
+            logp, state = model.step(seq[:, t], state, static)
+            total += sequence_logprob(logp.unsqueeze(1), seq[:, t + 1:t + 2])
+        out[c:c + n_cap, i:i + n_img] = total.view(n_img, n_cap).T.float().cpu().numpy()
+    return out
+
