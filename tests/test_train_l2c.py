@@ -14,10 +14,9 @@ from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.losses import sequence_cross_entropy
 from vltools.models.l2c import l2c_from_checkpoint, total_variation
-from vltools.text.captions import CaptionPreprocessing
 from vltools.train import config_defaults
 from vltools.train.config import build_config
-from vltools.train.l2c import build_task, rouge_l
+from vltools.train.l2c import build_task
 from vltools.train.trainer import fetch
 
 
@@ -59,15 +58,6 @@ def test_loss_is_l_diff_plus_l_single_plus_lambda_tv(world):
                                batch["aux_mask"][:0], batch["aux_featmap"], batch["aux_mask"])
         l_single = sequence_cross_entropy(model.decoder(cond, batch["aux_tokens"]), batch["aux_tokens"][:, 1:])
     torch.testing.assert_close(loss, l_diff + l_single + 0.5 * tv)
-
-
-def test_rouge_l_is_the_lcs_f_measure_of_pycocoevalcap():
-    prep = CaptionPreprocessing()
-    # "a b c" vs "a c": LCS 2, precision 2/3, recall 2/2; F with beta 1.2
-    p, r, beta = 2 / 3, 1.0, 1.2
-    expected = (1 + beta ** 2) * p * r / (r + beta ** 2 * p)
-    assert abs(rouge_l(["a b c"], [["a c"]], prep) - 100 * expected) < 1e-6
-    assert rouge_l(["Same words."], [["same words", "other"]], prep) == pytest.approx(100.0)
 
 
 def test_train_cli_writes_the_best_checkpoint_by_rouge_l(world, tmp_path):

@@ -11,7 +11,8 @@ L_diff and L_single are the token-mean cross-entropies of `vltools.losses.sequen
 is Eq. 2 divided by the number of pixels H x W and averaged over the step's images, so that lambda = 1
 weighs it like one token's cross-entropy whatever the feature map size. Validation describes every
 validation pair (beam `task.val_beam`) and scores ROUGE-L against all its descriptions; the best
-checkpoint by ROUGE-L is kept, as the paper selects models.
+checkpoint by ROUGE-L is kept, as the paper selects models (generated words against the PTB-tokenised
+references, no Java per validation; `vltools score caption` gives the reported numbers).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from vltools.data.l2c import (
 from vltools.data.matching import load_vocabulary
 from vltools.decoding.pairs import describe_pairs
 from vltools.errors import VLToolsError
+from vltools.eval.caption import ptb_tokenize, rouge_l
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
@@ -65,19 +67,6 @@ def defaults(model_name: str) -> dict[str, dict[str, object]]:
     return {"train": {**TRAIN_DEFAULTS, **L2C_TRAIN}, "task": dict(TASK_DEFAULTS), "model": dict(L2C.DEFAULTS)}
 
 
-def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], prep: CaptionPreprocessing) -> float:
-    """Corpus ROUGE-L (pycocoevalcap's, x100) of one prediction per item against its references, on the
-    task's tokens (no Java: validation runs often; `vltools score caption` gives the reported numbers)."""
-    from pycocoevalcap.rouge.rouge import Rouge
-
-    def words(text: str) -> str:
-        return " ".join(prep.words(text)) or "<empty>"
-
-    res = {str(i): [words(p)] for i, p in enumerate(predictions)}
-    gts = {str(i): [words(r) for r in refs] for i, refs in enumerate(references)}
-    return 100.0 * float(Rouge().compute_score(gts, res)[0])
-
-
 def feature_dim(path: str | os.PathLike) -> int:
     with FeaturesReader(path) as reader:
         if "featmap" not in reader.fields:
@@ -103,6 +92,7 @@ class L2CTask:
         records = read_records(pairs_path, "pairs")
         train = read_pairs(pairs_path, train_split, records, need_descriptions=True)
         self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True)
+        self._val_refs: dict[str, list[str]] | None = None
         check_map_features(features, train.image_ids + self.val.image_ids, pairs_path)
         texts = [text for _, text in train.items()]
         aux = None
@@ -147,12 +137,20 @@ class L2CTask:
         pixels = batch["featmap_a"].shape[2] * batch["featmap_a"].shape[3]
         return total + self.options["tv_weight"] * out.tv.mean() / pixels
 
+    def references(self) -> dict[str, list[str]]:
+        """The validation pairs' descriptions, PTB-tokenised once (Java) on first use."""
+        if self._val_refs is None:
+            self._val_refs = ptb_tokenize(dict(zip(self.val.pair_ids, self.val.descriptions, strict=True)))
+        return self._val_refs
+
     def validate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
         """ROUGE-L (x100) of the validation pairs' generated descriptions against all their descriptions."""
         texts = describe_pairs(model, self.maps, self.val, self.vocab, beam_size=self.options["val_beam"],
                                max_len=self.options["val_max_len"], batch_size=self.options["val_batch_size"],
                                device=device, desc="validation")
-        return {"ROUGE_L": rouge_l(texts, self.val.descriptions, self.prep)}
+        predictions = {pair: " ".join(self.prep.words(text)) for pair, text in zip(self.val.pair_ids, texts,
+                                                                                   strict=True)}
+        return {"ROUGE_L": 100.0 * rouge_l(predictions, self.references())}
 
     def checkpoint_info(self) -> dict:
         return {"model": "l2c", "config": self.model_config, "vocab": self.vocab.words, "inputs": self.inputs}
