@@ -125,3 +125,15 @@ def test_encoder_node_counts_per_pooling():
         nodes, tv = encoder(featmap, mask)
         assert nodes.shape == (2, count, 6) and encoder.num_nodes == count
         assert (tv > 0).all() if pooling == "semantic" else (tv == 0).all()
+
+
+def test_encoder_nodes_are_eq1_over_the_mask_area_and_sum_to_the_masked_average():
+    torch.manual_seed(0)
+    encoder = L2CEncoder(feature_dim=5, num_nodes=4, pool_hidden=6, graph_dim=7).eval()
+    featmap, mask = torch.randn(2, 5, 3, 4), torch.rand(2, 3, 4)
+    nodes, _ = encoder.pool_nodes(featmap, mask)
+    confidence = encoder.pool(featmap)
+    area = mask.sum(dim=(1, 2))
+    torch.testing.assert_close(nodes, semantic_nodes(featmap, mask, confidence) / area[:, None, None])
+    # the K soft assignments sum to one at each pixel, so the nodes add up to the masked average
+    torch.testing.assert_close(nodes.sum(dim=1), masked_average_nodes(featmap, mask)[:, 0])

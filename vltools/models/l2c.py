@@ -2,7 +2,9 @@
 
 The encoder turns a backbone feature map F (D, H, W) and a foreground mask B (H, W) into K nodes:
 semantic pooling (conv 3x3 + BatchNorm + ReLU + conv 1x1 into K maps, softmax over K) gives the
-confidence map C, and node k is v_k = sum over pixels of F * B * C_k (Eq. 1); the total-variation norm
+confidence map C, and node k is v_k = sum over pixels of F * B * C_k (Eq. 1), divided by the mask's area
+sum B (a per-image constant the paper leaves out; without it the nodes shrink with the bird's size and
+with the map's resolution, and small toy masks gave differences too small to learn from); the total-variation norm
 of C (Eq. 2) regularises it. The nodes are projected to the graph dimension and refined by a GCN over the
 fully connected graph with affinity A_ij = (W_i v_i)^T (W_j v_j) (Eq. 3). A pair is described from the
 node differences v_k(a) - v_k(b), a single image from its own nodes; the LSTM decoder (shared by both
@@ -109,9 +111,10 @@ class L2CEncoder(nn.Module):
                 return featmap.mean(dim=(2, 3)).unsqueeze(1), zeros
             return masked_average_nodes(featmap, mask), zeros
         confidence = self.pool(featmap)
-        # Eq. 1 is a sum over pixels; dividing by H * W (a constant) keeps the projection's input scale
-        # independent of the feature map size
-        nodes = semantic_nodes(featmap, mask, confidence) / (featmap.shape[2] * featmap.shape[3])
+        # Eq. 1 is a sum over pixels; dividing it by the mask's area keeps the nodes at the scale of F whatever
+        # the size of the bird (so the nodes of an image sum to its masked average); an empty mask gives zeros
+        area = mask.sum(dim=(1, 2)).clamp(min=1e-6)
+        nodes = semantic_nodes(featmap, mask, confidence) / area[:, None, None]
         return nodes, total_variation(confidence)
 
     def forward(self, featmap: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -147,7 +147,7 @@ class L2CTask:
         """ROUGE-L (x100) of the validation pairs' generated descriptions against all their descriptions."""
         texts = describe_pairs(model, self.maps, self.val, self.vocab, beam_size=self.options["val_beam"],
                                max_len=self.options["val_max_len"], batch_size=self.options["val_batch_size"],
-                               device=device, desc="validation")
+                               device=device)
         predictions = {pair: " ".join(self.prep.words(text)) for pair, text in zip(self.val.pair_ids, texts,
                                                                                    strict=True)}
         return {"ROUGE_L": 100.0 * rouge_l(predictions, self.references())}
