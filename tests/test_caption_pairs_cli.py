@@ -70,3 +70,21 @@ def test_errors(trained, tmp_path, capsys):
     result = CliRunner().invoke(cli, ["caption", "--pairs", str(world["pairs"]), "--model", str(model),
                                       str(world["features"]), "--sample"])
     assert result.exit_code == 2
+
+
+def test_baseline_stage_describes_pairs_in_input_order(trained):
+    world, _ = trained
+    pairs = read_pairs(world["pairs"], "train")
+    texts = [text for _, text in pairs.items()]
+    frequent = run_stage("baseline", "most-frequent", str(world["pairs"]), "--split", "val")
+    assert [r["pair_id"] for r in frequent] == ["p3", "p7", "p11"]
+    assert {r["caption"] for r in frequent} == {max(texts, key=texts.count)}
+    sampled = run_stage("baseline", "text-only", str(world["pairs"]), "--seed", "3")
+    assert len(sampled) == 12 and all(r["caption"] in texts for r in sampled)
+    assert sampled == run_stage("baseline", "text-only", str(world["pairs"]), "--seed", "3")
+
+
+def run_stage(*args: str) -> list[dict]:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]

@@ -26,6 +26,7 @@ STAGES = {
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
+    "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
 }
 
 
