@@ -11,7 +11,7 @@ import math
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.caption import java_path, pair_predictions, read_caption_file, score_captions
+from vltools.eval.caption import java_path, pair_predictions, read_caption_file, rouge_l, score_captions
 
 
 def write(path, text: str):
@@ -93,3 +93,12 @@ def test_hand_checked_scores():
     assert scores.bleu_counts["correct"][:2] == [4 + 6, 2 + 5]
     assert scores.metrics["ROUGE_L"] == pytest.approx((0.8 + 1.0) / 2)
     assert set(scores.metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}
+
+
+def test_rouge_l_is_the_lcs_f_measure_with_beta_1_2():
+    # "a b c" vs "a c": LCS 2, precision 2/3, recall 1; pycocoevalcap's F with beta 1.2; best reference counts
+    p, r, beta = 2 / 3, 1.0, 1.2
+    expected = (1 + beta ** 2) * p * r / (r + beta ** 2 * p)
+    assert abs(rouge_l({"x": "a b c"}, {"x": ["a c", "d"]}) - expected) < 1e-9
+    assert rouge_l({"x": "same words", "y": "a b c"}, {"x": ["same words"], "y": ["a c"]}) == \
+        pytest.approx((1 + expected) / 2)

@@ -26,7 +26,7 @@ from vltools.io.features import FeaturesReader
 from vltools.models import model_from_checkpoint
 from vltools.text.vocab import Vocabulary
 from vltools.train.config import TRAIN_DEFAULTS, build_config
-from vltools.train.trainer import GlobalBatchSampler, distributed, learning_rate, train
+from vltools.train.trainer import AuxiliaryBatches, GlobalBatchSampler, distributed, learning_rate, train
 
 # 25 training images x 5 captions, batch 16: 8 steps an epoch
 BASE = [*TINY, "--batch-size", "16", "--lr", "2e-3", "--val-every", "4", "--set", "train.save_every=2",
@@ -278,3 +278,49 @@ def test_keep_best_must_be_a_known_choice(tmp_path):
     with distributed("cpu") as env, pytest.raises(VLToolsError, match="train.keep_best must be one of any, epoch_end"):
         train(Regression(torch.ones(8, 2), torch.zeros(8)), regression_config(keep_best="last", device="cpu"),
               tmp_path / "m.pt", env)
+
+
+class Alternating(Regression):
+    """Regression with an auxiliary stream of other items; records which batches each step's loss saw."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, aux: torch.Tensor, aux_batch_size: int, aux_every: int):
+        super().__init__(x, y)
+        self.aux_data = list(aux)
+        self.aux_batch_size, self.aux_every = aux_batch_size, aux_every
+        self.seen: list[tuple[int, list[int] | None]] = []
+
+    def aux_collate(self, items):
+        return {"value": torch.stack(items)}
+
+    def loss(self, model, batch):
+        aux = batch["aux_value"].long().tolist() if "aux_value" in batch else None
+        self.seen.append((len(batch["x"]), aux))
+        return super().loss(model, batch) + (0 * batch["aux_value"].sum() if aux else 0)
+
+
+def test_auxiliary_batches_alternate_with_the_main_ones_as_configured(tmp_path):
+    x, y = torch.randn(32, 3, generator=torch.Generator().manual_seed(0)), torch.zeros(32)
+    aux = torch.arange(10.0)  # item i is the number i: batches show which items came
+    torch.manual_seed(0)
+    task = Alternating(x, y, aux, aux_batch_size=4, aux_every=2)
+    config = regression_config(epochs=2, batch_size=8, val_every=0, device="cpu")
+    with distributed("cpu") as env:
+        train(task, config, tmp_path / "alt.pt", env)
+    assert [size for size, _ in task.seen] == [8] * 8
+    assert [aux is not None for _, aux in task.seen] == [True, False] * 4   # steps 1, 3, 5, 7 carry 4 aux items
+    drawn = [aux for _, aux in task.seen if aux is not None]
+    assert all(len(batch) == 4 for batch in drawn)
+    # two aux batches a pass over the 10 items (the last 2 wait for the next pass): no repeats within a pass
+    for first, second in (drawn[0:2], drawn[2:4]):
+        assert not set(first) & set(second)
+    assert drawn[0:2] != drawn[2:4]
+
+
+def test_auxiliary_batches_are_a_function_of_seed_and_iteration_split_into_shares():
+    whole = AuxiliaryBatches(10, 4, every=1, shares=1, first=0, count=1, seed=3)
+    halves = [AuxiliaryBatches(10, 4, every=1, shares=2, first=rank, count=1, seed=3) for rank in (0, 1)]
+    for iteration in range(5):
+        joined = halves[0].micro_batches(iteration)[0] + halves[1].micro_batches(iteration)[0]
+        assert joined == whole.micro_batches(iteration)[0]
+    again = AuxiliaryBatches(10, 4, every=1, shares=1, first=0, count=1, seed=3)
+    assert again.micro_batches(7) == whole.micro_batches(7)

@@ -38,6 +38,7 @@ STAGES = {
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
     "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
+    "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
 }
 
 

@@ -1,10 +1,13 @@
-"""`vltools caption --model CKPT FEATS.h5 [CAPS.jsonl]`: captions of images, or (--logp) log p(c | I) of captions."""
+"""`vltools caption --model CKPT FEATS.h5 [CAPS.jsonl]`: captions of images, or (--logp) log p(c | I) of captions;
+`--pairs PAIRS.jsonl` with an L2C checkpoint: descriptions of the differences of image pairs."""
 
 from __future__ import annotations
 
 import click
 
+from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.decoding.captioner import caption_batches, load_captioner, logp_matrix
+from vltools.decoding.pairs import describe_batches, load_l2c
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.eval.self_retrieval import write_logp
@@ -40,7 +43,11 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
 
 @click.command("caption")
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
-              help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention).")
+              help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention), or with --pairs an "
+                   "l2c checkpoint.")
+@click.option("--pairs", "pairs_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Describe the image pairs of this pairs JSONL (L2C; FEATURES from segment-pool): one "
+                   "{pair_id, caption} line per pair, in input order.")
 @click.argument("features", type=click.Path(dir_okay=False))
 @click.argument("captions", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--split", help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
@@ -63,7 +70,8 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
 @click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o (skips images in "
                                              "OUT.partial).")
 @click.option("--shard", metavar="I/N", help="Caption every N-th image starting at I; `cat` the shards' outputs.")
-def command(model_path: str, features: str, captions: str | None, split: str | None, output: str | None, beam: int,
+def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,
+            output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,
             block_images: int, block_captions: int, batch_size: int, device: str, seed: int, resume: bool,
             shard: str | None) -> None:
@@ -74,6 +82,13 @@ def command(model_path: str, features: str, captions: str | None, split: str | N
     With --logp, score every caption of CAPTIONS under every image CAPTIONS names and write the
     matrix (captions x images) as HDF5 for `vltools score self-retrieval`.
     """
+    if pairs_path is not None:
+        if captions is not None or logp or sample:
+            raise click.UsageError("--pairs describes pairs by beam search: give no CAPTIONS, --logp or --sample")
+        if resume and is_stdout(output):
+            raise click.UsageError("--resume needs -o OUT.jsonl")
+        _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, resume, shard)
+        return
     if split is not None and captions is None:
         raise click.UsageError("--split needs CAPTIONS, the captions JSONL that holds the splits")
     if logp and captions is None:
@@ -112,3 +127,32 @@ def command(model_path: str, features: str, captions: str | None, split: str | N
                 partial.add({"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True))
             written = partial.finish(image_ids)
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
+
+
+def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
+              max_len: int | None, batch_size: int, device: str, resume: bool, shard: str | None) -> None:
+    """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
+    loaded = load_l2c(model_path)
+    pairs = read_pairs(pairs_path, split)
+    check_map_features(features, pairs.image_ids, pairs_path)
+    order = list(range(len(pairs)))
+    if shard is not None:
+        index, count = parse_shard(shard)
+        order = order[index::count]
+    partial = PartialRecords(output, "pair_id", resume) if not is_stdout(output) else None
+    todo = [n for n in order if partial is None or pairs.pair_ids[n] not in partial.done]
+    batches = describe_batches(loaded.model, FeatureMaps(features), [pairs.image_a[n] for n in todo],
+                               [pairs.image_b[n] for n in todo], loaded.vocab, beam_size=beam,
+                               max_len=max_len or loaded.prep.max_words or 64, batch_size=batch_size,
+                               device=resolve_device(device))
+    ids = iter([pairs.pair_ids[n] for n in todo])
+    records = ({"pair_id": next(ids), "caption": text}
+               for texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption --pairs",
+                                     unit="batches") for text in texts)
+    if partial is None:
+        written = write_records(output, records)
+    else:
+        for record in records:
+            partial.add([record])
+        written = partial.finish([pairs.pair_ids[n] for n in order])
+    log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)

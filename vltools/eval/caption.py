@@ -275,3 +275,13 @@ def cider_d(predictions: dict[str, str], tokenized_refs: dict[str, list[str]]) -
     ids = list(predictions)
     score, _ = Cider().compute_score({i: list(tokenized_refs[i]) for i in ids}, {i: [predictions[i]] for i in ids})
     return float(score)
+
+
+def rouge_l(predictions: dict[str, str], tokenized_refs: dict[str, list[str]]) -> float:
+    """Corpus ROUGE-L (pycocoevalcap's, as in score_captions) of already tokenised predictions against
+    PTB-tokenised references, without Java: L2C picks checkpoints by it during training."""
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    ids = list(predictions)
+    score, _ = Rouge().compute_score({i: list(tokenized_refs[i]) for i in ids}, {i: [predictions[i]] for i in ids})
+    return float(score)

@@ -15,6 +15,7 @@ from vltools.train.config import TRAIN_DEFAULTS
 TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "rmac": "semantic"}
 TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
 TASKS.update({"sco": "sco", "concepts": "concepts"})
+TASKS.update({"l2c": "l2c"})
 
 
 def task_module(model_name: str) -> ModuleType:

@@ -10,7 +10,13 @@ position) written atomically after each epoch and every `save_every` iterations.
 Determinism and scale: the data order is a function of (seed, epoch) only, and each global batch of
 `batch_size` items is split into `world_size x accumulate` shares, so one process with
 `accumulate=N` computes the same gradients as N DistributedDataParallel processes (gradients are the
-mean over shares; each share's loss sees only its own items as negatives). Under `torchrun` the loop
+mean over shares; each share's loss sees only its own items as negatives).
+
+Auxiliary data (L2C's single-image captions beside its image pairs): a task may also give `aux_data`,
+`aux_collate`, `aux_batch_size` and `aux_every`; every `aux_every`-th step then also draws a batch of
+`aux_batch_size` auxiliary items, split into shares like the main batch, and the task's loss receives
+both in one batch dict (the auxiliary keys prefixed `aux_`). Auxiliary batches are a function of (seed,
+iteration) only, so a resumed run draws the same ones. Under `torchrun` the loop
 initialises the process group from WORLD_SIZE / RANK / LOCAL_RANK (gloo on CPU, NCCL on CUDA); only
 rank 0 validates and writes files.
 """
@@ -66,6 +72,8 @@ class Task(Protocol):
 
     # optional: `start_epoch(model, epoch, device)`, called on every process before each epoch's data is drawn
     # (semantic retrieval re-mines its triplets with the current model there)
+    # optional, for a second data stream alternating with the main one (see the module docstring):
+    # aux_data: Dataset; aux_batch_size: int; aux_every: int; def aux_collate(self, items) -> dict
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,40 @@ class GlobalBatchSampler(Sampler[list[int]]):
             parts = np.array_split(np.arange(len(batch)), self.shares)
             for part in parts[self.first:self.first + self.count]:
                 yield [batch[i] for i in part]
+
+
+class AuxiliaryBatches:
+    """This process's micro-batches of auxiliary items for a global iteration (0-based), every `every` steps.
+
+    The k-th auxiliary batch (iteration k * every) is part k mod c of the permutation number k // c of the
+    items (seeded by seed and that number), c = n // batch_size batches per pass; so the batches depend on
+    (seed, iteration) only. A batch larger than the data takes all of it.
+    """
+
+    def __init__(self, n: int, batch_size: int, every: int, shares: int, first: int, count: int, seed: int) -> None:
+        if every < 1:
+            raise VLToolsError(f"task.aux_every must be at least 1, not {every}")
+        if n < shares:
+            raise VLToolsError(f"the auxiliary data has {n} items, fewer than processes x accumulate = {shares}")
+        self.n, self.batch_size, self.every = n, max(min(batch_size, n), shares), every
+        self.shares, self.first, self.count, self.seed = shares, first, count, seed
+        self.per_pass = n // self.batch_size
+
+    def due(self, iteration: int) -> bool:
+        return iteration % self.every == 0
+
+    def micro_batches(self, iteration: int) -> list[list[int]]:
+        number, part = divmod(iteration // self.every, self.per_pass)
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + 7_919 * (number + 1) + 1)
+        order = torch.randperm(self.n, generator=generator)[part * self.batch_size:(part + 1) * self.batch_size]
+        parts = np.array_split(order.numpy(), self.shares)
+        return [part.tolist() for part in parts[self.first:self.first + self.count]]
+
+
+def fetch(dataset: Dataset, indices: list[int]) -> list:
+    """Items `indices` of `dataset`, in one call when it reads batches at once (`__getitems__`)."""
+    many = getattr(dataset, "__getitems__", None)
+    return many(indices) if many is not None else [dataset[i] for i in indices]
 
 
 def learning_rate(options: dict, epoch: int) -> float:
@@ -250,6 +292,11 @@ class Trainer:
         self.sampler = GlobalBatchSampler(len(task.train_data), self.options["batch_size"],
                                           env.world_size * accumulate, env.rank * accumulate, accumulate,
                                           self.options["seed"])
+        self.aux = None
+        if getattr(task, "aux_data", None) is not None:
+            self.aux = AuxiliaryBatches(len(task.aux_data), task.aux_batch_size, task.aux_every,
+                                        env.world_size * accumulate, env.rank * accumulate, accumulate,
+                                        self.options["seed"])
         self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None}
         self.log: JsonLog
         self.resume = resume
@@ -312,8 +359,14 @@ class Trainer:
         accumulate = self.options["accumulate"]
         self.optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.env.device)
+        iteration = self.state["iteration"]
+        aux = self.aux.micro_batches(iteration) if self.aux is not None and self.aux.due(iteration) else None
         for micro in range(accumulate):
-            batch = to_device(next(batches), self.env.device)
+            batch = next(batches)
+            if aux is not None:
+                extra = self.task.aux_collate(fetch(self.task.aux_data, aux[micro]))
+                batch = {**batch, **{f"aux_{key}": value for key, value in extra.items()}}
+            batch = to_device(batch, self.env.device)
             sync = not self.env.active or micro == accumulate - 1
             with contextlib.nullcontext() if sync else self.wrapped.no_sync():
                 loss = self.task.loss(self.wrapped, batch) / accumulate

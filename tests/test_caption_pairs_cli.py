@@ -1,0 +1,90 @@
+"""`vltools caption --pairs`: one description per pair in input order, splits, shards, resume, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from l2c_helpers import TINY_MODEL, make_world
+
+from vltools.cli import cli, main
+from vltools.data.l2c import FeatureMaps, read_pairs
+from vltools.decoding.pairs import describe_pairs, load_l2c
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("l2c")
+    world = make_world(folder)
+    out = folder / "l2c.pt"
+    args = ["--quiet", "train", "--model", "l2c", str(world["pairs"]), str(world["features"]), "-o", str(out),
+            "--epochs", "1", "--batch-size", "4", "--lr", "1e-2", *TINY_MODEL]
+    assert CliRunner().invoke(cli, args, catch_exceptions=False).exit_code == 0
+    return world, out
+
+
+def run(*args: str) -> list[dict]:
+    result = CliRunner().invoke(cli, ["--quiet", "caption", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_one_description_per_pair_in_input_order_equal_to_the_library(trained):
+    world, model = trained
+    records = run("--pairs", str(world["pairs"]), "--model", str(model), str(world["features"]), "--beam", "2",
+                  "--max-len", "6")
+    pairs = read_pairs(world["pairs"], None)
+    assert [r["pair_id"] for r in records] == pairs.pair_ids
+    loaded = load_l2c(model)
+    direct = describe_pairs(loaded.model, FeatureMaps(world["features"]), pairs, loaded.vocab, beam_size=2,
+                            max_len=6, batch_size=5)
+    assert [r["caption"] for r in records] == direct
+    assert all(len(r["caption"].split()) <= 6 for r in records)
+
+
+def test_split_shards_and_resume(trained, tmp_path):
+    world, model = trained
+    base = ["--pairs", str(world["pairs"]), "--model", str(model), str(world["features"]), "--max-len", "5"]
+    val = run(*base, "--split", "val")
+    assert [r["pair_id"] for r in val] == ["p3", "p7", "p11"]
+    shards = [run(*base, "--split", "val", "--shard", f"{i}/2") for i in range(2)]
+    assert [r["pair_id"] for r in shards[0]] == ["p3", "p11"] and shards[1] == [val[1]]
+    out = tmp_path / "d.jsonl"
+    (tmp_path / "d.jsonl.partial").write_text(json.dumps(val[0]) + "\n" + '{"pair_id": "p7", "cap', encoding="utf-8")
+    run(*base, "--split", "val", "-o", str(out), "--resume")
+    assert [json.loads(line) for line in out.read_text().splitlines()] == val
+
+
+def test_errors(trained, tmp_path, capsys):
+    world, model = trained
+    for args, message in (
+        (["--pairs", str(world["pairs"]), "--model", str(model), str(world["aux_features"])], "image 'p0a' is not in"),
+        (["--pairs", str(world["pairs"]), "--model", str(world["pairs"]), str(world["features"])], "checkpoint"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["caption", *args])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    result = CliRunner().invoke(cli, ["caption", "--pairs", str(world["pairs"]), "--model", str(model),
+                                      str(world["features"]), "--sample"])
+    assert result.exit_code == 2
+
+
+def test_baseline_stage_describes_pairs_in_input_order(trained):
+    world, _ = trained
+    pairs = read_pairs(world["pairs"], "train")
+    texts = [text for _, text in pairs.items()]
+    frequent = run_stage("baseline", "most-frequent", str(world["pairs"]), "--split", "val")
+    assert [r["pair_id"] for r in frequent] == ["p3", "p7", "p11"]
+    assert {r["caption"] for r in frequent} == {max(texts, key=texts.count)}
+    sampled = run_stage("baseline", "text-only", str(world["pairs"]), "--seed", "3")
+    assert len(sampled) == 12 and all(r["caption"] in texts for r in sampled)
+    assert sampled == run_stage("baseline", "text-only", str(world["pairs"]), "--seed", "3")
+
+
+def run_stage(*args: str) -> list[dict]:
+    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
