@@ -215,7 +215,7 @@ def _synth_folder(root: Path, count: int) -> Path:
     return folder
 
 
-def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path):
+def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path, capsys):
     folder = _synth_folder(tmp_path, 24)
     args = ["extract-regions", folder, *TINY, "--regions", "grid", "--global", "avg", "--image-size", "64",
             "--batch-size", "1", "--checkpoint-seconds", "0"]
@@ -230,6 +230,10 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
         time.sleep(0.01)
     if process.poll() is not None:
         pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
+    capsys.readouterr()
+    assert _vltools(*args, "--resume", "-o", out) == 1  # a second writer while the first runs
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"another process is writing it (pid {process.pid} " in lines[0]
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     process.stderr.close()
@@ -241,7 +245,7 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     message = result.stderr.decode()
     finished = int(message.split("images done")[0].rsplit(":", 1)[1])
     assert finished >= done and f"{24 - finished} to go" in message
-    assert not partial.exists()
+    assert not partial.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full.h5", "resumed.h5", "synth"]
     with FeaturesReader(full) as a, FeaturesReader(out) as b:
         assert a.ids == b.ids and len(set(b.ids)) == 24
         first, second = a.read(a.ids), b.read(a.ids)
