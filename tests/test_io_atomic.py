@@ -148,3 +148,16 @@ def test_locks_work_without_hard_links(tmp_path, monkeypatch):
     with output_lock(target):
         assert json.loads(Path(f"{target}.lock").read_text())["pid"] == os.getpid()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_output_is_written_in_place_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    with atomic_path(fifo) as tmp:
+        tmp.write_bytes(b"through the pipe")
+    assert reader.communicate()[0] == b"through the pipe"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"] and Path(fifo).is_fifo()
+    with text_output("/dev/null") as stream:
+        stream.write("nothing")
+    assert Path("/dev/null").is_char_device()
