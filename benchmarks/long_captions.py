@@ -90,6 +90,17 @@ def peak_mb(argv: list[str], env: dict[str, str]) -> tuple[int, float, float]:
     return int(result.stdout.split()[-1]), wall, cpu
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=50)
@@ -121,7 +132,7 @@ def main() -> None:
             if f"{stage} {label}" in figures:
                 figures[f"{stage} {label}"]["ratio_to_baseline"] = round(
                     figures[f"{stage} {label}"]["peak_rss_mb"] / base, 3)
-    print(json.dumps({"cpu": platform.processor() or platform.machine(), "threads": args.threads,
+    print(json.dumps({"cpu": cpu_model(), "threads": args.threads,
                       "images": args.images, "captions": 5 * args.images, "max_caption_tokens": MAX_CAPTION_TOKENS,
                       "figures": figures}))
 

@@ -215,7 +215,7 @@ def _synth_folder(root: Path, count: int) -> Path:
     return folder
 
 
-def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path):
+def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path, capsys):
     folder = _synth_folder(tmp_path, 24)
     args = ["extract-regions", folder, *TINY, "--regions", "grid", "--global", "avg", "--image-size", "64",
             "--batch-size", "1", "--checkpoint-seconds", "0"]
@@ -230,6 +230,10 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
         time.sleep(0.01)
     if process.poll() is not None:
         pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
+    capsys.readouterr()
+    assert _vltools(*args, "--resume", "-o", out) == 1  # a second writer while the first runs
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"another process is writing it (pid {process.pid} " in lines[0]
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     process.stderr.close()
@@ -241,7 +245,7 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     message = result.stderr.decode()
     finished = int(message.split("images done")[0].rsplit(":", 1)[1])
     assert finished >= done and f"{24 - finished} to go" in message
-    assert not partial.exists()
+    assert not partial.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full.h5", "resumed.h5", "synth"]
     with FeaturesReader(full) as a, FeaturesReader(out) as b:
         assert a.ids == b.ids and len(set(b.ids)) == 24
         first, second = a.read(a.ids), b.read(a.ids)
@@ -265,7 +269,7 @@ def test_shards_merged_equal_a_single_run(photos, tmp_path):
         assert np.array_equal(a[name], b[name]), name
 
 
-def test_resume_recomputes_rows_whose_image_changed(tmp_path, capsys):
+def test_resume_recomputes_rows_whose_image_changed(tmp_path):
     folder = _synth_folder(tmp_path, 5)
     (folder / "zz_bad.png").write_text("not an image")
     args = ["extract-regions", folder, *TINY, "--regions", "grid", "--image-size", "64", "--batch-size", "1",
@@ -277,9 +281,9 @@ def test_resume_recomputes_rows_whose_image_changed(tmp_path, capsys):
     rng = np.random.default_rng(1)
     Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(folder / "img002.png")
     (folder / "zz_bad.png").unlink()
-    capsys.readouterr()
-    assert _vltools(*args, "--resume", "-o", out) == 0
-    err = capsys.readouterr().err
+    result = _subprocess(*args, "--resume", "-o", out)
+    assert result.returncode == 0, result.stderr.decode()
+    err = result.stderr.decode()
     assert "1 finished images changed since the interrupted run" in err and "4 images done, 1 to go" in err
     assert _vltools("-q", *args, "-o", tmp_path / "fresh.h5") == 0
     with FeaturesReader(out) as resumed, FeaturesReader(tmp_path / "fresh.h5") as fresh:

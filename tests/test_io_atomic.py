@@ -1,11 +1,15 @@
+import errno
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path, binary_output, text_output
+from vltools.io.atomic import atomic_folder, atomic_path, binary_output, output_lock, remove_stale_spools, text_output
 from vltools.io.features import FeaturesReader
 
 WRITE_FEATURES_TO_STDOUT = """
@@ -57,3 +61,124 @@ def test_hdf5_to_a_terminal_is_refused(monkeypatch):
         pass
 
 
+HOLD_OUTPUT = """
+import sys
+from vltools.io.atomic import atomic_path, binary_output
+target = sys.argv[1]
+with (binary_output(None) if target == "-" else atomic_path(target)) as tmp:
+    tmp.write_bytes(b"half")
+    print(tmp, file=sys.stderr, flush=True)
+    sys.stdin.read()  # hold the output until the test closes stdin or kills this process
+"""
+
+
+def _holder(tmp_path, target: str, stdout=None) -> tuple[subprocess.Popen, Path]:
+    """A second process in the middle of writing `target`; returns it and its temporary file."""
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_OUTPUT)
+    process = subprocess.Popen([sys.executable, str(script), target], stdin=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdout=stdout)
+    line = process.stderr.readline().decode().strip()
+    assert line, process.communicate()[1].decode()
+    return process, Path(line)
+
+
+def test_a_second_writer_of_the_same_output_stops_naming_the_first(tmp_path):
+    target = tmp_path / "out.h5"
+    process, _ = _holder(tmp_path, str(target))
+    try:
+        with pytest.raises(VLToolsError, match=rf"out.h5: another process is writing it \(pid {process.pid} "), \
+                atomic_path(target):
+            pass
+    finally:
+        process.communicate(b"")
+    assert target.read_bytes() == b"half" and sorted(p.name for p in tmp_path.iterdir()) == ["hold.py", "out.h5"]
+
+
+def test_a_killed_writer_leaves_no_output_and_the_next_run_cleans_up(tmp_path):
+    target = tmp_path / "out.h5"
+    process, tmp = _holder(tmp_path, str(target))
+    process.kill()
+    process.wait()
+    assert tmp.exists() and Path(f"{target}.lock").exists() and not target.exists()
+    with atomic_path(target) as path:
+        path.write_bytes(b"whole")
+    assert target.read_bytes() == b"whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hold.py", "out.h5"]
+
+
+def test_a_killed_writer_to_stdout_leaves_a_spool_folder_the_next_run_removes(tmp_path):
+    with open(tmp_path / "redirected", "wb") as stdout:
+        process, spool = _holder(tmp_path, "-", stdout=stdout)
+        process.kill()
+        process.wait()
+    assert spool.parent.name.startswith(f"vltools-{process.pid}-") and spool.exists()
+    remove_stale_spools()
+    assert not spool.parent.exists()
+
+
+def test_locks_are_reentrant_in_a_process_and_released(tmp_path):
+    target = tmp_path / "t.pt"
+    with output_lock(target), atomic_path(target) as tmp:
+        tmp.write_text("x")
+        assert Path(f"{target}.lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.pt"]
+
+
+def test_os_errors_on_output_are_one_line_naming_it(tmp_path):
+    target = tmp_path / "full.h5"
+    with pytest.raises(VLToolsError, match=r"full.h5: cannot write \(No space left on device\)"), \
+            atomic_path(target):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(VLToolsError, match=r"full.h5: cannot write \(Permission denied\)"), \
+            atomic_path(target) as tmp:
+        raise OSError(f"Unable to create file (unable to open file: name = '{tmp}', errno = 13, error message = "
+                      "'Permission denied', flags = 13)")
+    with pytest.raises(FileNotFoundError), atomic_path(target):  # about another file: not the output's fault
+        open(tmp_path / "missing-input")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_locks_work_without_hard_links(tmp_path, monkeypatch):
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    target = tmp_path / "out.txt"
+    with output_lock(target):
+        assert json.loads(Path(f"{target}.lock").read_text())["pid"] == os.getpid()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_output_is_written_in_place_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    with atomic_path(fifo) as tmp:
+        tmp.write_bytes(b"through the pipe")
+    assert reader.communicate()[0] == b"through the pipe"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"] and Path(fifo).is_fifo()
+    with text_output("/dev/null") as stream:
+        stream.write("nothing")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_atomic_folder_lands_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "site"
+    with atomic_folder(out, False, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("one")
+        assert not out.exists()
+    assert (out / "index.html").read_text() == "one"
+    with pytest.raises(RuntimeError), atomic_folder(out, True, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("two")
+        raise RuntimeError("killed")
+    assert (out / "index.html").read_text() == "one"
+    with pytest.raises(VLToolsError, match="not empty"), atomic_folder(out, False, lambda p: True, "site", "x"):
+        pass
+    with pytest.raises(VLToolsError, match=r"only an earlier site \(index.html\)"):
+        with atomic_folder(out, True, lambda p: False, "site", "index.html"):
+            pass
+    with atomic_folder(out, True, lambda p: True, "site", "index.html") as staging:
+        (staging / "index.html").write_text("three")
+    assert (out / "index.html").read_text() == "three"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]

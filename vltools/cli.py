@@ -106,9 +106,12 @@ def cli(ctx: click.Context, quiet: bool, debug: bool) -> None:
     configure(quiet=quiet, debug=debug)
 
 
+class Terminated(BaseException):
+    """Raised by SIGTERM, so that the run unwinds like on Ctrl-C: temporary files and locks are removed."""
+
+
 def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM ends the run like Ctrl-C, so temporary files and locks are removed on the way out."""
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
+    except Terminated:
+        print("vltools: terminated", file=sys.stderr)
+        sys.exit(143)
     except (click.exceptions.Abort, KeyboardInterrupt):
         print("vltools: interrupted", file=sys.stderr)
         sys.exit(130)

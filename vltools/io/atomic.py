@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -41,6 +42,15 @@ _held: dict[Path, int] = {}
 def is_stdout(path: str | os.PathLike | None) -> bool:
     """`None` or `-` means standard output."""
     return path is None or str(path) == "-"
+
+
+def is_device(path: str | os.PathLike) -> bool:
+    """Whether `path` is an existing device, pipe or socket (`-o /dev/null`, a named pipe): written in place."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def check_parent(path: str | os.PathLike) -> None:
@@ -190,7 +200,7 @@ def output_lock(path: str | os.PathLike | None) -> Iterator[None]:
     Standard output (`None` / `-`) needs no lock, nor do the other processes of a torchrun job (RANK > 0),
     which leave writing to the first. Take it before long work, so that a clash is reported at once.
     """
-    if is_stdout(path) or os.environ.get("RANK", "0") != "0":
+    if is_stdout(path) or is_device(path) or os.environ.get("RANK", "0") != "0":
         yield
         return
     lock = _lock_path(path)
@@ -230,6 +240,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     about the output (no permission, read-only or full disk) into a one-line error naming `path`.
     """
     final = Path(path)
+    if is_device(final):  # never replace /dev/null or a named pipe by a file: write through a spool to it
+        with spool_folder() as folder:
+            yield folder / "out"
+            try:
+                with open(folder / "out", "rb") as src, open(final, "wb") as dst:
+                    shutil.copyfileobj(src, dst, length=1 << 20)
+            except OSError as exc:
+                raise output_error(final, exc) from exc
+        return
     with output_lock(final):
         _remove_stale_temporaries(final)
         tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")

@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path, check_parent, output_error, output_lock
+from vltools.io.atomic import atomic_path, check_parent, is_device, output_error, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import dumps
 from vltools.io.progress import log, progress
@@ -278,6 +278,9 @@ class Trainer:
         self.last_path = sibling(self.output, ".last.pt")
         self.log_path = sibling(self.output, ".log.jsonl")
         check_parent(self.output)
+        if is_device(self.output):
+            raise VLToolsError(f"{self.output}: a device or pipe; train writes a checkpoint file (and .last.pt, "
+                               ".log.jsonl beside it), give -o PATH of a file")
         if resume and not self.last_path.exists():
             raise VLToolsError(f"{self.last_path}: no resume file; train without --resume first")
         for key in ("batch_size", "accumulate", "epochs"):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import binary_output, is_stdout, output_lock, spool_folder
+from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, spool_folder
 from vltools.io.progress import log, progress
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, normalize
@@ -316,8 +316,9 @@ def _worker_init(_: int) -> None:
 
 def check_output(out: str | None, resume: bool) -> None:
     """Refuse `--resume` without `-o` (call before building models, so the mistake is reported at once)."""
-    if resume and is_stdout(out):
-        raise VLToolsError("--resume needs -o PATH: progress of a run to standard output cannot be kept")
+    if resume and (is_stdout(out) or is_device(out)):
+        raise VLToolsError("--resume needs -o PATH of a file: progress of a run to standard output or a device "
+                           "cannot be kept")
 
 
 def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
@@ -328,7 +329,7 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
     check_output(out, run.resume)
     attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
     with contextlib.ExitStack() as stack:
-        if is_stdout(out):
+        if is_stdout(out) or is_device(out):
             folder = stack.enter_context(spool_folder()) / "parts"
         else:
             folder = Path(f"{out}.partial")
