@@ -17,6 +17,7 @@ import numpy as np
 from vltools.errors import VLToolsError, input_error
 from vltools.eval.caption import CaptionFile, read_caption_file
 from vltools.eval.semantic import read_proxy
+from vltools.io.describe import describe
 from vltools.io.records import caption_ids, iter_json_lines, iter_lines, read_records
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
@@ -236,7 +237,7 @@ def caption_section(path: str, item_scores: str | None, refs: References, wanted
         else:
             card["image"] = {"image": item}
         cards.append(card)
-    names = [name for name in dict.fromkeys(k for card in cards for k in card["metrics"])]
+    names = list(dict.fromkeys(k for card in cards for k in card["metrics"]))
     keys = {name: [card["metrics"].get(name) for card in cards] for name in names}
     note = "" if metrics or item_scores else "no --item-scores given: cards are in input order"
     kind = "pairs" if pairs else "captions"
@@ -261,8 +262,6 @@ def read_scores(path: str) -> dict:
 def file_summary(path: str | os.PathLike) -> dict:
     """Kind, counts and provenance of an input file through `inspect`'s describer; plain size and time for files
     that are not vltools kinds (scores JSON, logs, figures)."""
-    from vltools.io.describe import describe
-
     try:
         summary = describe(path)
     except VLToolsError:
