@@ -6,6 +6,7 @@ A section holds only the sampled queries (seeded, or the ids asked for); the sit
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -260,14 +261,15 @@ def read_scores(path: str) -> dict:
 
 
 def file_summary(path: str | os.PathLike) -> dict:
-    """Kind, counts and provenance of an input file through `inspect`'s describer; plain size and time for files
-    that are not vltools kinds (scores JSON, logs, figures)."""
+    """Kind, counts and provenance of an input file through `inspect`'s describer (plain size for files that
+    are not vltools kinds: scores JSON, logs, figures), with its size and modification time."""
+    stat = Path(path).stat()
     try:
         summary = describe(path)
     except VLToolsError:
-        stat = Path(path).stat()
-        summary = {"path": str(path), "kind": "file", "bytes": stat.st_size}
+        summary = {"path": str(path), "kind": "file"}
         meta = Path(f"{path}.meta.json")
         if meta.exists():
             summary["provenance"] = json.loads(meta.read_text(encoding="utf-8"))
-    return summary
+    modified = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.timezone.utc)
+    return {**summary, "bytes": stat.st_size, "modified": modified.isoformat(timespec="seconds")}
