@@ -17,7 +17,7 @@ from matching_helpers import IMG_DIM, REGIONS, save_tiny
 from PIL import Image
 
 from vltools.io.features import FeaturesWriter
-from vltools.io.records import caption_ids, read_records
+from vltools.io.records import caption_ids, read_records, write_records
 
 SAMPLE, TOP_K, PAGE = 7, 4, 5
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -219,3 +219,65 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert "ranks.jsonl: line 2: field 'direction'" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.jsonl"]
     assert run_vltools("report", str(tmp_path / "out")).returncode == 2  # nothing to show: a usage error
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    """A report with one section of each other kind: i2i (proxy relevance, a heatmap), captions, pair descriptions."""
+    from vltools.io.hdf5 import write_arrays
+
+    root = tmp_path_factory.mktemp("kinds")
+    world = root / "world"
+    run("synth", world, "--images", "12", "--pairs", "10", "--aux-images", "0")
+    images = [r["image_id"] for r in read_records(world / "images.jsonl", "images")]
+    rng = np.random.default_rng(1)
+    write_records(root / "i2i.jsonl", [{"query": q, "direction": "i2i", "ids": [i for i in images if i != q][:TOP_K],
+                                        "scores": sorted(rng.random(TOP_K).tolist(), reverse=True)} for q in images])
+    vectors = rng.random((len(images), 6))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    write_arrays(root / "proxy.h5", "proxy", {"ids": images, "tfidf/data": vectors.ravel(),
+                                              "tfidf/indices": np.tile(np.arange(6), len(images)),
+                                              "tfidf/indptr": np.arange(0, 6 * len(images) + 1, 6),
+                                              "tfidf/shape": np.array([len(images), 6])})
+    (root / "heat").mkdir()
+    shutil.copyfile(world / "images" / f"{images[1]}.png", root / "heat" / f"{images[0]}__{images[1]}.png")
+    write_records(root / "gen.jsonl", [{"image_id": i, "caption": f"a picture {n}"} for n, i in enumerate(images)])
+    write_records(root / "per.jsonl", [{"image_id": i, "CIDEr": n / 10} for n, i in enumerate(images)])
+    pair_ids = list(dict.fromkeys(r["pair_id"] for r in read_records(world / "pairs.jsonl", "pairs")))
+    write_records(root / "desc.jsonl", [{"pair_id": p, "caption": "they differ"} for p in pair_ids])
+    site = root / "site"
+    run("report", site, "--rankings", root / "i2i.jsonl", "--proxy", root / "proxy.h5", "--heatmaps", root / "heat",
+        "--generated", root / "gen.jsonl", "--item-scores", root / "per.jsonl", "--generated", root / "desc.jsonl",
+        "--images", world / "images.jsonl", "--images", world / "pair_images.jsonl", "--captions",
+        world / "captions.jsonl", "--pairs", world / "pairs.jsonl", "--page-size", PAGE)
+    return site, images, pair_ids
+
+
+def test_i2i_captions_and_pairs_sections_hold_their_cards(every_kind):
+    site, images, pair_ids = every_kind
+    kinds = {s["kind"]: s for s in summary_of(site)["sections"]}
+    assert set(kinds) == {"i2i", "captions", "pairs"}
+    i2i = chunk_cards(site, kinds["i2i"]["id"])
+    assert [c["query"] for c in i2i] == images and all(len(c["results"]) == TOP_K for c in i2i)
+    assert all(0 < r["relevance"] <= 1 for c in i2i for r in c["results"])
+    assert (site / i2i[0]["results"][0]["heatmap"]["src"]).is_file()
+    assert kinds["captions"]["keys"] == {"CIDEr": [n / 10 for n in range(len(images))]}
+    pairs = chunk_cards(site, kinds["pairs"]["id"])
+    assert [c["id"] for c in pairs] == pair_ids and all(len(c["images"]) == 2 and c["refs"] for c in pairs)
+    for src in image_sources([i2i, chunk_cards(site, kinds["captions"]["id"]), pairs]):
+        assert (site / src).is_file()
+
+
+@pytest.mark.skipif(chromium() is None, reason="Chromium is not installed (apt-get install chromium); the page is "
+                    "checked in a real browser only where one is available")
+def test_every_card_kind_renders_in_chromium(every_kind, tmp_path):
+    site, images, pair_ids = every_kind
+    kinds = {s["kind"]: s for s in summary_of(site)["sections"]}
+    for kind, fragment, expected in (("i2i", "", PAGE), ("captions", "&k=CIDEr&d=desc", PAGE),
+                                     ("pairs", "", PAGE)):
+        dom = browse(site, tmp_path / f"profile-{kind}", f"#s={kinds[kind]['id']}{fragment}")
+        status = status_of(dom)
+        assert status["state"] == "done" and int(status["cards"]) == expected
+        assert dom.count(f'class="card {kind}"') == expected
+        assert status["loaded"] == status["images"] and status["broken"] == "0" and int(status["images"]) >= expected
+    assert re.findall(r'<div class="qid">([^<]*)</div>', dom) == pair_ids[:PAGE]

@@ -8,10 +8,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vltools.errors import input_error
 from vltools.io.atomic import atomic_path
 from vltools.io.records import iter_json_lines
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NOT_METRICS = ("type", "epoch", "iteration", "best")
 FIX = "give a PATH.log.jsonl written by vltools train"
@@ -75,7 +79,7 @@ def default_metrics(logs: list[TrainingLog]) -> list[str]:
     return []
 
 
-def draw_curves(logs: list[TrainingLog], metrics: list[str]):
+def draw_curves(logs: list[TrainingLog], metrics: list[str]) -> Figure:
     """A matplotlib figure: training loss, then one panel per validation metric; one line per log."""
     import matplotlib
 
@@ -102,7 +106,7 @@ def draw_curves(logs: list[TrainingLog], metrics: list[str]):
     return figure
 
 
-def save_figure(figure, path: str | os.PathLike) -> None:
+def save_figure(figure: Figure, path: str | os.PathLike) -> None:
     """Write a figure as PNG atomically, then free it."""
     import matplotlib.pyplot as plt
 

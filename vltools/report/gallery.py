@@ -6,6 +6,7 @@ A section holds only the sampled queries (seeded, or the ids asked for); the sit
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -17,6 +18,7 @@ import numpy as np
 from vltools.errors import VLToolsError, input_error
 from vltools.eval.caption import CaptionFile, read_caption_file
 from vltools.eval.semantic import read_proxy
+from vltools.io.describe import describe
 from vltools.io.records import caption_ids, iter_json_lines, iter_lines, read_records
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
@@ -236,7 +238,7 @@ def caption_section(path: str, item_scores: str | None, refs: References, wanted
         else:
             card["image"] = {"image": item}
         cards.append(card)
-    names = [name for name in dict.fromkeys(k for card in cards for k in card["metrics"])]
+    names = list(dict.fromkeys(k for card in cards for k in card["metrics"]))
     keys = {name: [card["metrics"].get(name) for card in cards] for name in names}
     note = "" if metrics or item_scores else "no --item-scores given: cards are in input order"
     kind = "pairs" if pairs else "captions"
@@ -259,16 +261,15 @@ def read_scores(path: str) -> dict:
 
 
 def file_summary(path: str | os.PathLike) -> dict:
-    """Kind, counts and provenance of an input file through `inspect`'s describer; plain size and time for files
-    that are not vltools kinds (scores JSON, logs, figures)."""
-    from vltools.io.describe import describe
-
+    """Kind, counts and provenance of an input file through `inspect`'s describer (plain size for files that
+    are not vltools kinds: scores JSON, logs, figures), with its size and modification time."""
+    stat = Path(path).stat()
     try:
         summary = describe(path)
     except VLToolsError:
-        stat = Path(path).stat()
-        summary = {"path": str(path), "kind": "file", "bytes": stat.st_size}
+        summary = {"path": str(path), "kind": "file"}
         meta = Path(f"{path}.meta.json")
         if meta.exists():
             summary["provenance"] = json.loads(meta.read_text(encoding="utf-8"))
-    return summary
+    modified = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.timezone.utc)
+    return {**summary, "bytes": stat.st_size, "modified": modified.isoformat(timespec="seconds")}

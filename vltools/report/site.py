@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vltools.io.atomic import atomic_folder
 from vltools.io.numbers import dumps
-from vltools.report.curves import draw_curves, save_figure
+from vltools.report.curves import TrainingLog, draw_curves, save_figure
 from vltools.report.gallery import Section
 from vltools.report.thumbs import Thumbnails
 from vltools.vision.images import ImageItem
@@ -31,7 +31,7 @@ class Header:
     title: str
     scores: list[tuple[str, dict]] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
-    logs: list = field(default_factory=list)
+    logs: list[TrainingLog] = field(default_factory=list)
     inputs: list[dict] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
 
@@ -73,7 +73,7 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
         figures = []
         if header.logs:
             (stage / "figures").mkdir(exist_ok=True)
-            metrics = [m for m in dict.fromkeys(m for run in header.logs for m in run.metric_names()[:1])]
+            metrics = list(dict.fromkeys(m for run in header.logs for m in run.metric_names()[:1]))
             save_figure(draw_curves(header.logs, metrics), stage / "figures" / "training.png")
             figures.append({"src": "figures/training.png", "title": "training curves: "
                             + ", ".join(run.label for run in header.logs)})

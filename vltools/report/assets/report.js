@@ -141,7 +141,8 @@
   function inputsTable(inputs) {
     const rows = inputs.map((input) => {
       const prov = input.provenance || input.attributes || null;
-      const made = prov ? [prov.command, prov.created, prov.vltools_version].filter(Boolean).join("  \u00b7  ") : "";
+      const made = prov ? [prov.command, prov.created, prov.vltools_version].filter(Boolean).join("  \u00b7  ")
+        : "modified " + input.modified + " (no provenance recorded in this file)";
       const rest = Object.fromEntries(Object.entries(input).filter(([k]) => !["path", "kind"].includes(k)));
       return el("tr", {}, el("td", { text: input.path }), el("td", { text: input.kind }),
         el("td", { text: input.count === undefined || input.count === null ? "" : input.count }),
