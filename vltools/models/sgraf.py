@@ -15,7 +15,10 @@ padded positions in its batch statistics, as any position-wise BatchNorm would.)
 
 Where the computation is rearranged for speed the algebra is exact and noted in place: the SGR edge
 logits (`GraphReasoning`), the attended image's l2norm moved past the local linear map
-(`EncoderSimilarity.nodes`), and only the global node computed in the last SGR step.  SAF's BatchNorm in
+(`EncoderSimilarity.nodes`), and only the global node computed in the last SGR step.  In training, the
+steps over the large [images, captions, words, embed] tensors (attend, subtract the word, square, project)
+are one autograd function with a hand-written backward (`LocalSimilarity`), which keeps fewer of those
+tensors and passes over them fewer times; its gradients equal autograd's to float rounding.  SAF's BatchNorm in
 training normalises each caption on its own, as the per-caption loop of the released code does.
 """
 
