@@ -458,10 +458,13 @@ class SGRAFModel(nn.Module):
         """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc] (globals: see EncoderSimilarity)."""
         return self.sim_enc(img_emb, cap_emb, cap_lengths, img_glo, cap_glo)
 
-    def global_vectors(self, img_emb: torch.Tensor, cap_emb: torch.Tensor,
-                       cap_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(global images [Bi, E], global captions [Bc, E]) for `similarity(..., img_glo, cap_glo)`."""
-        return self.sim_enc.global_images(img_emb), self.sim_enc.global_captions(cap_emb, cap_lengths)
+    def global_images(self, img_emb: torch.Tensor) -> torch.Tensor:
+        """Global images [Bi, E] for `similarity(..., img_glo=)` (in eval mode each depends on its image only)."""
+        return self.sim_enc.global_images(img_emb)
+
+    def global_captions(self, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Global captions [Bc, E] for `similarity(..., cap_glo=)`."""
+        return self.sim_enc.global_captions(cap_emb, cap_lengths)
 
     def forward(self, regions: torch.Tensor, num_regions: torch.Tensor | None, tokens: torch.Tensor,
                 lengths: torch.Tensor) -> torch.Tensor:
