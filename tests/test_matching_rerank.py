@@ -11,7 +11,7 @@ from torch import nn
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records
 from vltools.matching.embed import embed_all
-from vltools.matching.rerank import FirstStage, rerank
+from vltools.matching.rerank import FirstStage, rerank, rerank_direction
 from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
 from vltools.matching.topk import topk_rows
 from vltools.text.vocab import Vocabulary
@@ -89,3 +89,40 @@ def test_small_k_scores_only_the_candidates(world):
     for query, indices in enumerate(t2i_indices):
         proposed = np.argsort(-first[:, query])[:k]
         np.testing.assert_array_equal(indices, proposed[np.argsort(-full[proposed, query])][:2])
+
+
+class CountingEncodes(Counting):
+    """Also counts the captions and images encoded."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.encoded = {"images": 0, "captions": 0}
+
+    def encode_images(self, regions, num_regions):
+        self.encoded["images"] += len(regions)
+        return super().encode_images(regions, num_regions)
+
+    def encode_captions(self, tokens, lengths):
+        self.encoded["captions"] += len(tokens)
+        return super().encode_captions(tokens, lengths)
+
+
+@pytest.mark.parametrize("cache_mb", [0.0, 64.0])
+def test_candidates_are_encoded_once_within_the_cache_budget(world, cache_mb):
+    features, image_ids, tokens = world
+    counting = CountingEncodes(tiny_model("sgr", 1))
+    # every caption query proposes all 6 images, one query per block: 18 blocks reuse the same 6 candidates
+    proposals = np.tile(np.arange(len(image_ids)), (len(tokens), 1))
+    with FeaturesReader(features) as reader:
+        images = FeatureBlocks(reader, image_ids, 4)
+        captions = CaptionBlocks(tokens, 5)
+        full = similarity_blocks(counting.model, images, captions).numpy()
+        with torch.inference_mode():
+            values, indices = rerank_direction([counting], images, captions, proposals, 3, "captions",
+                                               torch.device("cpu"), items_per_block=6, cache_mb=cache_mb)
+    assert counting.encoded["captions"] == len(tokens)
+    assert counting.encoded["images"] == (len(image_ids) if cache_mb else len(image_ids) * len(tokens))
+    for query in range(len(tokens)):
+        best = np.argsort(-full[:, query])[:3]
+        np.testing.assert_array_equal(indices[query], best)
+        np.testing.assert_allclose(values[query], full[best, query], rtol=1e-5, atol=1e-6)

@@ -405,7 +405,7 @@ def test_given_global_vectors_of_a_larger_block_give_the_same_scores(name):
     regions, tokens, lengths = make_inputs()
     img_emb, cap_emb = encode(model, regions, tokens, lengths, torch.tensor([5, 3, 5, 4]))
     with torch.no_grad():
-        img_glo, cap_glo = model.global_vectors(img_emb, cap_emb, lengths)
+        img_glo, cap_glo = model.global_images(img_emb), model.global_captions(cap_emb, lengths)
         pick = torch.tensor([4, 1])
         given = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick], img_glo[2:3], cap_glo[pick])
         direct = model.similarity(img_emb[2:3], cap_emb[pick], lengths[pick])

@@ -62,7 +62,8 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @click.option("--batch-captions", type=click.IntRange(min=1), default=512, show_default=True,
               help="Captions per similarity block.")
 @click.option("--image-cache-mb", type=click.FloatRange(min=0), default=2048.0, show_default=True,
-              help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded).")
+              help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded); "
+                   "with --rerank, the encoded candidates kept between query blocks.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
 def command(first: str, second: str, model_paths: tuple[str, ...], split: str, top_k: int, output: str | None,
@@ -111,7 +112,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
             plan = FirstStage(stage.model, CaptionBlocks(stage.tokenize(chosen.captions), batch_captions),
                               index, nprobe)
             (i2t_values, i2t_indices), (t2i_values, t2i_indices) = rerank(
-                models, plan, images, captions, rerank_k, top_k, chosen_device, precision)
+                models, plan, images, captions, rerank_k, top_k, chosen_device, precision, image_cache_mb)
         else:
             sims = similarity_blocks(models, images, captions, chosen_device, precision, image_cache_mb)
             i2t_values, i2t_indices = topk_rows(sims, top_k)

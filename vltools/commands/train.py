@@ -34,7 +34,8 @@ from vltools.train.trainer import distributed, seed_everything, train
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
 @click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, vltools vocabulary file, JSON word list or "
-              "checkpoint; default: built from the training captions.")
+              "checkpoint; default: built from the training captions (--set task.vocab_splits=train+val: training "
+              "and validation captions, as the released SGRAF vocabularies).")
 @click.option("--train-split", default="train", show_default=True, help="Split of the captions to train on.")
 @click.option("--val-split", default="val", show_default=True, help="Split of the captions to validate on.")
 @click.option("--objective", help="Training objective (task.objective), e.g. for captioners mle, cl, cl-p, cl-n, il.")

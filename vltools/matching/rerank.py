@@ -2,9 +2,9 @@
 
 Scoring every pair with SGR / SAF costs n_images x n_captions model evaluations; with a first stage
 the cross-attention models score only n_queries x K pairs in each direction. Queries are processed in
-blocks whose candidate union is encoded once (at most `items_per_block` items), with the models' global
-vectors (SGR / SAF self-attention) computed once per block too, then each query is scored against its own
-K candidates in one batched call.
+blocks whose candidate union (at most `items_per_block` items) is taken from the encoded candidates
+(`EncodedItems`: each item encoded once, with the models' global vectors, SGR / SAF self-attention, and
+kept within a memory budget), then each query is scored against its own K candidates in one batched call.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 from vltools.io.progress import progress
 from vltools.matching.embed import embed_all
@@ -54,15 +55,61 @@ def candidates(first: FirstStage, images: FeatureBlocks, k: int, device: torch.d
     return i2t, t2i
 
 
+class EncodedItems:
+    """The candidates' encodings (per model: embedding and global vector), kept for later query blocks.
+
+    Every block of queries needs its candidates encoded, and candidates recur across blocks (each caption
+    of a 25K gallery is a candidate of about n_queries x K / 25K queries), while encoding one (the image
+    projection or the caption GRU) costs more than scoring one pair; items are kept up to `budget_mb`.
+    """
+
+    def __init__(self, models: Sequence[nn.Module], items: FeatureBlocks | CaptionBlocks, side: str,
+                 device: torch.device, budget_mb: float) -> None:
+        self.models, self.items, self.side, self.device = models, items, side, device
+        self.rows: dict[int, tuple[list[torch.Tensor], list[torch.Tensor | None]]] = {}
+        self.free = budget_mb * 2**20
+
+    def _encode(self, indices: list[int]) -> dict[int, tuple[list[torch.Tensor], list[torch.Tensor | None]]]:
+        if self.side == "captions":
+            embs, lengths = encode_captions(self.models, self.items.take(indices), self.device)
+            sizes = lengths.tolist()
+        else:
+            embs, lengths = encode_images(self.models, self.items.take(indices), self.device), None
+            sizes = [None] * len(indices)
+        glos = global_vectors(self.models, embs, self.side, lengths)
+        return {item: ([e[j, :sizes[j]].clone() for e in embs], [None if g is None else g[j] for g in glos])
+                for j, item in enumerate(indices)}
+
+    def take(self, indices: np.ndarray) -> tuple[list[torch.Tensor], list[torch.Tensor | None], torch.Tensor | None]:
+        """Per model the items' embeddings (captions 0-padded) and global vectors, and the caption lengths."""
+        wanted = [int(i) for i in indices]
+        missing = [i for i in dict.fromkeys(wanted) if i not in self.rows]
+        fresh = self._encode(missing) if missing else {}
+        for item, entry in fresh.items():
+            size = sum(t.numel() * t.element_size() for t in entry[0])
+            if size <= self.free:
+                self.rows[item] = entry
+                self.free -= size
+        entries = [self.rows.get(i) or fresh[i] for i in wanted]
+        embs = [pad_sequence([e[0][m] for e in entries], batch_first=True) for m in range(len(self.models))]
+        glos = [None if entries[0][1][m] is None else torch.stack([e[1][m] for e in entries])
+                for m in range(len(self.models))]
+        lengths = (torch.tensor([len(e[0][0]) for e in entries], device=self.device)
+                   if self.side == "captions" else None)
+        return embs, glos, lengths
+
+
 def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, captions: CaptionBlocks,
                      proposals: np.ndarray, top_k: int, query_side: str, device: torch.device,
-                     items_per_block: int) -> TopK:
+                     items_per_block: int, cache_mb: float = 2048.0) -> TopK:
     """Rerank each query's candidate row of `proposals` by the models' mean similarity; keep the best `top_k`.
 
     `query_side` is "images" (i2t: candidates are caption indices) or "captions" (t2i: image indices).
-    Missing candidates (index -1 from an approximate index) are dropped.
+    Missing candidates (index -1 from an approximate index) are dropped. Candidates' encodings are kept
+    for later blocks up to `cache_mb`.
     """
-    queries, items = (images, captions) if query_side == "images" else (captions, images)
+    item_side = "captions" if query_side == "images" else "images"
+    encoded = EncodedItems(models, captions if query_side == "images" else images, item_side, device, cache_mb)
     n_queries, width = proposals.shape
     keep = min(top_k, width)
     values = np.full((n_queries, keep), -np.inf, dtype=np.float32)
@@ -75,26 +122,27 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
         where = np.full(block.shape, -1, dtype=np.int64)
         where[block >= 0] = positions
         query_rows = range(start, start + len(block))
+        item_embs, item_glo, lengths = encoded.take(union)
         if query_side == "images":
             query_embs = encode_images(models, images.take(query_rows), device)
-            item_embs, lengths = encode_captions(models, captions.take(union), device)
-            glo = global_vectors(models, query_embs, item_embs, lengths)
+            query_glo = global_vectors(models, query_embs, "images")
         else:
             query_embs, lengths = encode_captions(models, captions.take(query_rows), device)
-            item_embs = encode_images(models, images.take(union), device)
-            glo = global_vectors(models, item_embs, query_embs, lengths)
+            query_glo = global_vectors(models, query_embs, "captions", lengths)
         for row in range(len(block)):
             chosen = torch.as_tensor(where[row][where[row] >= 0], device=device)
             if not len(chosen):
                 continue
             query = [e[row:row + 1] for e in query_embs]
             item = [e[chosen] for e in item_embs]
+            mine = [None if g is None else g[row:row + 1] for g in query_glo]
+            theirs = [None if g is None else g[chosen] for g in item_glo]
             if query_side == "images":
-                pick = [None if g is None else (g[0][row:row + 1], g[1][chosen]) for g in glo]
-                scores = ensemble_similarity(models, query, item, lengths[chosen], pick)[0]
+                given = list(zip(mine, theirs, strict=True))
+                scores = ensemble_similarity(models, query, item, lengths[chosen], given)[0]
             else:
-                pick = [None if g is None else (g[0][chosen], g[1][row:row + 1]) for g in glo]
-                scores = ensemble_similarity(models, item, query, lengths[row:row + 1], pick)[:, 0]
+                given = list(zip(theirs, mine, strict=True))
+                scores = ensemble_similarity(models, item, query, lengths[row:row + 1], given)[:, 0]
             best = scores.topk(min(keep, len(chosen)))
             found = len(best.values)
             values[start + row, :found] = best.values.cpu().numpy()
@@ -104,13 +152,13 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
 
 def rerank(models: nn.Module | Sequence[nn.Module], first: FirstStage, images: FeatureBlocks,
            captions: CaptionBlocks, k_candidates: int, top_k: int, device: torch.device,
-           precision: str = "fp32") -> tuple[TopK, TopK]:
+           precision: str = "fp32", cache_mb: float = 2048.0) -> tuple[TopK, TopK]:
     """(i2t, t2i) top-k (scores, indices) after reranking the first stage's `k_candidates` per query."""
     models = as_models(models)
     i2t_proposals, t2i_proposals = candidates(first, images, k_candidates, device, precision)
     with evaluating(models), torch.inference_mode(), autocast(device, precision):
         i2t = rerank_direction(models, images, captions, i2t_proposals, top_k, "images", device,
-                               captions.batch_size)
+                               captions.batch_size, cache_mb)
         t2i = rerank_direction(models, images, captions, t2i_proposals, top_k, "captions", device,
-                               images.batch_size)
+                               images.batch_size, cache_mb)
     return i2t, t2i

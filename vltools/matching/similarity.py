@@ -137,24 +137,28 @@ def encode_captions(models: Sequence[nn.Module], block: CaptionBlock,
     return [model.encode_captions(tokens, lengths) for model in models], lengths
 
 
-def global_vectors(models: Sequence[nn.Module], image_embs: Sequence[torch.Tensor],
-                   caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor) -> list[tuple | None]:
-    """Per model, (global images, global captions) of the blocks when the model has them (SGR, SAF), else None."""
-    return [model.global_vectors(img, cap, lengths) if hasattr(model, "global_vectors") else None
-            for model, img, cap in zip(models, image_embs, caption_embs, strict=True)]
+def global_vectors(models: Sequence[nn.Module], embs: Sequence[torch.Tensor], side: str,
+                   lengths: torch.Tensor | None = None) -> list[torch.Tensor | None]:
+    """Per model, the global vectors of a block of `side` ("images" or "captions") embeddings when the model
+    has them (SGR, SAF: self-attention), else None; `similarity` takes them as img_glo / cap_glo."""
+    if side == "images":
+        return [m.global_images(e) if hasattr(m, "global_images") else None for m, e in zip(models, embs, strict=True)]
+    return [m.global_captions(e, lengths) if hasattr(m, "global_captions") else None
+            for m, e in zip(models, embs, strict=True)]
 
 
 def ensemble_similarity(models: Sequence[nn.Module], image_embs: Sequence[torch.Tensor],
                         caption_embs: Sequence[torch.Tensor], lengths: torch.Tensor,
-                        globals_: Sequence[tuple | None] | None = None) -> torch.Tensor:
+                        globals_: Sequence[tuple] | None = None) -> torch.Tensor:
     """Mean over models of their [Bi, Bc] similarity blocks, in float32 (SGRAF = mean of SGR and SAF).
 
-    `globals_`: per model, precomputed (global images, global captions) of these blocks, or None.
+    `globals_`: per model, precomputed (global images, global captions) of these blocks (see
+    `global_vectors`), or (None, None) for a model without them.
     """
     total = None
     for n, (model, img, cap) in enumerate(zip(models, image_embs, caption_embs, strict=True)):
-        given = globals_[n] if globals_ is not None else None
-        sims = (model.similarity(img, cap, lengths) if given is None else
+        given = globals_[n] if globals_ is not None else (None, None)
+        sims = (model.similarity(img, cap, lengths) if given[0] is None else
                 model.similarity(img, cap, lengths, *given)).float()
         total = sims if total is None else total + sims
     return total / len(models)

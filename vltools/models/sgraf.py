@@ -15,7 +15,10 @@ padded positions in its batch statistics, as any position-wise BatchNorm would.)
 
 Where the computation is rearranged for speed the algebra is exact and noted in place: the SGR edge
 logits (`GraphReasoning`), the attended image's l2norm moved past the local linear map
-(`EncoderSimilarity.nodes`), and only the global node computed in the last SGR step.  SAF's BatchNorm in
+(`EncoderSimilarity.nodes`), and only the global node computed in the last SGR step.  In training, the
+steps over the large [images, captions, words, embed] tensors (attend, subtract the word, square, project)
+are one autograd function with a hand-written backward (`LocalSimilarity`), which keeps fewer of those
+tensors and passes over them fewer times; its gradients equal autograd's to float rounding.  SAF's BatchNorm in
 training normalises each caption on its own, as the per-caption loop of the released code does.
 """
 
@@ -455,10 +458,13 @@ class SGRAFModel(nn.Module):
         """Every image against every caption: [Bi, K, E] x [Bc, L, E] -> [Bi, Bc] (globals: see EncoderSimilarity)."""
         return self.sim_enc(img_emb, cap_emb, cap_lengths, img_glo, cap_glo)
 
-    def global_vectors(self, img_emb: torch.Tensor, cap_emb: torch.Tensor,
-                       cap_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(global images [Bi, E], global captions [Bc, E]) for `similarity(..., img_glo, cap_glo)`."""
-        return self.sim_enc.global_images(img_emb), self.sim_enc.global_captions(cap_emb, cap_lengths)
+    def global_images(self, img_emb: torch.Tensor) -> torch.Tensor:
+        """Global images [Bi, E] for `similarity(..., img_glo=)` (in eval mode each depends on its image only)."""
+        return self.sim_enc.global_images(img_emb)
+
+    def global_captions(self, cap_emb: torch.Tensor, cap_lengths: torch.Tensor) -> torch.Tensor:
+        """Global captions [Bc, E] for `similarity(..., cap_glo=)`."""
+        return self.sim_enc.global_captions(cap_emb, cap_lengths)
 
     def forward(self, regions: torch.Tensor, num_regions: torch.Tensor | None, tokens: torch.Tensor,
                 lengths: torch.Tensor) -> torch.Tensor:
