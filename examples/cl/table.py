@@ -4,8 +4,8 @@ Usage: python table.py TITLE DIR
 DIR holds, per method M, M.scores.json (score caption) and, for Table 1's rows, M.retrieval.json (score
 self-retrieval). Methods: mostfreq (the most frequent training caption for every image), nt, aa (MLE),
 aa_il, aa_clp, aa_cln, aa_cl (CL, AA target and reference), nt_cl (NT/NT), nt_claa (NT target, AA reference),
-aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-". Table 1's chance row is exact
-for a uniformly random ranking of the n test images: R@K = min(K, n) / n.
+aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-". Table 1's chance
+row is exact for a uniformly random ranking of the n test images: R@K = min(K, n) / n.
 The paper's MSCOCO rows follow each table for comparison; the toy numbers prove the machinery, not the paper.
 """
 
