@@ -132,3 +132,25 @@ def test_bad_inputs(world, tmp_path):
     config = build_config(config_defaults("neuraltalk2"))
     with pytest.raises(VLToolsError, match="no /global dataset"):
         build_task("neuraltalk2", [str(regions_only), str(captions)], config)
+
+
+def test_train_cli_writes_a_captioner_checkpoint_and_rejects_captioning_options_elsewhere(world, tmp_path):
+    from click.testing import CliRunner
+    from tiny_captioning import TINY
+
+    from vltools.cli import cli
+    from vltools.io.checkpoints import load_checkpoint
+
+    folder, features, captions, ref, init = world
+    args = ["--quiet", "train", "--model", "neuraltalk2", *TINY["neuraltalk2"], "--epochs", "1", "--batch-size", "25",
+            "--set", "task.min_count=1", "--set", "task.max_words=8", "--device", "cpu", str(features), str(captions),
+            "-o", str(tmp_path / "nt.pt")]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    payload = load_checkpoint(tmp_path / "nt.pt")
+    assert payload["model"] == "neuraltalk2" and payload["vocab"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
+    assert payload["train_state"]["metric"] == "CIDEr"
+    assert payload["train_state"]["config"]["task"]["max_words"] == 8
+    result = CliRunner().invoke(cli, ["train", "--model", "vse", "--reference", str(ref), str(features),
+                                      str(captions), "-o", str(tmp_path / "v.pt")])
+    assert result.exit_code == 2 and "--reference is not an option of --model vse" in result.output
