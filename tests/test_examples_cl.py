@@ -50,7 +50,7 @@ def test_real_recipe_miniature_prints_every_row(tmp_path):
          "BATCH=10", "MIN_COUNT=2", "IMAGE_SIZE=64", "BACKBONE=resnet18", "WEIGHTS=none", "WORKERS=0",
          "EXTRACT_BATCH=8", "DEVICE=cpu", "MLE_LR=1e-2", "CL_LR=1e-3", f"SIZES={small}",
          f"AA_SIZES={small} --set model.attention_size=8", "table"],
-        capture_output=True, text=True, timeout=1200)
+        capture_output=True, text=True, timeout=3600)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     for line in ("Table 1", "Table 4", "Table 5", "Table 6", "most frequent caption", "Neuraltalk2",

@@ -3,13 +3,15 @@
 
 The MLE captioner must beat the most-frequent-caption baseline on CIDEr-D (test split), and CL must move
 self-retrieval the way the paper's Table 1 reports: the captions of the CL model find their own image better
-(lower mean rank of the own image by log p(c | I) among the test images) than the MLE model's. The measured
-figures are printed (pytest -s) for the report.
+(lower mean rank of the own image by log p(c | I) among the 60 test images) than the MLE model's. Measured
+(2026-11-23, OMP_NUM_THREADS=1): MLE CIDEr-D 0.209 against 0.154 for the most frequent caption; CL: CIDEr-D 0.321,
+self-retrieval R@5 10.0 -> 21.7 %, mean rank 29.5 -> 19.2 (chance 30.5). The figures are printed (pytest -s).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,9 +44,9 @@ def pipeline(tmp_path_factory):
     run("extract-regions", world / "images.jsonl", "--regions", "grid", "--global", "avg", "--backbone", "resnet18",
         "--weights", "none", "--image-size", "96", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
         "--device", "cpu", "-o", features)
-    run("train", "--model", "adaptive-attention", *SIZES, *COMMON, "--epochs", "6", "--lr", "2e-3", features,
+    run("train", "--model", "adaptive-attention", *SIZES, *COMMON, "--epochs", "8", "--lr", "2e-3", features,
         captions, "-o", out / "mle.pt")
-    run("train", "--model", "adaptive-attention", *COMMON, "--epochs", "1", "--lr", "2e-4", "--objective", "cl",
+    run("train", "--model", "adaptive-attention", *COMMON, "--epochs", "3", "--lr", "2e-4", "--objective", "cl",
         "--init", out / "mle.pt", "--reference", out / "mle.pt", features, captions, "-o", out / "cl.pt")
     results = {}
     for name in ("mle", "cl"):
@@ -53,7 +55,6 @@ def pipeline(tmp_path_factory):
         run("caption", "--logp", "--model", out / f"{name}.pt", features, caps, "-o", out / f"{name}.logp.h5")
         results[name] = {**json.loads(run("score", "caption", caps, "--refs", captions, "--no-spice")),
                          **json.loads(run("score", "self-retrieval", out / f"{name}.logp.h5"))}
-    import subprocess
     baseline = subprocess.run([sys.executable, str(MOST_FREQUENT), str(captions)], capture_output=True, check=True)
     (out / "mostfreq.jsonl").write_bytes(baseline.stdout)
     results["mostfreq"] = json.loads(run("score", "caption", out / "mostfreq.jsonl", "--refs", captions, "--no-spice"))

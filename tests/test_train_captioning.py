@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny_captioning import PREP, make_caption_world, save_captioner
 
-from vltools.data.captioning import draw_negatives, fixed_mismatches, image_tensors
+from vltools.data.captioning import image_tensors
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.records import read_records, write_records
@@ -114,16 +114,6 @@ def test_mle_loss_and_validation(world):
     assert set(metrics) == {"CIDEr"} and metrics["CIDEr"] >= 0
 
 
-def test_negatives_are_captions_of_other_images_and_mismatches_are_derangements():
-    image_index = np.repeat(np.arange(6), 5)
-    items = np.arange(30)
-    drawn = draw_negatives(image_index, 5, items, torch.Generator().manual_seed(0))
-    assert drawn.shape == (30, 5) and (image_index[drawn] != image_index[items][:, None]).all()
-    assert len(np.unique(drawn)) > 20
-    other = fixed_mismatches(7, seed=3)
-    assert (other != np.arange(7)).all() and np.array_equal(other, fixed_mismatches(7, seed=3))
-
-
 def test_bad_inputs(world, tmp_path):
     folder, features, captions, ref, init = world
     with pytest.raises(VLToolsError, match="needs --reference"):
@@ -142,3 +132,25 @@ def test_bad_inputs(world, tmp_path):
     config = build_config(config_defaults("neuraltalk2"))
     with pytest.raises(VLToolsError, match="no /global dataset"):
         build_task("neuraltalk2", [str(regions_only), str(captions)], config)
+
+
+def test_train_cli_writes_a_captioner_checkpoint_and_rejects_captioning_options_elsewhere(world, tmp_path):
+    from click.testing import CliRunner
+    from tiny_captioning import TINY
+
+    from vltools.cli import cli
+    from vltools.io.checkpoints import load_checkpoint
+
+    folder, features, captions, ref, init = world
+    args = ["--quiet", "train", "--model", "neuraltalk2", *TINY["neuraltalk2"], "--epochs", "1", "--batch-size", "25",
+            "--set", "task.min_count=1", "--set", "task.max_words=8", "--device", "cpu", str(features), str(captions),
+            "-o", str(tmp_path / "nt.pt")]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    payload = load_checkpoint(tmp_path / "nt.pt")
+    assert payload["model"] == "neuraltalk2" and payload["vocab"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
+    assert payload["train_state"]["metric"] == "CIDEr"
+    assert payload["train_state"]["config"]["task"]["max_words"] == 8
+    result = CliRunner().invoke(cli, ["train", "--model", "vse", "--reference", str(ref), str(features),
+                                      str(captions), "-o", str(tmp_path / "v.pt")])
+    assert result.exit_code == 2 and "--reference is not an option of --model vse" in result.output

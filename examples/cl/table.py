@@ -4,7 +4,8 @@ Usage: python table.py TITLE DIR
 DIR holds, per method M, M.scores.json (score caption) and, for Table 1's rows, M.retrieval.json (score
 self-retrieval). Methods: mostfreq (the most frequent training caption for every image), nt, aa (MLE),
 aa_il, aa_clp, aa_cln, aa_cl (CL, AA target and reference), nt_cl (NT/NT), nt_claa (NT target, AA reference),
-aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-".
+aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-". Table 1's chance
+row is exact for a uniformly random ranking of the n test images: R@K = min(K, n) / n.
 The paper's MSCOCO rows follow each table for comparison; the toy numbers prove the machinery, not the paper.
 """
 
@@ -64,6 +65,10 @@ def main(argv: list[str]) -> None:
     title, folder = argv[0], Path(argv[1])
     print(title)
     rows1 = []
+    any_recall = next((r for r in (load(folder, n, "retrieval") for n in ("aa", "nt", "aa_cl")) if r), None)
+    if any_recall:      # a uniformly random ranking of n images finds the own image in the top K with K / n
+        n = any_recall["n_images"]
+        rows1.append(("chance", [100 * min(int(k[2:]), n) / n for k in RECALL] + [None, None]))
     for label, name in (("most frequent caption", "mostfreq"), ("Neuraltalk2", "nt"), ("AdaptiveAttention", "aa"),
                         ("AdaptiveAttention + CL", "aa_cl")):
         recall = load(folder, name, "retrieval")

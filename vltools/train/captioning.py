@@ -202,6 +202,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
                 raise VLToolsError(f"{options['reference']}: the reference is a {ref_payload['model']} model; give "
                                    f"--init with the {model_name} checkpoint the target starts from")
             init_path = options["reference"]
+            options["init"] = init_path      # recorded in the checkpoint's config and inputs
             log.info("the target starts from the reference %s (no --init given)", init_path)
     elif options["reference"]:
         raise VLToolsError(f"--reference is only used by the CL objectives, not {objective}")
