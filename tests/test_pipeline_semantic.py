@@ -17,13 +17,14 @@ from vltools.eval.retrieval import read_sims
 pytestmark = pytest.mark.slow
 
 IMAGES = 500
+# the settings of examples/semantic/Makefile (DATA=synth)
 COMMON = ["--batch-size", "16", "--seed", "0", "--device", "cpu", "--set", "model.backbone=resnet18",
-          "--set", "model.scales=1.0", "--set", "task.weights=none", "--set", "task.image_size=64",
-          "--set", "task.queries=16", "--set", "task.relevant=4", "--set", "task.pool=120",
-          "--set", "task.per_pair=10", "--set", "task.whiten_images=100", "--set", "task.val_queries=50",
-          "--set", "task.cache_images=true", "--set", "task.margin=0.2"]
-TRAINED = [*COMMON, "--epochs", "6", "--lr", "3e-4", "--set", "model.frozen_bn=false", "--set", "task.mine_every=8"]
-UNTRAINED = [*COMMON, "--epochs", "1", "--lr", "0", "--set", "model.frozen_bn=true", "--set", "task.mine_every=1"]
+          "--set", "model.scales=1.0", "--set", "task.weights=none", "--set", "task.calibrate_bn=true",
+          "--set", "task.image_size=64", "--set", "task.queries=32", "--set", "task.relevant=4",
+          "--set", "task.pool=200", "--set", "task.per_pair=10", "--set", "task.whiten_images=100",
+          "--set", "task.val_queries=50", "--set", "task.cache_images=true", "--set", "task.margin=0.2"]
+TRAINED = [*COMMON, "--epochs", "8", "--lr", "3e-4", "--set", "task.mine_every=4"]
+UNTRAINED = [*COMMON, "--epochs", "1", "--lr", "0", "--set", "task.mine_every=1"]
 
 
 def run(*args: str) -> str:
