@@ -27,6 +27,7 @@ STAGES = {
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
+    "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
 }
 
 
