@@ -36,7 +36,7 @@ def pair_heatmaps(model, image_a: torch.Tensor, image_b: torch.Tensor, k: int = 
         target = contributions[contributions.topk(min(k, len(contributions))).indices].sum()
         target.backward()
     return (_cam(maps_a, tuple(image_a.shape[1:])), _cam(maps_b, tuple(image_b.shape[1:])),
-            float(contributions.sum()))
+            float(contributions.detach().sum()))
 
 
 def overlay(image: torch.Tensor, cam: np.ndarray) -> Image.Image:
