@@ -34,8 +34,9 @@ def miniature(folder: Path) -> None:
         image_data.append({"width": 80, "height": 60, "image_id": image_id, "coco_id": None, "flickr_id": None,
                            "url": f"https://cs.stanford.edu/people/rak248/VG_100K/{image_id}.jpg"})
         region_file.append({"id": image_id, "regions": [{**r, "image_id": image_id, "x": r["x"] % 60,
-                                                         "y": r["y"] % 40, "width": 10, "height": 10}
-                                                        for r in regions[source]["regions"][:40]]})
+                                                         "y": r["y"] % 40, "width": 10, "height": 10,
+                                                         "region_id": image_id * 1000 + k}
+                                                        for k, r in enumerate(regions[source]["regions"][:40])]})
         object_file.append({"image_id": image_id, "objects": objects[source]["objects"]})
     (folder / "image_data.json").write_text(json.dumps(image_data))
     (folder / "region_descriptions.json").write_text(json.dumps(region_file))
