@@ -100,3 +100,15 @@ def test_unknown_modifier_word_is_one_line_naming_it(world, capsys):
     err = fails(capsys, "encode", "--model", str(folder / "rmac.pt"), str(folder / "images.jsonl"), "--add",
                 "zebra", "-o", str(folder / "bad.h5"))
     assert "'zebra'" in err and len(err.strip().splitlines()) == 1 and not (folder / "bad.h5").exists()
+
+
+def test_explain_writes_a_picture_per_pair(world):
+    folder, _, _ = world
+    run("encode", "--model", str(folder / "rmac.pt"), str(folder / "images.jsonl"), "--proxy",
+        str(folder / "proxy.h5"), "--split", "test", "-o", str(folder / "all.h5"))
+    run("match", str(folder / "all.h5"), str(folder / "all.h5"), "--top-k", "2", "-o", str(folder / "r.jsonl"))
+    run("explain", str(folder / "r.jsonl"), "--model", str(folder / "rmac.pt"), "--images",
+        str(folder / "images.jsonl"), "--queries", "2", "--top", "2", "-o", str(folder / "fig3"))
+    pictures = sorted(p.name for p in (folder / "fig3").iterdir())
+    assert len(pictures) == 4 and pictures[0].startswith("im2__")
+    assert Image.open(folder / "fig3" / pictures[0]).size == (32 + 8 + 32, 27)

@@ -79,3 +79,12 @@ def test_embeddings_of_other_images(tmp_path, capsys):
     err = fails(capsys, "mine-triplets", str(tmp_path / "proxy.h5"), "--embeddings", str(tmp_path / "emb.h5"),
                 "-o", str(tmp_path / "t.jsonl"))
     assert "have no embedding" in err and not (tmp_path / "t.jsonl").exists()
+
+
+def test_the_proxy_scored_as_a_model_is_the_text_oracle(tmp_path):
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions)
+    run("tfidf-proxy", str(captions), "--k", "4", "-o", str(tmp_path / "proxy.h5"))
+    result = json.loads(run("score", "semantic", str(tmp_path / "proxy.h5"), "--proxy", str(tmp_path / "proxy.h5"),
+                            "--split", "val", "--queries", "4", "--R", "1,2,5"))
+    assert result["n_queries"] == 4 and result["ndcg_auc"] == 100.0

@@ -39,6 +39,7 @@ STAGES = {
     "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
     "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
+    "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
 }
 
 

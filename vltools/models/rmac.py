@@ -79,13 +79,19 @@ class RMAC(nn.Module):
             x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
         return x
 
+    def embed_with_maps(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 (B, 3, H, W) images of one size -> (l2-normalised (B, D) phi, the backbone's feature maps at the
+        first scale, which Grad-CAM weighs)."""
+        total, first = 0, None
+        for scale in self.scales:
+            maps = self.backbone(self._scaled(images, scale))
+            first = maps if first is None else first
+            total = total + F.normalize(self.whiten(rmac_region_vectors(maps, self.levels)), dim=2).sum(dim=1)
+        return F.normalize(total, dim=1), first
+
     def embed_same_size(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 (B, 3, H, W) images of one size -> l2-normalised (B, D) phi."""
-        total = 0
-        for scale in self.scales:
-            regions = rmac_region_vectors(self.backbone(self._scaled(images, scale)), self.levels)
-            total = total + F.normalize(self.whiten(regions), dim=2).sum(dim=1)
-        return F.normalize(total, dim=1)
+        return self.embed_with_maps(images)[0]
 
     def encode_images(self, images: torch.Tensor, sizes: torch.Tensor | None = None) -> torch.Tensor:
         """phi of a batch: uint8 (B, 3, H, W), images of different sizes padded at the bottom right and their

@@ -42,6 +42,7 @@ TASK_DEFAULTS: dict[str, object] = {
     "mine_every": 64,         # updates per mining round (= one epoch)
     "queries": 500, "relevant": 9, "pool": 5000, "per_pair": 100,
     "whiten_images": 2000,    # training images whose region vectors fit the PCA-whitening
+    "whiten_eps": 1e-6,       # added to the eigenvalues, times the largest (regularises the whitening)
     "val_queries": 1000, "val_images": 10000,
     "embed_batch": 32,        # images per forward pass when embedding (mining, whitening, validation)
     "cache_images": False,    # keep decoded images in memory (small datasets)
@@ -133,7 +134,7 @@ class SemanticTask:
             return model.scale_regions(images[:, :, :h, :w])[0]
 
         vectors = embed_images(regions, self.store, [int(r) for r in rows], device, 1, desc="whitening")
-        weight, bias = pca_whitening(torch.from_numpy(vectors))
+        weight, bias = pca_whitening(torch.from_numpy(vectors), self.options["whiten_eps"])
         with torch.no_grad():
             model.whiten.weight.copy_(weight)
             model.whiten.bias.copy_(bias)
