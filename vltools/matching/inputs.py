@@ -78,6 +78,11 @@ def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
 
 def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> None:
     """The features' region dimension must be what every model was built for."""
+    for item in loaded:
+        if getattr(item.model, "inputs", "regions") != "regions":
+            raise VLToolsError(f"{item.path}: model {item.name!r} reads per-image vectors (context and concept "
+                               "scores), not region features; run `vltools encode` on the images (with --concepts) "
+                               "and on the captions, then `vltools match IMG_EMB.h5 CAP_EMB.h5`")
     if "regions" not in reader.fields:
         raise VLToolsError(f"{reader.path}: has no /regions dataset; matching models need region features "
                            "(vltools extract-regions)")

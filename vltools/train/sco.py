@@ -94,7 +94,6 @@ class SCOTask:
         max_words = int(self.model_config["max_words"])
         self.train_data = SCODataset(self.vectors, train, sco_tokens(vocab, train.captions, max_words))
         self.val_tokens = sco_tokens(vocab, val.captions, max_words)
-        self.generator = torch.Generator().manual_seed(int(config["train"]["seed"]))
         self.inputs = {"context": context, "concepts": concepts, "captions": str(captions), "train_split": train.name,
                        "val_split": val.name, "train_captions_digest": ids_digest(train.caption_ids),
                        "val_captions_digest": ids_digest(val.caption_ids)}
@@ -107,7 +106,7 @@ class SCOTask:
         sims, logp = model(batch["context"], batch["concepts"], batch["tokens"], batch["lengths"])
         same = batch["image_index"][:, None] == batch["image_index"][None, :]
         loss = sampled_hinge_loss(sims, margin=self.options["margin"], negatives=int(self.options["negatives"]),
-                                  positive_mask=same, generator=self.generator)
+                                  positive_mask=same)   # drawn from torch's RNG, which the trainer saves for --resume
         if logp is not None and self.options["gen_weight"] > 0:
             loss = loss + self.options["gen_weight"] * sequence_cross_entropy(logp, batch["tokens"][:, 1:],
                                                                                reduction="sum")

@@ -212,7 +212,8 @@ class RegionExtractor(_Extractor):
     def __call__(self, samples: list[dict], items: list[ImageItem]) -> dict[str, np.ndarray]:
         """Arrays for the decoded `samples` (rows in order): image_size, and regions/boxes/num_regions/global."""
         rows: list[dict[str, np.ndarray]] = [{} for _ in samples]
-        for indices in _shape_groups(samples):
+        whole_image = self.regions != "none" or self.global_pool in ("avg", "rmac")   # tencrop alone needs no pass
+        for indices in _shape_groups(samples) if whole_image else []:
             group = [samples[i] for i in indices]
             images = self._stack(group)
             featmaps = self._forward(self._inputs(images))
