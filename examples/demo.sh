@@ -43,3 +43,10 @@ sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
 # ---------------------------------------------------------------------------------------------------------
 section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
+
+# ---------------------------------------------------------------------------------------------------------
+# L2C (describing visual differences): synth pairs + single-image captions -> segment-pool (mask files) ->
+# train every Table 1 / Table 3 row -> caption --pairs -> score caption
+# ---------------------------------------------------------------------------------------------------------
+section "L2C, Tables 1 and 3 layout (examples/l2c, DATA=synth)"
+make --no-print-directory -j2 -C "$(dirname "$0")/l2c" DATA=synth OUT="$(realpath "$OUT_DIR")/l2c" PYTHON=python table
