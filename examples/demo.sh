@@ -45,6 +45,15 @@ section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
 make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
 
 # ---------------------------------------------------------------------------------------------------------
+# Contrastive Learning (Dai & Lin, captioning): synth -> extract-regions (grid + global) -> MLE NeuralTalk2 and
+# AdaptiveAttention -> IL, CL(P), CL(N), CL, NT/NT, NT/AA, run 2 -> caption -> score caption / self-retrieval
+# (shrunk for the demo: 400 images, 5 MLE epochs, 1 CL epoch with K = 2 negative sets; see examples/cl/README.md)
+# ---------------------------------------------------------------------------------------------------------
+section "Contrastive Learning, Tables 1, 4, 5 and 6 layouts (examples/cl, DATA=synth)"
+make --no-print-directory -C "$(dirname "$0")/cl" DATA=synth OUT="$(realpath "$OUT_DIR")/cl" PYTHON=python \
+    SYNTH_IMAGES=400 MLE_EPOCHS=5 CL_EPOCHS=1 NEGATIVES=2 table
+
+# ---------------------------------------------------------------------------------------------------------
 # L2C (describing visual differences): synth pairs + single-image captions -> segment-pool (mask files) ->
 # train every Table 1 / Table 3 row -> caption --pairs -> score caption
 # ---------------------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
                            "trained with (retrain, or convert with --vocab)")
     model = model_from_checkpoint(payload)
+    if not hasattr(model, "similarity"):
+        raise VLToolsError(f"{path}: a checkpoint of {payload['model']!r}, not a matching model; give a vse, sgr or "
+                           "saf checkpoint (captioners are used by `vltools caption`)")
     return LoadedModel(Path(path), str(payload["model"]), model, Vocabulary(payload["vocab"]),
                        dict(payload.get("config") or {}), file_digest(path))
 

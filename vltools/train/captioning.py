@@ -99,6 +99,11 @@ class CaptioningTask:
         self.features, self.val, self.reference = features, val, reference
         self.prep = CaptionPreprocessing.from_config(self.options)
         model_config = init["config"] if init is not None else config["model"]
+        changed = {k: v for k, v in config["model"].items() if v != default_config(model_name)[k]}
+        clash = [k for k, v in changed.items() if init is not None and init["config"].get(k, v) != v]
+        if clash:
+            raise VLToolsError(f"{self.options['init']}: has model.{clash[0]}={init['config'][clash[0]]!r} but the "
+                               f"config says {changed[clash[0]]!r}; the model keeps its --init sizes, drop the setting")
         self.model_config = data_config(model_name, model_config, features, MODELS[model_name].features[0])
         self.model: Captioner = build_model(model_name, self.model_config, len(vocab))
         if init is not None:
@@ -197,6 +202,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
                 raise VLToolsError(f"{options['reference']}: the reference is a {ref_payload['model']} model; give "
                                    f"--init with the {model_name} checkpoint the target starts from")
             init_path = options["reference"]
+            options["init"] = init_path      # recorded in the checkpoint's config and inputs
             log.info("the target starts from the reference %s (no --init given)", init_path)
     elif options["reference"]:
         raise VLToolsError(f"--reference is only used by the CL objectives, not {objective}")
