@@ -76,7 +76,7 @@ def test_real_recipe_prints_every_row(tmp_path):
     vltools = f"{sys.executable} -m vltools --quiet"
     result = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT / "examples" / "l2c"), f"DATA={data}",
                              f"OUT={tmp_path / 'out'}", f"VLTOOLS={vltools}", f"PYTHON={sys.executable}", *SHRINK,
-                             "table"], capture_output=True, text=True, env=env, timeout=900)
+                             "table"], capture_output=True, text=True, env=env, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     for row in ("Most Frequent", "Text-Only", "CNN+LSTM", "L2C [B2W]", "L2C [CUB+B2W]", "Human",
