@@ -73,3 +73,10 @@ make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpat
 section "Contrastive Learning, Tables 1, 4, 5 and 6 layouts (examples/cl, DATA=synth)"
 make --no-print-directory -j2 -C "$(dirname "$0")/cl" DATA=synth OUT="$(realpath "$OUT_DIR")/cl" PYTHON=python \
     SYNTH_IMAGES=400 MLE_EPOCHS=5 CL_EPOCHS=1 NEGATIVES=2 table
+
+# ---------------------------------------------------------------------------------------------------------
+# L2C (describing visual differences): synth pairs + single-image captions -> segment-pool (mask files) ->
+# train every Table 1 / Table 3 row -> caption --pairs -> score caption
+# ---------------------------------------------------------------------------------------------------------
+section "L2C, Tables 1 and 3 layout (examples/l2c, DATA=synth)"
+make --no-print-directory -j2 -C "$(dirname "$0")/l2c" DATA=synth OUT="$(realpath "$OUT_DIR")/l2c" PYTHON=python table

@@ -58,6 +58,16 @@ def test_coco_caption_demo_numbers(tmp_path, vltools_cmd):
         assert np.mean([row[name] for row in rows]) == pytest.approx(metrics[name])
 
 
+def test_no_meteor_leaves_the_other_scores_unchanged(tmp_path, vltools_cmd):
+    results = COCO / "captions_val2014_fakecap_results.json"
+    refs = COCO / "fakecap_1000_tokenized_refs_and_tests.spice_input.json"
+    result = vltools_cmd("score", "caption", results, "--refs", refs, "--tokenized", "--no-meteor", "--no-spice")
+    metrics = stdout_json(result)
+    assert set(metrics) == set(PUBLISHED) - {"METEOR"}
+    assert {name: round(value, 3) for name, value in metrics.items()} == \
+        {name: value for name, value in PUBLISHED.items() if name != "METEOR"}
+
+
 def test_caption_input_errors(tmp_path, vltools_cmd):
     refs = jsonl(tmp_path / "refs.jsonl", [{"image_id": i, "caption": "a dog"} for i in ("1", "2")])
     unknown = jsonl(tmp_path / "unknown.jsonl", [{"image_id": "1", "caption": "a dog"},

@@ -13,7 +13,8 @@ from vltools.cli import cli
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.losses import sequence_cross_entropy
-from vltools.models.l2c import l2c_from_checkpoint, total_variation
+from vltools.models import model_from_checkpoint
+from vltools.models.l2c import total_variation
 from vltools.train import config_defaults
 from vltools.train.config import build_config
 from vltools.train.l2c import build_task
@@ -75,7 +76,7 @@ def test_train_cli_writes_the_best_checkpoint_by_rouge_l(world, tmp_path):
     vals = [r for r in log if r["type"] == "val"]
     assert len(vals) == 2 and all(0 <= r["ROUGE_L"] <= 100 for r in vals)
     assert max(r["ROUGE_L"] for r in vals) == payload["train_state"]["best_ROUGE_L"]
-    model = l2c_from_checkpoint(payload)
+    model = model_from_checkpoint(payload)
     assert not model.training and model.encoder.num_nodes == 3
 
 

@@ -27,7 +27,8 @@ STAGES = {
     "extract-regions": ("extract_regions", "Region and global features of images (detector, grid or boxes)."),
     "segment-pool": ("segment_pool", "Backbone feature maps and foreground masks for L2C."),
     "merge": ("merge", "Join features files (shards of one extraction) into one."),
-    "train": ("train", "Train a model (vse, sgr, saf, neuraltalk2, adaptive-attention) and keep the best checkpoint."),
+    "train": ("train", "Train a model (vse, sgr, saf, neuraltalk2, adaptive-attention, l2c) and keep the best "
+              "checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),

@@ -81,6 +81,9 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
 
     With --logp, score every caption of CAPTIONS under every image CAPTIONS names and write the
     matrix (captions x images) as HDF5 for `vltools score self-retrieval`.
+
+    With --pairs PAIRS.jsonl and an l2c checkpoint, describe the differences of each pair of PAIRS [--split]
+    (FEATURES from segment-pool): one {"pair_id", "caption"} line per pair, in input order (beam search).
     """
     if pairs_path is not None:
         if captions is not None or logp or sample:

@@ -63,9 +63,11 @@ def command() -> None:
               help="The references are already PTB-tokenised (lower case, no punctuation): do not tokenise them "
                    "again. Predictions are always tokenised.")
 @click.option("--no-spice", is_flag=True, help="Skip SPICE even when its Stanford CoreNLP models are installed.")
+@click.option("--no-meteor", is_flag=True, help="Skip METEOR (its Java process takes seconds to start).")
 @click.option("--per-image", "per_image", type=click.Path(dir_okay=False),
               help="Also write each item's scores as JSONL (keyed like the predictions).")
-def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, per_image: str | None) -> None:
+def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_meteor: bool,
+            per_image: str | None) -> None:
     """BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) of PREDICTIONS, as the COCO evaluation server computes them.
 
     PREDICTIONS: one caption per image (captions JSONL or COCO results JSON) or per pair (pair_id + caption).
@@ -82,7 +84,8 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, per_im
         spice = False
     log.info("scoring %d predictions (by %s) against %s (%d references)", len(texts), predicted.key, refs,
              sum(len(r) for r in ref_texts.values()))
-    scores = caption_eval.score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice)
+    scores = caption_eval.score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice,
+                                         meteor=not no_meteor)
     if per_image:
         write_records(per_image, ({predicted.key: item_id, **{k: _finite(v) for k, v in values.items()}}
                                   for item_id, values in scores.per_item.items()))

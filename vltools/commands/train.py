@@ -50,6 +50,9 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
             objective: str | None, reference: str | None, init: str | None) -> None:
     """Train --model NAME on INPUTS (matching models and captioners: FEATS.h5 CAPS.jsonl) into the checkpoint -o PATH.
 
+    l2c: PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]] (segment-pool features; with single-image
+    captions as the auxiliary task, their feature maps in AUX_FEATS.h5 or FEATS.h5); see examples/l2c/configs/.
+
     Validation runs every --val-every iterations and after each epoch; the best checkpoint is kept at
     PATH. Defaults are the official SGRAF hyper-parameters; see examples/sgraf/configs/ for recipes.
     """

@@ -18,7 +18,8 @@ from vltools.data.l2c import FeatureMaps, PairSplit
 from vltools.decoding.search import beam_search
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
-from vltools.models.l2c import L2C, l2c_from_checkpoint
+from vltools.models import model_from_checkpoint
+from vltools.models.l2c import L2C
 from vltools.text.captions import CaptionPreprocessing, decode
 from vltools.text.vocab import Vocabulary
 
@@ -39,7 +40,9 @@ def load_l2c(path: str | os.PathLike) -> LoadedL2C:
         raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}; describing pairs needs an l2c "
                            "checkpoint (vltools train --model l2c)")
     task = payload.get("train_state", {}).get("config", {}).get("task", {})
-    return LoadedL2C(l2c_from_checkpoint(payload), Vocabulary(payload["vocab"]), CaptionPreprocessing.from_config(task))
+    model = model_from_checkpoint(payload)
+    assert isinstance(model, L2C)
+    return LoadedL2C(model, Vocabulary(payload["vocab"]), CaptionPreprocessing.from_config(task))
 
 
 @torch.inference_mode()

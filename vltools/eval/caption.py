@@ -224,11 +224,12 @@ def _put(per_item: dict[str, dict[str, float]], ids: list[str], name: str, value
 
 
 def score_captions(predictions: dict[str, str], references: dict[str, list[str]], tokenized_refs: bool = False,
-                   spice: bool = False) -> CaptionScores:
+                   spice: bool = False, meteor: bool = True) -> CaptionScores:
     """COCO caption metrics of one prediction per id against its references (the same ids, in any order).
 
     `tokenized_refs`: the references are already PTB-tokenised, so only the predictions are tokenised.
     `spice`: compute SPICE too; an error if its CoreNLP models are missing (pycocoevalcap would download them).
+    `meteor`: compute METEOR (a Java process that loads its paraphrase tables: seconds per call).
     """
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
@@ -243,10 +244,11 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
     per_item: dict[str, dict[str, float]] = {i: {} for i in ids}
     for n in range(4):
         _put(per_item, ids, f"Bleu_{n + 1}", bleu_items[n])
-    with _meteor() as meteor:
-        score, items = meteor.compute_score(gts, res)
-    metrics["METEOR"] = float(score)
-    _put(per_item, ids, "METEOR", items)
+    if meteor:
+        with _meteor() as scorer:
+            score, items = scorer.compute_score(gts, res)
+        metrics["METEOR"] = float(score)
+        _put(per_item, ids, "METEOR", items)
     for name, scorer in (("ROUGE_L", Rouge()), ("CIDEr", Cider())):
         score, items = scorer.compute_score(gts, res)
         metrics[name] = float(score)

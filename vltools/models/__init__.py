@@ -1,6 +1,7 @@
 """Models by name, their default configurations, and building one from a checkpoint.
 
-Captioners (`neuraltalk2`, `adaptive-attention`) are vltools.models.captioners.Captioner subclasses. Every
+Captioners (`neuraltalk2`, `adaptive-attention`) are vltools.models.captioners.Captioner subclasses; `l2c`
+describes differences of image pairs (vltools.models.l2c). Every
 matching model encodes images and captions separately and scores every image against every caption:
 `encode_images(regions, num_regions)`, `encode_captions(tokens, lengths)`,
 `similarity(img_emb, cap_emb, cap_lengths) -> [Bi, Bc]`, `forward(...) -> [B, B]`, and the class
@@ -13,13 +14,15 @@ from torch import nn
 
 from vltools.errors import VLToolsError, first_line
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
+from vltools.models.l2c import L2C
 from vltools.models.rmac import RMAC
 from vltools.models.sco import SCO
 from vltools.models.sgraf import SAF, SGR
 from vltools.models.vse import VSE
 
 MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
-                                      "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO}
+                                      "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO,
+                                      "l2c": L2C}
 
 
 def _model_class(name: str) -> type[nn.Module]:

@@ -209,21 +209,3 @@ class L2C(nn.Module):
             return L2COutput(logp, None, tv)
         return L2COutput(logp[:pairs], logp[pairs:], tv)
 
-
-def build_l2c(config: dict, vocab_size: int) -> L2C:
-    """An L2C model from a (possibly partial) model config."""
-    return L2C(vocab_size, **config)
-
-
-def l2c_from_checkpoint(payload: dict) -> L2C:
-    """The L2C model of a loaded vltools checkpoint, in eval mode."""
-    if payload.get("model") != "l2c":
-        raise VLToolsError(f"checkpoint holds model {payload.get('model')!r}, not l2c; give a checkpoint written "
-                           "by `vltools train --model l2c`")
-    model = build_l2c(payload["config"], len(payload["vocab"]))
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as exc:
-        raise VLToolsError(f"checkpoint weights do not fit model l2c with its config "
-                           f"({str(exc).splitlines()[0][:200]})") from None
-    return model.eval()

@@ -42,7 +42,8 @@ from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import sequence_cross_entropy
-from vltools.models.l2c import L2C, build_l2c
+from vltools.models import build_model
+from vltools.models.l2c import L2C
 from vltools.text.captions import CaptionPreprocessing
 from vltools.train.config import TRAIN_DEFAULTS
 
@@ -103,7 +104,7 @@ class L2CTask:
             texts += aux.captions
         self.vocab = load_vocabulary(vocab, texts) if vocab else self.prep.build_vocab(texts)
         self.model_config = {**config["model"], "feature_dim": feature_dim(features)}
-        self.model: nn.Module = build_l2c(self.model_config, len(self.vocab))
+        self.model: nn.Module = build_model("l2c", self.model_config, len(self.vocab))
         encode = self._encode
         self.maps = FeatureMaps(features)
         self.train_data = PairDataset(self.maps, train, encode)

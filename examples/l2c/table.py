@@ -1,0 +1,58 @@
+"""Print L2C's Table 1 (validation and test BLEU-4 / ROUGE-L / CIDEr-D per method) and Table 3 (ablations,
+validation) from `vltools score caption` JSON files, beside the paper's Birds-to-Words numbers.
+
+Usage: python table.py TITLE DIR   (DIR holds <row>_val.json and <row>_test.json for every row below)
+Scores are x100 as in the paper. Human is '-': a leave-one-out human score would compare one description
+with the remaining ones, i.e. against fewer references than the models get, so it is not comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+METRICS = ("Bleu_4", "ROUGE_L", "CIDEr")
+TABLE1 = (("Most Frequent", "most_frequent"), ("Text-Only", "text_only"), ("CNN+LSTM", "cnn_lstm"),
+          ("L2C [B2W]", "l2c_b2w"), ("L2C [CUB+B2W]", "l2c"), ("Human", None))
+TABLE3 = (("L2C", "l2c"), ("- Semantic Pooling", "no_pooling"), ("- TV Loss", "no_tv"), ("- GCN", "no_gcn"))
+# the paper's Table 1 (validation then test BLEU-4, ROUGE-L, CIDEr-D) and Table 3 (validation)
+PAPER1 = {"Most Frequent": (20.0, 31.0, 42.0, 20.0, 30.0, 43.0), "Text-Only": (14.0, 36.0, 5.0, 14.0, 36.0, 7.0),
+          "CNN+LSTM": (25.1, 43.4, 10.2, 24.9, 43.2, 9.9), "L2C [B2W]": (31.9, 45.7, 15.2, 31.3, 45.3, 15.1),
+          "L2C [CUB+B2W]": (32.3, 46.2, 16.4, 31.8, 45.6, 16.3), "Human": (26.0, 47.0, 39.0, 27.0, 47.0, 42.0)}
+PAPER3 = {"L2C": (31.9, 45.7, 15.2), "- Semantic Pooling": (24.5, 43.2, 7.2), "- TV Loss": (29.3, 44.8, 13.6),
+          "- GCN": (30.2, 43.5, 10.7)}
+
+
+def scores(folder: Path, row: str | None, split: str) -> tuple[float, ...] | None:
+    """BLEU-4, ROUGE-L, CIDEr-D (x100) of a row's score file, or None for a row without one."""
+    if row is None:
+        return None
+    result = json.loads((folder / f"{row}_{split}.json").read_text(encoding="utf-8"))
+    return tuple(100 * result[m] for m in METRICS)
+
+
+def cells(values: tuple[float, ...] | None, count: int = 3) -> str:
+    return " ".join(f"{v:7.1f}" for v in values) if values is not None else " ".join(f"{'-':>7}" for _ in range(count))
+
+
+def main(argv: list[str]) -> None:
+    title, folder = argv[0], Path(argv[1])
+    header = f"{'BLEU-4':>7} {'ROUGE-L':>7} {'CIDEr-D':>7}"
+    print(title)
+    print(f"Table 1{'':<13}{'Validation':^23}   {'Test':^23}")
+    print(f"{'Method':<20}{header}   {header}")
+    for name, row in TABLE1:
+        print(f"{name:<20}{cells(scores(folder, row, 'val'))}   {cells(scores(folder, row, 'test'))}")
+    print("paper (Birds-to-Words):")
+    for name, values in PAPER1.items():
+        print(f"  {name:<18}{cells(values[:3])}   {cells(values[3:])}")
+    print()
+    print(f"Table 3 (validation){'':<0}")
+    print(f"{'Model':<20}{header}   paper: {header}")
+    for name, row in TABLE3:
+        print(f"{name:<20}{cells(scores(folder, row, 'val'))}          {cells(PAPER3[name])}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
