@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Data for SCO's real recipe (examples/sco): Karpathy's splits (dataset_{flickr30k,coco}.json) and the raw images.
-# Usage: bin/fetch_sco_data.sh f30k|coco DEST
+# Usage: bin/fetch_sco_data.sh [f30k|coco] DEST      (default: f30k)
 #   DEST/dataset_<name>.json and DEST/images/ (COCO: images/train2014, images/val2014; ids are train2014/<file>)
 # Flickr30K's images are given out by its authors after a request form, so for f30k the script fetches the
 # splits and says where to put the images. Offline, it stops with one sentence naming the file it could not get.
+# VLTOOLS_OFFLINE=1: touch no network; print what to fetch and where to put it, and exit 1 (as offline).
 set -euo pipefail
+if [[ $# -eq 1 ]]; then
+    set -- f30k "$1"
+fi
 if [[ $# -ne 2 || ! $1 =~ ^(f30k|coco)$ ]]; then
-    echo "usage: $0 f30k|coco DEST" >&2
+    echo "usage: $0 [f30k|coco] DEST" >&2
     exit 2
 fi
 NAME=$1
 DEST=$2
 SPLITS=https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip
 COCO=http://images.cocodataset.org/zips
-mkdir -p "$DEST/images"
 
 fetch() {  # URL FILE
-    if ! curl -fsL --connect-timeout 20 -o "$2.part" "$1"; then
+    if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]] || ! mkdir -p "$(dirname "$2")" ||
+            ! curl -fsL --connect-timeout 20 -o "$2.part" "$1"; then
         rm -f "$2.part"
         echo "fetch_sco_data.sh: cannot download $1 (no network?); download it elsewhere and put it at $2" >&2
         exit 1
@@ -36,7 +40,7 @@ if [[ $NAME == coco ]]; then
             unzip -q "$DEST/$part.zip" -d "$DEST/images"
         fi
     done
-elif [[ -z $(ls -A "$DEST/images") ]]; then
+elif [[ ! -d $DEST/images || -z $(ls -A "$DEST/images") ]]; then
     echo "fetch_sco_data.sh: Flickr30K images come from https://shannon.cs.illinois.edu/DenotationGraph/ after a" \
          "request; unpack flickr30k-images/*.jpg into $DEST/images/" >&2
     exit 1

@@ -38,7 +38,15 @@ def test_inspect_reads_every_jsonl_file(tmp_path, vltools_cmd):
              for line in result.stdout.decode().splitlines()}
     assert kinds == {"aux_captions.jsonl": "captions", "aux_images.jsonl": "images", "captions.jsonl": "captions",
                      "images.jsonl": "images", "pair_images.jsonl": "images", "pairs.jsonl": "pairs",
-                     "regions.jsonl": "regions"}
+                     "regions.jsonl": "regions"}  # no user_study.jsonl: 12 images leave too few test images
+
+
+def test_inspect_reads_the_user_study(tmp_path, vltools_cmd):
+    assert vltools_cmd("synth", tmp_path / "w", "--images", "120", "--pairs", "0", "--aux-images", "0").returncode == 0
+    result = vltools_cmd("inspect", "--json", tmp_path / "w" / "user_study.jsonl")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["kind"] == "votes" and summary["count"] > 0
 
 
 def test_non_empty_output_folder_exits_1_with_one_line(tmp_path, vltools_cmd):

@@ -75,7 +75,8 @@ def test_train_cli_writes_the_best_checkpoint_by_rouge_l(world, tmp_path):
     log = [json.loads(line) for line in (tmp_path / "l2c.pt.log.jsonl").read_text().splitlines()]
     vals = [r for r in log if r["type"] == "val"]
     assert len(vals) == 2 and all(0 <= r["ROUGE_L"] <= 100 for r in vals)
-    assert max(r["ROUGE_L"] for r in vals) == payload["train_state"]["best_ROUGE_L"]
+    # the log rounds at output (clean numbers); the checkpoint keeps full precision
+    assert max(r["ROUGE_L"] for r in vals) == pytest.approx(payload["train_state"]["best_ROUGE_L"], abs=1e-6)
     model = model_from_checkpoint(payload)
     assert not model.training and model.encoder.num_nodes == 3
 

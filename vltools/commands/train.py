@@ -21,7 +21,9 @@ from vltools.train.trainer import distributed, seed_everything, train
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs (train.epochs).")
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Global batch size, split over processes (train.batch_size).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Initial learning rate (train.lr).")
+@click.option("--lr", type=click.FloatRange(min=0),
+              help="Initial learning rate (train.lr); 0 keeps the initial weights (the semantic recipe's untrained "
+              "baseline).")
 @click.option("--lr-update", type=click.IntRange(min=0),
               help="Divide the learning rate by 10 every N epochs (train.lr_update).")
 @click.option("--grad-clip", type=click.FloatRange(min=0),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import os
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ from vltools.eval.retrieval import Sims, shown_ids
 from vltools.io.atomic import atomic_path
 from vltools.io.hdf5 import decode_strings, open_h5
 from vltools.io.progress import log
-from vltools.io.records import iter_lines, json_problem
+from vltools.io.records import read_records
 
 DEFAULT_R = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 COUNT_FIELDS = ("o1", "o2", "o3")
@@ -214,27 +213,7 @@ def summarize_curves(ndcg: np.ndarray, pcc: np.ndarray, r_values: list[int]) -> 
 
 def read_triplets(path: str | os.PathLike) -> list[dict]:
     """User-study triplets `{query, a, b, o1, o2, o3}` (o_i non-negative annotator counts), validated."""
-    triplets = []
-    for number, text in iter_lines(path):
-        where = f"line {number}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({json_problem(exc)})") from None
-        if not isinstance(record, dict):
-            raise input_error(path, where, "expected a JSON object {query, a, b, o1, o2, o3}")
-        for name in ("query", "a", "b"):
-            if not isinstance(record.get(name), str):
-                raise input_error(path, where, f"field '{name}' must be an image id string")
-        for name in COUNT_FIELDS:
-            value = record.get(name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise input_error(path, where, f"field '{name}' must be a non-negative integer count",
-                                  "o1 / o2 = annotators who chose a / b, o3 = annotators who chose neither")
-        triplets.append(record)
-    if not triplets:
-        raise input_error(path, None, "empty file: no triplets")
-    return triplets
+    return read_records(path, "votes")
 
 
 def user_agreement(sim_a: np.ndarray, sim_b: np.ndarray, counts: np.ndarray) -> tuple[float | None, int]:

@@ -87,7 +87,7 @@ def describe_jsonl(path: Path) -> dict:
         caption_ids(records, path)
     summary: dict[str, object] = {"kind": kind, "count": len(records)}
     id_field = {"captions": "image_id", "regions": "image_id", "pairs": "pair_id", "rankings": "query",
-                "images": "image_id"}[kind]
+                "images": "image_id", "votes": "query", "triplets": "query"}[kind]
     summary[f"distinct_{id_field}"] = len({r[id_field] for r in records})
     splits = {}
     for record in records:

@@ -1,4 +1,5 @@
-"""JSONL records (captions, region captions, pairs, rankings, image lists) with validation.
+"""JSONL records (captions, region captions, pairs, rankings, image lists, user-study votes, mined triplets)
+with validation.
 
 Every error names the file, the line number and the field, and says what to do.
 """
@@ -41,12 +42,17 @@ def _is_box_list(value: object) -> bool:
     return isinstance(value, list) and all(_is_box(v) for v in value)
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 TYPE_NAMES = {
     _is_str: "a string",
     _is_box: "a list of 4 numbers [x1, y1, x2, y2]",
     _is_str_list: "a list of strings",
     _is_number_list: "a list of numbers",
     _is_box_list: "a list of [x1, y1, x2, y2] boxes",
+    _is_count: "a non-negative integer count",
 }
 
 
@@ -73,6 +79,11 @@ SCHEMAS = {
                        choices={"direction": ("i2t", "t2i", "i2i")}),
     "images": Schema("images", {"image_id": _is_str, "path": _is_str}, {"boxes": _is_box_list, "split": _is_str},
                      key=("image_id",)),
+    # user-study triplets (Gordo & Larlus section 3): o1 / o2 annotators chose a / b, o3 neither
+    "votes": Schema("votes", {"query": _is_str, "a": _is_str, "b": _is_str, "o1": _is_count, "o2": _is_count,
+                              "o3": _is_count}),
+    # training triplets written by mine-triplets
+    "triplets": Schema("triplets", {"query": _is_str, "positive": _is_str, "negative": _is_str}),
 }
 
 
@@ -80,6 +91,10 @@ def detect_kind(record: dict) -> str | None:
     """Guess the JSONL kind of a record from its fields (used by `inspect`)."""
     if "direction" in record and "query" in record:
         return "rankings"
+    if "o1" in record:
+        return "votes"
+    if "positive" in record and "negative" in record:
+        return "triplets"
     if "pair_id" in record:
         return "pairs"
     if "box" in record:

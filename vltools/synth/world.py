@@ -164,8 +164,8 @@ def build_main(folder: Path, options: WorldOptions) -> dict:
     _write_jsonl(folder / "images.jsonl", images)
     _write_jsonl(folder / "captions.jsonl", captions)
     _write_jsonl(folder / "regions.jsonl", regions)
-    study = _write_jsonl(folder / "user_study.jsonl",
-                         user_study(ids, scenes, splits, np.random.default_rng([options.seed, STUDY, MAIN])))
+    votes = list(user_study(ids, scenes, splits, np.random.default_rng([options.seed, STUDY, MAIN])))
+    study = _write_jsonl(folder / "user_study.jsonl", votes) if votes else 0  # no file when the test split is tiny
     return {"images": len(images), "captions": len(captions), "regions": len(regions), "user_study": study,
             "edits": sum(e is not None for e in edits), "edit_types": Counter(e["type"] for e in edits if e),
             "splits": Counter(splits), "objects": Counter(len(s.objects) for s in scenes)}
@@ -299,7 +299,8 @@ def readme(options: WorldOptions, main: dict, pairs: dict | None, aux: dict | No
         ("images.jsonl", "main set, `images` kind: image_id, path, mask, boxes, split, objects, edit"),
         ("captions.jsonl", "`captions` kind: image_id, caption, split, caption_id (<image_id>#<k>)"),
         ("regions.jsonl", "`regions` kind: image_id, caption, box, region_id, split"),
-        ("user_study.jsonl", "user-study triplets: query, a, b, o1, o2, o3 (for `vltools score semantic --triplets`)"),
+        ("user_study.jsonl", "`votes` kind, user-study triplets: query, a, b, o1, o2, o3 (for `vltools score "
+         "semantic --triplets`; absent when the test split is too small for one)"),
     ]
     if pairs is not None:
         files += [("pair_images/, pair_masks/", "pair set images and masks"),

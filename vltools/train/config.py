@@ -163,7 +163,7 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
 # value ranges by key name (in any section): (lowest, whether the lowest itself is allowed, highest or None,
 # whether the highest is allowed); any float must also be finite
 RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
-    "lr": (0.0, False, None, False), "dropout": (0.0, True, 1.0, False), "grad_clip": (0.0, True, None, False),
+    "lr": (0.0, True, None, False), "dropout": (0.0, True, 1.0, False), "grad_clip": (0.0, True, None, False),
     "margin": (0.0, True, None, False), "epochs": (1, True, None, False), "batch_size": (1, True, None, False),
     "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),

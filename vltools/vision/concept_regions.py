@@ -21,7 +21,7 @@ from torchvision.ops import roi_align
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
-from vltools.io.provenance import ids_digest
+from vltools.io.provenance import ids_digest, input_digest
 from vltools.models.concepts import ConceptCNN
 from vltools.vision.backbones import build_backbone, normalize
 from vltools.vision.extraction import RunOptions
@@ -70,6 +70,10 @@ class ConceptScorer:
                 "num_regions": len(self.windows), "image_size": self.image_size, "crop_size": self.crop_size,
                 "resize": "square", "precision": self.run.precision, "seed": self.run.seed,
                 "inputs_digest": ids_digest([item.image_id for item in items]), **self.info}
+
+    def item_digest(self, item: ImageItem) -> str:
+        """The digest of the image file a row is scored from, stored for --resume."""
+        return input_digest([item.path])
 
     def dataset(self, items: Sequence[ImageItem]) -> ImageDataset:
         return ImageDataset(items, "square", self.image_size, max_pixels=self.run.max_pixels)
