@@ -8,6 +8,7 @@
 #
 # Sources: Karpathy's caption_datasets.zip (cs.stanford.edu/people/karpathy/deepimagesent/, the file neuraltalk2 and
 # ImageCaptioning.pytorch use) and the COCO 2014 image archives (images.cocodataset.org).
+# VLTOOLS_OFFLINE=1: touch no network; print what to fetch and where to put it, and exit 1 (as offline).
 set -euo pipefail
 
 DEST=${1:-data/coco}
@@ -16,18 +17,28 @@ COCO=${COCO_URL:-http://images.cocodataset.org/zips}
 
 offline() {
     cat >&2 <<MSG
-fetch_coco_karpathy.sh: cannot download $1 (no network or the host is down); on a connected machine download
-  ${KARPATHY}, ${COCO}/train2014.zip and ${COCO}/val2014.zip,
-put them in ${DEST}/ and rerun this script: it unpacks dataset_coco.json, train2014/ and val2014/ there.
+fetch_coco_karpathy.sh: $1; on a connected machine download
+  ${KARPATHY} -> ${DEST}/caption_datasets.zip
+  ${COCO}/train2014.zip -> ${DEST}/train2014.zip
+  ${COCO}/val2014.zip -> ${DEST}/val2014.zip
+put them there and rerun this script: it unpacks dataset_coco.json, train2014/ and val2014/ in ${DEST}/.
 MSG
     exit 1
 }
+
+if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]]; then
+    offline "VLTOOLS_OFFLINE=1: no download"
+fi
+for tool in curl unzip; do
+    command -v "$tool" > /dev/null || { echo "fetch_coco_karpathy.sh: needs $tool; install it first" >&2; exit 1; }
+done
 
 mkdir -p "$DEST"
 for url in "$KARPATHY" "$COCO/train2014.zip" "$COCO/val2014.zip"; do
     file="$DEST/$(basename "$url")"
     if [[ ! -s "$file" ]]; then
-        curl -fL --connect-timeout 20 -o "$file.part" "$url" || offline "$url"
+        curl -fL --connect-timeout 20 -o "$file.part" "$url" \
+            || { rm -f "$file.part"; offline "cannot download $url (no network or the host is down)"; }
         mv "$file.part" "$file"
     fi
 done

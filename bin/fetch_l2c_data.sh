@@ -11,6 +11,7 @@
 # Sources: github.com/google-research-datasets/birds-to-words (TSV; images from the static.inaturalist.org URLs in
 # it), data.caltech.edu/records/65de6-vh78 (CUB_200_2011.tgz, segmentations.tgz), github.com/reedscot/cvpr2016
 # (cvpr2016_cub.tar.gz: text_c10 and the class splits; a Google Drive link in its README).
+# VLTOOLS_OFFLINE=1: touch no network; print what to fetch and where to put it, and exit 1 (as offline).
 set -euo pipefail
 
 DEST=${1:-data/l2c}
@@ -20,16 +21,28 @@ REED=${REED_CUB_TEXT:-$DEST/cvpr2016_cub.tar.gz}
 
 offline() {
     cat >&2 <<MSG
-fetch_l2c_data.sh: cannot reach $1 (no network or the host is down); on a connected machine download
-  $B2W_TSV, $CUB/CUB_200_2011.tgz, $CUB/segmentations.tgz and cvpr2016_cub.tar.gz (github.com/reedscot/cvpr2016),
-put them in $DEST/ and rerun this script: it unpacks them there (the B2W images still need the network).
+fetch_l2c_data.sh: $1; on a connected machine download
+  $B2W_TSV -> $DEST/birds-to-words-v1.0.tsv
+  $CUB/CUB_200_2011.tgz -> $DEST/CUB_200_2011.tgz
+  $CUB/segmentations.tgz -> $DEST/segmentations.tgz
+  cvpr2016_cub.tar.gz (Google Drive link in https://github.com/reedscot/cvpr2016) -> $REED
+put them there and rerun this script: it unpacks them in $DEST/. The Birds-to-Words images (the
+static.inaturalist.org URLs in columns 2 and 6 of the TSV) go to $DEST/b2w_images/<URL path>, which the rerun
+downloads (it needs the network for them).
 MSG
     exit 1
 }
 
+if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]]; then
+    offline "VLTOOLS_OFFLINE=1: no download"
+fi
 command -v curl > /dev/null || { echo "fetch_l2c_data.sh: needs curl; install it first" >&2; exit 1; }
 probe() { curl --silent --head --fail --location --max-time 10 "$1" > /dev/null; }
-fetch() { [[ -s "$2" ]] || { probe "$1" || offline "$1"; curl --fail --location --output "$2.part" "$1" && mv "$2.part" "$2"; }; }
+fetch() {  # URL FILE
+    [[ -s "$2" ]] && return
+    probe "$1" || offline "cannot reach $1 (no network or the host is down)"
+    curl --fail --location --output "$2.part" "$1" && mv "$2.part" "$2"
+}
 
 mkdir -p "$DEST"
 fetch "$B2W_TSV" "$DEST/birds-to-words-v1.0.tsv"

@@ -29,7 +29,7 @@ EOF
     exit 1
 }
 
-if [[ -n "${VLTOOLS_OFFLINE:-}" ]]; then
+if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]]; then
     offline
 fi
 for tool in unzip; do

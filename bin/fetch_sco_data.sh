@@ -17,9 +17,25 @@ NAME=$1
 DEST=$2
 SPLITS=https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip
 COCO=http://images.cocodataset.org/zips
+F30K_IMAGES=https://shannon.cs.illinois.edu/DenotationGraph/
+
+if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]]; then
+    {
+        echo "fetch_sco_data.sh: VLTOOLS_OFFLINE=1: no download; on a connected machine download"
+        echo "  $SPLITS -> $DEST/caption_datasets.zip"
+        if [[ $NAME == coco ]]; then
+            echo "  $COCO/train2014.zip -> $DEST/train2014.zip"
+            echo "  $COCO/val2014.zip -> $DEST/val2014.zip"
+        else
+            echo "  Flickr30K images (after a request form at $F30K_IMAGES): flickr30k-images/*.jpg -> $DEST/images/"
+        fi
+        echo "put them there and rerun this script: it unpacks them in $DEST/."
+    } >&2
+    exit 1
+fi
 
 fetch() {  # URL FILE
-    if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]] || ! mkdir -p "$(dirname "$2")" ||
+    if ! mkdir -p "$(dirname "$2")" ||
             ! curl -fsL --connect-timeout 20 -o "$2.part" "$1"; then
         rm -f "$2.part"
         echo "fetch_sco_data.sh: cannot download $1 (no network?); download it elsewhere and put it at $2" >&2
@@ -41,7 +57,7 @@ if [[ $NAME == coco ]]; then
         fi
     done
 elif [[ ! -d $DEST/images || -z $(ls -A "$DEST/images") ]]; then
-    echo "fetch_sco_data.sh: Flickr30K images come from https://shannon.cs.illinois.edu/DenotationGraph/ after a" \
+    echo "fetch_sco_data.sh: Flickr30K images come from $F30K_IMAGES after a" \
          "request; unpack flickr30k-images/*.jpg into $DEST/images/" >&2
     exit 1
 fi

@@ -14,6 +14,7 @@
 #   Flickr30K_SGRAF.zip  https://drive.google.com/file/d/1OBRIn1-Et49TDu8rk0wgP0wKXlYRk4Uj/view
 #   MSCOCO_SGRAF.zip     https://drive.google.com/file/d/1SpuORBkTte_LqOboTgbYRN5zXhn4M7ag/view
 # Each archive holds an SGR and an SAF folder with model_best.pth.tar (and the training logs).
+# VLTOOLS_OFFLINE=1: touch no network; print what to fetch and where to put it, and exit 1 (as offline).
 set -euo pipefail
 
 DEFAULT=f30k
@@ -31,16 +32,18 @@ URL="https://drive.usercontent.google.com/download?export=download&confirm=t&id=
 
 offline() {
     cat >&2 <<EOF
-fetch_sgraf_models.sh: cannot reach drive.google.com (no network); on a connected machine download
-  Flickr30K_SGRAF.zip  https://drive.google.com/file/d/${IDS[f30k]}/view
-  MSCOCO_SGRAF.zip     https://drive.google.com/file/d/${IDS[coco]}/view
-put them in ${DEST}/ (as ${DEST}/Flickr30K_SGRAF.zip and ${DEST}/MSCOCO_SGRAF.zip) and rerun this script: it
-unpacks, converts and registers them. For the punkt tokenizer, run python -m nltk.downloader punkt_tab there and
-copy ~/nltk_data here.
+fetch_sgraf_models.sh: $1; on a connected machine download
+  https://drive.google.com/file/d/${IDS[f30k]}/view -> ${DEST}/Flickr30K_SGRAF.zip
+  https://drive.google.com/file/d/${IDS[coco]}/view -> ${DEST}/MSCOCO_SGRAF.zip
+put them there and rerun this script: it unpacks, converts and registers them. For the punkt tokenizer, run
+python -m nltk.downloader punkt_tab there and copy ~/nltk_data here.
 EOF
     exit 1
 }
 
+if [[ ${VLTOOLS_OFFLINE:-0} == 1 ]]; then
+    offline "VLTOOLS_OFFLINE=1: no download"
+fi
 command -v unzip > /dev/null || { echo "fetch_sgraf_models.sh: needs unzip; install it first" >&2; exit 1; }
 if command -v curl > /dev/null; then
     probe() { curl --silent --head --fail --max-time 10 "https://drive.google.com" > /dev/null; }
@@ -49,15 +52,14 @@ elif command -v wget > /dev/null; then
     probe() { wget --quiet --spider --timeout=10 --tries=1 "https://drive.google.com"; }
     fetch() { wget --output-document="$2" "$1"; }
 else
-    echo "fetch_sgraf_models.sh: needs curl or wget to download; or fetch the files by hand:" >&2
-    offline
+    offline "needs curl or wget to download; or fetch the files by hand"
 fi
 
 mkdir -p "$DEST"
 for data in f30k coco; do
     archive="$DEST/${ARCHIVES[$data]}"
     if [[ ! -f "$archive" ]] || ! unzip -tq "$archive" > /dev/null 2>&1; then
-        probe || offline
+        probe || offline "cannot reach drive.google.com (no network or the host is down)"
         echo "fetch_sgraf_models.sh: downloading ${ARCHIVES[$data]}" >&2
         fetch "$URL${IDS[$data]}" "$archive.part"
         mv "$archive.part" "$archive"
