@@ -38,7 +38,7 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     payload = load_checkpoint(model_path)
     if payload.get("model") != "rmac":
         raise VLToolsError(f"{model_path}: explain needs an rmac checkpoint, not {payload.get('model')!r}")
-    model = model_from_checkpoint(payload)
+    model = model_from_checkpoint(payload, model_path)
     records = [r for r in read_records(rankings, "rankings") if r["direction"] == "i2i"][:queries]
     if not records:
         raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images with vltools match first")

@@ -48,7 +48,7 @@ def load_captioner(path: str | os.PathLike, role: str = "--model") -> LoadedCapt
     if payload.get("model") not in CAPTIONERS:
         raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}, not a captioner; {role} must be "
                            f"one of {', '.join(CAPTIONERS)} (vltools train --model neuraltalk2|adaptive-attention)")
-    model = model_from_checkpoint(payload)
+    model = model_from_checkpoint(payload, str(path))
     assert isinstance(model, Captioner)
     task = payload.get("train_state", {}).get("config", {}).get("task", {})
     return LoadedCaptioner(payload["model"], model, Vocabulary(payload["vocab"]),

@@ -40,7 +40,7 @@ def load_l2c(path: str | os.PathLike) -> LoadedL2C:
         raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}; describing pairs needs an l2c "
                            "checkpoint (vltools train --model l2c)")
     task = payload.get("train_state", {}).get("config", {}).get("task", {})
-    model = model_from_checkpoint(payload)
+    model = model_from_checkpoint(payload, str(path))
     assert isinstance(model, L2C)
     return LoadedL2C(model, Vocabulary(payload["vocab"]), CaptionPreprocessing.from_config(task))
 

@@ -52,7 +52,7 @@ def encode_rmac(payload: dict, checkpoint: str | os.PathLike, images_path: str |
                 options: QueryOptions, device: torch.device) -> tuple[list[str], np.ndarray, dict]:
     """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES (all of them, or those of
     `options.split` in the proxy, the first `first`), as database images or as queries with text."""
-    model = model_from_checkpoint(payload).to(device)
+    model = model_from_checkpoint(payload, str(checkpoint)).to(device)
     vocab = list(payload["vocab"])
     texts = options.with_text or options.add or options.subtract
     if texts and model.text is None:
