@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import h5py
 import numpy as np
@@ -11,11 +12,13 @@ import torch
 from click.testing import CliRunner
 from tiny_captioning import make_caption_world, save_captioner
 
+import vltools.commands.caption as caption_cli
 from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
 from vltools.decoding.captioner import load_captioner
-from vltools.io.checkpoints import save_checkpoint
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
 from vltools.text.captions import decode
@@ -74,16 +77,99 @@ def test_greedy_sample_shard_and_all_images(world):
     assert shard == greedy[1::3]
 
 
-def test_resume_keeps_finished_images_and_writes_input_order(world, tmp_path):
+def interrupted(monkeypatch, batches_done: int):
+    """Make caption's decoding stop (as a kill would) after `batches_done` batches; undo with monkeypatch.undo()."""
+    real = caption_cli.caption_batches
+
+    def stopping(*args, **kwargs):
+        for number, batch in enumerate(real(*args, **kwargs)):
+            if number == batches_done:
+                raise VLToolsError("stopped by the test")
+            yield batch
+        raise VLToolsError("stopped by the test")
+
+    monkeypatch.setattr(caption_cli, "caption_batches", stopping)
+
+
+def test_resume_keeps_finished_images_and_writes_input_order(world, tmp_path, capsys, monkeypatch):
     folder, features, captions, aa, _ = world
-    output = tmp_path / "caps.jsonl"
-    done = {"image_id": "img004", "caption": "already done"}
-    (tmp_path / "caps.jsonl.partial").write_text(json.dumps(done) + "\n" + '{"image_id": "img0', encoding="utf-8")
-    run("caption", "--model", aa, features, "--beam", "1", "-o", output, "--resume")
+    output, partial = tmp_path / "caps.jsonl", tmp_path / "caps.jsonl.partial"
+    interrupted(monkeypatch, 1)
+    assert "stopped by the test" in fails(capsys, "caption", "--model", aa, features, "--beam", "1", "-o", output,
+                                          "--batch-size", "4")
+    monkeypatch.undo()
+    lines = partial.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 5 and not output.exists()       # the recorded options and inputs, and 4 finished images
+    done = {"image_id": json.loads(lines[2])["image_id"], "caption": "already done"}
+    lines[2] = json.dumps(done)
+    partial.write_text("\n".join(lines) + '\n{"image_id": "img0', encoding="utf-8")    # a line cut by the kill
+    assert "--resume" in fails(capsys, "caption", "--model", aa, features, "--beam", "1", "-o", output)
+    run("caption", "--model", aa, features, "--beam", "1", "-o", output, "--resume", "--batch-size", "7")
     records = [json.loads(line) for line in output.read_text().splitlines()]
     full = run("caption", "--model", aa, features, "--beam", "1")
-    assert records == [done if r["image_id"] == "img004" else r for r in full]
-    assert not (tmp_path / "caps.jsonl.partial").exists()
+    assert records == [done if r["image_id"] == done["image_id"] else r for r in full]
+    assert not partial.exists()
+
+
+def test_resume_refuses_other_options_or_inputs(world, tmp_path, capsys, monkeypatch):
+    folder, features, captions, aa, nt = world
+    copy = tmp_path / "feats.h5"
+    copy.write_bytes(features.read_bytes())
+    output, partial = tmp_path / "caps.jsonl", tmp_path / "caps.jsonl.partial"
+    interrupted(monkeypatch, 1)
+    fails(capsys, "caption", "--model", aa, copy, "--beam", "2", "-o", output, "--batch-size", "4")
+    monkeypatch.undo()
+    before = partial.read_text(encoding="utf-8")
+    resume = ("-o", output, "--resume")
+    assert "the interrupted run used --beam 2, this run 3; resume with the same options and inputs, or delete " \
+        f"{partial} and run without --resume" in fails(capsys, "caption", "--model", aa, copy, *resume)
+    assert "the interrupted run used --length-penalty 0.0, this run 1.0" in fails(
+        capsys, "caption", "--model", aa, copy, "--beam", "2", "--length-penalty", "1", *resume)
+    assert "the interrupted run used --max-len 16, this run 5" in fails(
+        capsys, "caption", "--model", aa, copy, "--beam", "2", "--max-len", "5", *resume)
+    assert "the interrupted run used --sample False, this run True" in fails(
+        capsys, "caption", "--model", aa, copy, "--sample", *resume)
+    assert f"the interrupted run read --model {aa}, this run {nt}" in fails(
+        capsys, "caption", "--model", nt, copy, "--beam", "2", *resume)
+    assert f"the interrupted run read FEATURES {copy}, this run {features}" in fails(
+        capsys, "caption", "--model", aa, features, "--beam", "2", *resume)
+    os.utime(copy, ns=(os.stat(copy).st_atime_ns, os.stat(copy).st_mtime_ns + 10**9))
+    assert f"FEATURES {copy} changed since the interrupted run read it" in fails(
+        capsys, "caption", "--model", aa, copy, "--beam", "2", *resume)
+    assert partial.read_text(encoding="utf-8") == before and not output.exists()    # refusals change nothing
+
+
+def test_a_failed_run_with_nothing_finished_leaves_no_partial(world, tmp_path, capsys, monkeypatch):
+    folder, features, captions, aa, _ = world
+    output = tmp_path / "caps.jsonl"
+    interrupted(monkeypatch, 0)
+    fails(capsys, "caption", "--model", aa, features, "--beam", "1", "-o", output)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "caps.jsonl.partial").write_text('{"resume_state": {"opt', encoding="utf-8")   # killed at once
+    run("caption", "--model", aa, features, "--beam", "1", "-o", output)
+    assert [json.loads(line) for line in output.read_text().splitlines()] == \
+        run("caption", "--model", aa, features, "--beam", "1")
+    assert list(tmp_path.iterdir()) == [output]
+
+
+def test_shard_out_of_range_is_a_usage_error(world, capsys):
+    folder, features, captions, aa, _ = world
+    with pytest.raises(SystemExit) as exc:
+        main(["--quiet", "caption", "--model", str(aa), str(features), "--shard", "3/2"])
+    assert exc.value.code == 2
+    assert "need 0 <= i < n" in capsys.readouterr().err
+
+
+def test_checkpoint_weights_that_do_not_fit_name_the_file(world, tmp_path, capsys):
+    folder, features, captions, aa, _ = world
+    payload = load_checkpoint(aa)
+    state = dict(payload["state_dict"])
+    state.pop(sorted(state)[0])
+    broken = tmp_path / "broken.pt"
+    save_checkpoint(broken, payload["model"], payload["config"], state, vocab=payload["vocab"],
+                    train_state=payload["train_state"])
+    assert f"{broken}: checkpoint weights do not fit model" in fails(capsys, "caption", "--model", broken, features)
 
 
 def test_logp_matrix_scores_every_caption_under_every_image(world, tmp_path):

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import click
 
+from vltools.commands.extract_regions import _check_shard
 from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.decoding.captioner import caption_batches, load_captioner, logp_matrix
 from vltools.decoding.pairs import describe_batches, load_l2c
@@ -15,7 +19,7 @@ from vltools.io.atomic import is_stdout
 from vltools.io.features import FeaturesReader
 from vltools.io.partial import PartialRecords
 from vltools.io.progress import log, progress
-from vltools.io.provenance import provenance
+from vltools.io.provenance import ids_digest, provenance
 from vltools.io.records import caption_ids, read_records, write_records
 from vltools.vision.images import parse_shard
 
@@ -67,9 +71,10 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
 @click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True, help="Images per batch.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o (skips images in "
-                                             "OUT.partial).")
-@click.option("--shard", metavar="I/N", help="Caption every N-th image starting at I; `cat` the shards' outputs.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o, checkpoint, features "
+                                             "and decoding options (skips images in OUT.partial).")
+@click.option("--shard", metavar="I/N", callback=_check_shard,
+              help="Caption every N-th image starting at I; `cat` the shards' outputs.")
 def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,
             output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,
@@ -115,21 +120,39 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         if shard is not None:
             index, count = parse_shard(shard)
             image_ids = image_ids[index::count]
-        partial = PartialRecords(output, "image_id", resume) if not is_stdout(output) else None
-        todo = [i for i in image_ids if partial is None or i not in partial.done]
         method = "sample" if sample else "beam" if beam > 1 else "greedy"
-        batches = caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
-                                  max_len=max_len or loaded.prep.max_words or 16, length_penalty=length_penalty,
-                                  temperature=temperature, seed=seed, batch_size=batch_size, device=chosen)
-        if partial is None:
-            written = write_records(output, ({"image_id": i, "caption": c} for ids, texts in
-                                             progress(batches, total=-(-len(todo) // batch_size), desc="caption",
-                                                      unit="batches") for i, c in zip(ids, texts, strict=True)))
-        else:
-            for ids, texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption", unit="batches"):
-                partial.add({"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True))
-            written = partial.finish(image_ids)
+        max_len = max_len or loaded.prep.max_words or 16
+        # what each caption depends on, recorded in OUT.partial so that --resume refuses other ones
+        options = {"--temperature": temperature, "--seed": seed} if sample else \
+            {"--beam": beam, "--length-penalty": length_penalty}
+        with _partial(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
+                      {"--model": model_path, "FEATURES": features}) as partial:
+            todo = [i for i in image_ids if partial is None or i not in partial.done]
+            batches = caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
+                                      max_len=max_len, length_penalty=length_penalty, temperature=temperature,
+                                      seed=seed, batch_size=batch_size, device=chosen)
+            batches = progress(batches, total=-(-len(todo) // batch_size), desc="caption", unit="batches")
+            if partial is None:
+                written = write_records(output, ({"image_id": i, "caption": c} for ids, texts in batches
+                                                 for i, c in zip(ids, texts, strict=True)))
+            else:
+                for ids, texts in batches:
+                    partial.add({"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True))
+                written = partial.finish(image_ids)
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
+
+
+@contextlib.contextmanager
+def _partial(output: str | None, key: str, resume: bool, options: dict[str, object],
+             inputs: dict[str, str]) -> Iterator[PartialRecords | None]:
+    """The resumable records of OUT (None for standard output), discarded on failure when none is finished."""
+    if is_stdout(output):
+        yield None
+        return
+    with PartialRecords(output, key, resume, options, inputs) as partial:
+        if resume and partial.done:
+            log.info("caption: resuming from %s: %d done", partial.path, len(partial.done))
+        yield partial
 
 
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
@@ -142,20 +165,27 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
     if shard is not None:
         index, count = parse_shard(shard)
         order = order[index::count]
-    partial = PartialRecords(output, "pair_id", resume) if not is_stdout(output) else None
-    todo = [n for n in order if partial is None or pairs.pair_ids[n] not in partial.done]
-    batches = describe_batches(loaded.model, FeatureMaps(features), [pairs.image_a[n] for n in todo],
-                               [pairs.image_b[n] for n in todo], loaded.vocab, beam_size=beam,
-                               max_len=max_len or loaded.prep.max_words or 64, batch_size=batch_size,
-                               device=resolve_device(device))
-    ids = iter([pairs.pair_ids[n] for n in todo])
-    records = ({"pair_id": next(ids), "caption": text}
-               for texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption --pairs",
-                                     unit="batches") for text in texts)
-    if partial is None:
-        written = write_records(output, records)
+    max_len = max_len or loaded.prep.max_words or 64
+    inputs = {"--model": model_path, "FEATURES": features}
+    options: dict[str, object] = {"--beam": beam, "--max-len": max_len}
+    if is_stdout(pairs_path):      # no file to digest: record the pairs themselves
+        options["--pairs -"] = ids_digest([f"{p}\t{a}\t{b}" for p, a, b in
+                                           zip(pairs.pair_ids, pairs.image_a, pairs.image_b, strict=True)])
     else:
-        for record in records:
-            partial.add([record])
-        written = partial.finish([pairs.pair_ids[n] for n in order])
+        inputs["--pairs"] = pairs_path
+    with _partial(output, "pair_id", resume, options, inputs) as partial:
+        todo = [n for n in order if partial is None or pairs.pair_ids[n] not in partial.done]
+        batches = describe_batches(loaded.model, FeatureMaps(features), [pairs.image_a[n] for n in todo],
+                                   [pairs.image_b[n] for n in todo], loaded.vocab, beam_size=beam, max_len=max_len,
+                                   batch_size=batch_size, device=resolve_device(device))
+        ids = iter([pairs.pair_ids[n] for n in todo])
+        records = ({"pair_id": next(ids), "caption": text}
+                   for texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption --pairs",
+                                         unit="batches") for text in texts)
+        if partial is None:
+            written = write_records(output, records)
+        else:
+            for record in records:
+                partial.add([record])
+            written = partial.finish([pairs.pair_ids[n] for n in order])
     log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)
