@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from l2c_helpers import TINY_MODEL, make_world
 
+import vltools.commands.caption as caption_cli
 from vltools.cli import cli, main
 from vltools.data.l2c import FeatureMaps, read_pairs
 from vltools.decoding.pairs import describe_pairs, load_l2c
@@ -43,17 +44,29 @@ def test_one_description_per_pair_in_input_order_equal_to_the_library(trained):
     assert all(len(r["caption"].split()) <= 6 for r in records)
 
 
-def test_split_shards_and_resume(trained, tmp_path):
+def test_split_shards_and_resume(trained, tmp_path, monkeypatch):
     world, model = trained
     base = ["--pairs", str(world["pairs"]), "--model", str(model), str(world["features"]), "--max-len", "5"]
     val = run(*base, "--split", "val")
     assert [r["pair_id"] for r in val] == ["p3", "p7", "p11"]
     shards = [run(*base, "--split", "val", "--shard", f"{i}/2") for i in range(2)]
     assert [r["pair_id"] for r in shards[0]] == ["p3", "p11"] and shards[1] == [val[1]]
-    out = tmp_path / "d.jsonl"
-    (tmp_path / "d.jsonl.partial").write_text(json.dumps(val[0]) + "\n" + '{"pair_id": "p7", "cap', encoding="utf-8")
+    out, partial = tmp_path / "d.jsonl", tmp_path / "d.jsonl.partial"
+    real = caption_cli.describe_batches
+
+    def killed_after_one_batch(*args, **kwargs):
+        yield next(real(*args, **kwargs))
+        raise RuntimeError("killed by the test")
+
+    monkeypatch.setattr(caption_cli, "describe_batches", killed_after_one_batch)
+    with pytest.raises(RuntimeError, match="killed by the test"):
+        run(*base, "--split", "val", "-o", str(out), "--batch-size", "1")
+    monkeypatch.undo()
+    partial.write_text(partial.read_text(encoding="utf-8") + '{"pair_id": "p7", "cap', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["caption", *base, "--split", "val", "-o", str(out), "--resume", "--beam", "2"])
+    assert result.exit_code == 1 and "the interrupted run used --beam 3, this run 2" in str(result.exception)
     run(*base, "--split", "val", "-o", str(out), "--resume")
-    assert [json.loads(line) for line in out.read_text().splitlines()] == val
+    assert [json.loads(line) for line in out.read_text().splitlines()] == val and not partial.exists()
 
 
 def test_errors(trained, tmp_path, capsys):
