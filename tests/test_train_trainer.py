@@ -148,6 +148,21 @@ def test_resume_refuses_changed_settings(world, reference, tmp_path):
     assert "was written with train.seed=0, now 5" in str(result.exception)
 
 
+def test_resume_refuses_other_inputs(world, reference, tmp_path):
+    output, _ = reference
+    features, captions = world
+    copy = tmp_path / "m.pt"
+    copy.with_name("m.pt.last.pt").write_bytes(output.with_name("m.pt.last.pt").read_bytes())
+    other = tmp_path / "captions.jsonl"           # the same captions, but another file: refused all the same
+    other.write_bytes(captions.read_bytes())
+    args = ["--quiet", "train", "--model", "vse", str(features), str(other), "-o", str(copy), *BASE, "--epochs",
+            str(EPOCHS), "--seed", "0", "--resume"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert f"was written with input captions={str(captions)!r}, now {str(other)!r}; resume with the same inputs" \
+        in str(result.exception)
+
+
 def test_log_has_losses_and_validations_and_best_checkpoint_is_kept(world, reference):
     output, _ = reference
     records = log_records(output)

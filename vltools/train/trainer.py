@@ -255,6 +255,16 @@ def _check_resumable(saved: dict, config: dict, path: Path) -> None:
                                    "the same settings, or start again without --resume")
 
 
+def _check_inputs(saved: dict, inputs: dict, path: Path) -> None:
+    """Refuse to resume training on other data: every input recorded in the resume file (paths, split sizes,
+    caption-id digests, ...) must be the same now; one line names the first that differs."""
+    for key, old in saved.items():
+        value = inputs.get(key)
+        if old != value:
+            raise VLToolsError(f"{path}: was written with input {key}={old!r}, now {value!r}; resume with the same "
+                               "inputs, or start again without --resume")
+
+
 @contextlib.contextmanager
 def deterministic(enabled: bool) -> Iterator[None]:
     """Deterministic kernels for the duration of training (CPU runs are then bitwise repeatable)."""
@@ -445,6 +455,7 @@ class Trainer:
         payload = load_checkpoint(self.last_path)
         saved = payload["train_state"]
         _check_resumable(saved.get("config", {}), self.config, self.last_path)
+        _check_inputs(saved.get("inputs") or {}, self.task.checkpoint_info().get("inputs", {}), self.last_path)
         self.model.load_state_dict(payload["state_dict"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.state = {k: saved[k] for k in ("epoch", "step", "iteration")}
