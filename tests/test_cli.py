@@ -11,7 +11,8 @@ import click
 import pytest
 
 from vltools import __version__
-from vltools.cli import STAGES, cli, is_output_param, main
+from vltools.cli import STAGES, cli, guard_outputs, is_output_param, main, output_option
+from vltools.errors import VLToolsError
 
 
 def test_help_lists_every_stage_and_each_stage_loads(vltools_cmd):
@@ -67,7 +68,7 @@ def _writing_stages() -> list[tuple[str, ...]]:
         if isinstance(command, click.Group):
             for name, sub in command.commands.items():
                 visit(sub, (*names, name))
-        elif any(is_output_param(param.name) for param in command.params):
+        elif any(is_output_param(param) for param in command.params):
             found.append(names)
 
     for name in cli.list_commands(None):
@@ -86,7 +87,7 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
     argv: list[str] = list(names)
 
     def value(param: click.Parameter) -> str:
-        if is_output_param(param.name):
+        if is_output_param(param):
             return str(out)
         if isinstance(param.type, click.Choice):
             return str(param.type.choices[0])
@@ -97,9 +98,9 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
         return str(dummy_file)
 
     for param in command.params:
-        if isinstance(param, click.Argument) and (param.required or is_output_param(param.name)):
+        if isinstance(param, click.Argument) and (param.required or is_output_param(param)):
             argv.append(value(param))
-        elif isinstance(param, click.Option) and (param.required or is_output_param(param.name)):
+        elif isinstance(param, click.Option) and (param.required or is_output_param(param)):
             argv += [param.opts[0], value(param)]
     return argv
 
@@ -121,6 +122,41 @@ WRITING_STAGES = _writing_stages()
 def test_every_writing_stage_is_found():
     assert {"synth", "extract-regions", "segment-pool", "merge", "train", "encode", "match"} <= \
         {names[0] for names in WRITING_STAGES}
+    assert {("score", "caption"), ("score", "semantic")} <= set(WRITING_STAGES)
+
+
+@pytest.mark.parametrize(("names", "option"), [(("match",), "--sims"), (("score", "caption"), "--per-image"),
+                                               (("score", "semantic"), "--plot")], ids=" ".join)
+def test_extra_outputs_are_locked_and_their_folder_checked_before_work(names, option, tmp_path, capsys):
+    """An output given by another option than -o (alone in a missing folder, or written by another live
+    process) is refused at start like -o."""
+    argv = _argv(names, tmp_path, tmp_path / "out")
+    missing = tmp_path / "no" / "extra"
+    argv[argv.index(option) + 1] = str(missing)
+    assert _run_in_process(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"vltools: error: {missing}: the folder {missing.parent} does not exist; create it first"]
+    extra = tmp_path / "extra"
+    other = {"pid": os.getppid(), "host": socket.gethostname(), "command": "vltools match --sims extra"}
+    Path(f"{extra}.lock").write_text(json.dumps(other))
+    argv[argv.index(option) + 1] = str(extra)
+    assert _run_in_process(argv) == 1
+    assert f"{extra}: another process is writing it (pid {os.getppid()} on " in capsys.readouterr().err
+
+
+def test_an_option_declared_with_output_option_is_an_output(tmp_path, capsys):
+    ran = []
+
+    @click.command()
+    @output_option("--report", "report_path", type=click.Path(dir_okay=False))
+    def command(report_path):
+        ran.append(report_path)
+
+    assert is_output_param(command.params[0]) and not is_output_param("report_path")
+    missing = tmp_path / "no" / "report.html"
+    with pytest.raises(VLToolsError, match=f"{missing}: the folder {missing.parent} does not exist"):
+        guard_outputs(command).main(["--report", str(missing)], standalone_mode=False)
+    assert ran == []
 
 
 @pytest.mark.parametrize("names", WRITING_STAGES, ids=" ".join)
@@ -184,3 +220,12 @@ def test_sigterm_leaves_nothing(tmp_path):
     assert process.stderr.read().decode().splitlines() == ["vltools: terminated"]
     process.stderr.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("names", [("caption",), ("concept-scores",), ("extract-regions",)], ids=" ".join)
+def test_a_shard_out_of_range_is_a_usage_error(names, tmp_path, capsys):
+    argv = [*_argv(names, tmp_path, tmp_path / "out"), "--shard", "3/2"]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "Invalid value for '--shard': need 0 <= i < n" in capsys.readouterr().err

@@ -44,22 +44,45 @@ STAGES = {
 }
 
 
-def is_output_param(name: str | None) -> bool:
-    """Whether a stage parameter holds an output path: `output`/`out` (-o, or an OUT folder argument), or a
-    name ending in `_out`/`_output` or starting with `out_` (e.g. `features_out`, `out_dir`)."""
-    return bool(name) and (name in ("output", "out") or name.endswith(("_out", "_output")) or name.startswith("out_"))
+class OutputOption(click.Option):
+    """An option whose value is a path the stage writes (`@output_option(...)`): its lock is held for the
+    stage's whole run, and a missing or read-only folder is refused before any work (see `_locking`)."""
+
+    is_output = True
 
 
-def _locking(callback: Callable) -> Callable:
-    """Wrap a stage's callback so it holds the lock of its output (see vltools.io.atomic) for its whole run:
-    a second process writing the same output stops at once, before any work, and a missing or read-only
-    folder is reported before the work too."""
+def output_option(*param_decls: str, **attrs: object) -> Callable:
+    """`click.option` for an extra output of a stage (e.g. `--sims PATH`), marked for `is_output_param`."""
+    return click.option(*param_decls, cls=OutputOption, **attrs)
+
+
+# options that write a file but whose stage declares them with plain click.option, by parameter name
+EXTRA_OUTPUTS = frozenset({"sims_path", "per_image", "plot"})
+
+
+def is_output_param(param: click.Parameter | str | None) -> bool:
+    """Whether a stage parameter (or parameter name) holds an output path: one declared with `output_option`;
+    `output`/`out` (-o, or an OUT folder argument); a name ending in `_out`/`_output` or starting with `out_`
+    (e.g. `features_out`, `out_dir`); or one of EXTRA_OUTPUTS (match --sims, score caption --per-image,
+    score semantic --plot)."""
+    if isinstance(param, click.Parameter):
+        if getattr(param, "is_output", False):
+            return True
+        param = param.name
+    return bool(param) and (param in ("output", "out") or param in EXTRA_OUTPUTS
+                            or param.endswith(("_out", "_output")) or param.startswith("out_"))
+
+
+def _locking(callback: Callable, outputs: frozenset[str]) -> Callable:
+    """Wrap a stage's callback so it holds the lock of each output (parameters named `outputs`; see
+    vltools.io.atomic) for its whole run: a second process writing the same output stops at once, before any
+    work, and a missing or read-only folder is reported before the work too."""
 
     @functools.wraps(callback)
     def run(*args: object, **kwargs: object) -> object:
         with contextlib.ExitStack() as stack:
             for name, value in kwargs.items():
-                if is_output_param(name) and isinstance(value, str):
+                if name in outputs and isinstance(value, str):
                     stack.enter_context(output_lock(value))
             return callback(*args, **kwargs)
 
@@ -73,7 +96,8 @@ def guard_outputs(command: click.Command) -> click.Command:
         for sub in command.commands.values():
             guard_outputs(sub)
     elif command.callback is not None and not getattr(command.callback, "locks_output", False):
-        command.callback = _locking(command.callback)
+        command.callback = _locking(command.callback,
+                                    frozenset(p.name for p in command.params if p.name and is_output_param(p)))
     return command
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.extract_regions import _check_shard
 from vltools.errors import VLToolsError
 from vltools.matching.inputs import file_digest
 from vltools.text.concepts import ConceptVocabulary
@@ -43,7 +44,8 @@ def _levels(text: str) -> tuple[int, ...]:
 @click.option("--precision", type=click.Choice(("fp32", "bf16", "fp16")), default="fp32", show_default=True)
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o.")
-@click.option("--shard", metavar="I/N", help="Every N-th image starting at I; join shards with vltools merge.")
+@click.option("--shard", metavar="I/N", callback=_check_shard,
+              help="Every N-th image starting at I; join shards with vltools merge.")
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None, levels: str,
             image_size: int, crop_size: int | None, batch_size: int, workers: int, device: str, precision: str,
             strict: bool, resume: bool, shard: str | None) -> None:
