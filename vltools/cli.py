@@ -56,21 +56,16 @@ def output_option(*param_decls: str, **attrs: object) -> Callable:
     return click.option(*param_decls, cls=OutputOption, **attrs)
 
 
-# options that write a file but whose stage declares them with plain click.option, by parameter name
-EXTRA_OUTPUTS = frozenset({"sims_path", "per_image", "plot"})
-
-
 def is_output_param(param: click.Parameter | str | None) -> bool:
     """Whether a stage parameter (or parameter name) holds an output path: one declared with `output_option`;
     `output`/`out` (-o, or an OUT folder argument); a name ending in `_out`/`_output` or starting with `out_`
-    (e.g. `features_out`, `out_dir`); or one of EXTRA_OUTPUTS (match --sims, score caption --per-image,
-    score semantic --plot)."""
+    (e.g. `features_out`, `out_dir`)."""
     if isinstance(param, click.Parameter):
         if getattr(param, "is_output", False):
             return True
         param = param.name
-    return bool(param) and (param in ("output", "out") or param in EXTRA_OUTPUTS
-                            or param.endswith(("_out", "_output")) or param.startswith("out_"))
+    return bool(param) and (param in ("output", "out") or param.endswith(("_out", "_output"))
+                            or param.startswith("out_"))
 
 
 def _locking(callback: Callable, outputs: frozenset[str]) -> Callable:

@@ -6,6 +6,7 @@ import click
 import numpy as np
 import torch
 
+from vltools.cli import output_option
 from vltools.data.matching import check_images, read_split
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
@@ -46,7 +47,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Rankings JSONL (default: standard output).")
-@click.option("--sims", "sims_path", type=click.Path(dir_okay=False),
+@output_option("--sims", "sims_path", type=click.Path(dir_okay=False),
               help="Also write the full n_images x n_captions matrix (HDF5 that `vltools score retrieval` reads).")
 @click.option("--rerank", "rerank_k", type=click.IntRange(min=1), metavar="K",
               help="Two-stage search: --first-stage proposes K candidates per query, --model reranks only those.")

@@ -7,6 +7,7 @@ import math
 
 import click
 
+from vltools.cli import output_option
 from vltools.data.semantic import oracle_sims
 from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
@@ -64,7 +65,7 @@ def command() -> None:
                    "again. Predictions are always tokenised.")
 @click.option("--no-spice", is_flag=True, help="Skip SPICE even when its Stanford CoreNLP models are installed.")
 @click.option("--no-meteor", is_flag=True, help="Skip METEOR (its Java process takes seconds to start).")
-@click.option("--per-image", "per_image", type=click.Path(dir_okay=False),
+@output_option("--per-image", "per_image", type=click.Path(dir_okay=False),
               help="Also write each item's scores as JSONL (keyed like the predictions).")
 def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_meteor: bool,
             per_image: str | None) -> None:
@@ -217,7 +218,7 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
               help="Comma-separated numbers of retrieved images R for NDCG@R and PCC@R.")
 @click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
               "user-agreement score (o1 / o2: annotators who chose a / b, o3: neither).")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
+@output_option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
 @click.option("--split", default="test", show_default=True,
               help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
 @click.option("--queries", type=click.IntRange(min=1),
