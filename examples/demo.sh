@@ -42,7 +42,8 @@ sed -n '/^WORLD$/,/^FILES/p' "$WORLD/README.txt" | sed '$d'
 # SGRAF (image-text matching): synth -> extract-regions (object boxes) -> train SGR, SAF -> match -> score
 # ---------------------------------------------------------------------------------------------------------
 section "SGRAF, Table 1 layout (examples/sgraf, DATA=synth)"
-make --no-print-directory -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python table
+make --no-print-directory -j2 -C "$(dirname "$0")/sgraf" DATA=synth OUT="$(realpath "$OUT_DIR")/sgraf" PYTHON=python \
+    THREADS=1 table
 
 # ---------------------------------------------------------------------------------------------------------
 # Report: the SGRAF ensemble's test rankings as an HTML gallery (thumbnails, ground truth, scores, curves)

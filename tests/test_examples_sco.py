@@ -49,7 +49,7 @@ def test_real_recipe_prints_every_row(tmp_path):
               "CROP=32", "CNN_SIZE=32", "CNN_BACKBONE=resnet18", "CONTEXT_BACKBONE=resnet18", "WEIGHTS=none",
               "WORKERS=0", "DEVICE=cpu", "LAMBDAS=0 1", f"VLTOOLS={sys.executable} -m vltools",
               f"PYTHON={sys.executable}"]
-    result = subprocess.run(["make", "--no-print-directory", "-C", str(EXAMPLE), f"DATA={data}",
+    result = subprocess.run(["make", "--no-print-directory", "-j2", "-C", str(EXAMPLE), f"DATA={data}",
                              f"OUT={tmp_path / 'out'}", *shrink, "table"], capture_output=True, text=True, env=env,
                             timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -46,9 +46,10 @@ def write_split(folder: Path, split: str, captions: list[str], seed: int, first_
 
 
 def run_recipe(data: Path, out: Path, *variables: str) -> str:
-    command = ["make", "--no-print-directory", "-C", str(RECIPE), f"DATA={data}", f"OUT={out}",
+    command = ["make", "--no-print-directory", "-j2", "-C", str(RECIPE), f"DATA={data}", f"OUT={out}",
                f"VLTOOLS={sys.executable} -m vltools", f"PYTHON={sys.executable}", *SHRINK, *variables, "table"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per make job (-j2)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

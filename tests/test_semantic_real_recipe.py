@@ -51,8 +51,9 @@ def test_visual_genome_recipe_prints_every_row(tmp_path):
               "QUERIES=4", "DATABASE=8", "VAL_IMAGES=6", "TEST_IMAGES=8", "K=3", "DEVICE=cpu",
               "TASK_EXTRA=--set task.relevant=2 --set task.per_pair=3 --set task.mine_every=1 "
               "--set task.whiten_images=8 --set task.val_queries=4 --set task.val_images=6 --set task.embed_batch=8"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(["make", "-C", str(ROOT / "examples" / "semantic"), f"DATA={data}",
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(["make", "-j2", "-C", str(ROOT / "examples" / "semantic"), f"DATA={data}",
                              f"OUT={tmp_path / 'out'}", f"PYTHON={sys.executable}", *shrink, "table"],
                             capture_output=True, text=True, env=env, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
