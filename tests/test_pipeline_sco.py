@@ -54,9 +54,9 @@ def scores(tmp_path_factory):
             "-o", str(out / f"{name}_img.h5"), "--device", "cpu")
         run("encode", captions, "--model", model, "--split", "test", "-o", str(out / f"{name}_cap.h5"),
             "--device", "cpu")
-        run("match", str(out / f"{name}_img.h5"), str(out / f"{name}_cap.h5"), "--sims", str(out / f"{name}.h5"),
+        run("match", str(out / f"{name}_img.h5"), str(out / f"{name}_cap.h5"), "--sims", str(out / f"{name}_sims.h5"),
             "-o", str(out / f"{name}.jsonl"))
-        results[name] = json.loads(run("score", "retrieval", str(out / f"{name}.h5")))
+        results[name] = json.loads(run("score", "retrieval", str(out / f"{name}_sims.h5")))
     return results
 
 
