@@ -85,6 +85,26 @@ def test_ensemble_is_mean_of_members(world):
     assert len(read_records(folder / "both.jsonl", "rankings")) == 6 + 18
 
 
+def test_two_saved_matrices_rank_as_the_ensemble_without_the_models(world, capsys):
+    folder, features, captions, models = world
+    for name in ("sgr", "saf"):
+        run("match", "--model", str(models[name]), str(features), str(captions), "--sims", str(folder / f"{name}.h5"),
+            "-o", str(folder / f"{name}.jsonl"))
+    run("match", "--model", str(models["sgr"]), "--model", str(models["saf"]), str(features), str(captions),
+        "--top-k", "4", "-o", str(folder / "models.jsonl"))
+    from_sims = run("match", str(folder / "sgr.h5"), str(folder / "saf.h5"), "--top-k", "4",
+                    "--sims", str(folder / "mean.h5")).splitlines()
+    from_models = (folder / "models.jsonl").read_text().splitlines()
+    assert len(from_sims) == len(from_models) == 6 + 18
+    for a, b in zip(from_sims, from_models, strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["query"], a["direction"], a["ids"]) == (b["query"], b["direction"], b["ids"])
+        np.testing.assert_allclose(a["scores"], b["scores"], rtol=1e-5, atol=1e-6)
+    mean = (read_sims(folder / "sgr.h5").sims + read_sims(folder / "saf.h5").sims) / 2
+    np.testing.assert_allclose(read_sims(folder / "mean.h5").sims, mean, rtol=1e-6)
+    assert "expected a second similarity matrix" in fails(capsys, "match", str(folder / "sgr.h5"), str(captions))
+
+
 def test_rerank_everything_equals_full_match(world):
     folder, features, captions, models = world
     full = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "3")

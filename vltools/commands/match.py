@@ -10,7 +10,7 @@ from vltools.cli import output_option
 from vltools.data.matching import check_images, read_split
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.eval.retrieval import write_sims
+from vltools.eval.retrieval import average_sims, read_sims, write_sims
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
@@ -36,8 +36,8 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 
 
 @click.command("match", epilog=MEMORY_NOTE)
-@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5", type=click.Path(dir_okay=False))
-@click.argument("second", metavar="CAPS.jsonl|CAP_EMB.h5", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False))
+@click.argument("second", metavar="CAPS.jsonl|CAP_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME",
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
@@ -73,12 +73,19 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
-    or two files from `vltools encode` (image then caption embeddings of one separable model), or two image
+    or two similarity matrices of `match --sims` (ranked by their mean: SGRAF from the saved SGR and SAF
+    matrices), or two files from `vltools encode` (image then caption embeddings of one separable model), or two image
     embeddings files (query images then database images, e.g. rmac): images ranked for images (i2i), each query
     left out of its own list.
     Queries follow input order: images in order of first mention in the split's captions, then captions
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
+    if hdf5_kind(first) == "sims":
+        if model_paths or rerank_k:
+            raise VLToolsError(f"{first}: similarity matrices were given, which are already scored; drop "
+                               "--model/--rerank")
+        _match_sims(first, second, top_k, output, sims_path)
+        return
     if hdf5_kind(first) == "embeddings":
         if model_paths or rerank_k:
             raise VLToolsError(f"{first}: embeddings were given, which are already encoded; drop --model/--rerank")
@@ -137,6 +144,21 @@ def _write_rankings(output: str | None, image_ids: list[str], caption_ids: list[
         yield from rankings(caption_ids, image_ids, np.asarray(t2i[0]), np.asarray(t2i[1]), "t2i")
 
     write_records(output, records())
+
+
+def _match_sims(first: str, second: str, top_k: int, output: str | None, sims_path: str | None) -> None:
+    """Rankings of the mean of two saved similarity matrices (the SGRAF ensemble of `match --sims` outputs of SGR
+    and SAF), without scoring any pair again."""
+    if hdf5_kind(second) != "sims":
+        raise VLToolsError(f"{second}: expected a second similarity matrix (match --sims) after {first}")
+    mean = average_sims([(path, read_sims(path)) for path in (first, second)])
+    sims = torch.from_numpy(mean.sims.astype(np.float32))
+    if sims_path:
+        write_sims(sims_path, mean.sims.astype(np.float32), mean.image_ids, mean.caption_ids, mean.caption_image_ids,
+                   attrs={"ensemble_of": f"{first},{second}"})
+    _write_rankings(output, mean.image_ids, mean.caption_ids, topk_rows(sims, top_k), topk_rows(sims.T, top_k))
+    log.info("ranked %d images x %d captions by the mean of %s and %s", len(mean.image_ids), len(mean.caption_ids),
+             first, second)
 
 
 def _match_embeddings(first: str, second: str, top_k: int, output: str | None, sims_path: str | None,
