@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.io.numbers import clean_number
+from vltools.io.numbers import clean_numbers
 from vltools.io.progress import log
 from vltools.train import TASKS, config_defaults, task_module
 from vltools.train.config import build_config
@@ -75,4 +75,4 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
         summary = train(task, config, output, env, resume=resume)
     if env.main:
         log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
-                 summary["iteration"], task.metric, clean_number(summary["best"]), output)
+                 summary["iteration"], task.metric, clean_numbers(summary["best"]), output)
