@@ -163,6 +163,21 @@ def test_resume_refuses_other_inputs(world, reference, tmp_path):
         in str(result.exception)
 
 
+def test_resume_refuses_an_input_rewritten_in_place(world, tmp_path):
+    features, captions = world
+    copied = tmp_path / "captions.jsonl"
+    copied.write_bytes(captions.read_bytes())
+    output = tmp_path / "m.pt"
+    run_inprocess((features, copied), output, "--epochs", "1", "--seed", "0")
+    copied.write_bytes(captions.read_bytes())    # the same path and bytes, written again after the run
+    stat = copied.stat()
+    os.utime(copied, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    args = ["--quiet", "train", "--model", "vse", str(features), str(copied), "-o", str(output), *BASE, "--epochs",
+            "2", "--seed", "0", "--resume"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "was written with input captions_file=" in str(result.exception)
+
+
 def test_log_has_losses_and_validations_and_best_checkpoint_is_kept(world, reference):
     output, _ = reference
     records = log_records(output)

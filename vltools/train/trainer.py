@@ -45,6 +45,7 @@ from vltools.io.atomic import atomic_path, check_parent, is_device, output_error
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import dumps
 from vltools.io.progress import log, progress
+from vltools.io.provenance import input_digest
 from vltools.train.config import KEEP_BEST, check_choice
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
@@ -429,11 +430,19 @@ class Trainer:
     def _position(self, metrics: dict | None = None) -> dict:
         position = {"epoch": self.state["epoch"], "step": self.state["step"], "iteration": self.state["iteration"],
                     "metric": self.task.metric, f"best_{self.task.metric}": self.state["best"],
-                    "config": self.config, "inputs": self.task.checkpoint_info().get("inputs", {}),
-                    "world_size": self.env.world_size}
+                    "config": self.config, "inputs": self._inputs(), "world_size": self.env.world_size}
         if metrics is not None:
             position["metrics"] = {k: float(v) for k, v in metrics.items()}
         return position
+
+    def _inputs(self) -> dict:
+        """The task's inputs (paths, split sizes, id digests) and, for each input that is a file, the digest of
+        its path, size and modification time: a resume on a file rewritten in place is refused too."""
+        inputs = dict(self.task.checkpoint_info().get("inputs", {}))
+        for key, value in list(inputs.items()):
+            if isinstance(value, str) and os.path.isfile(value):
+                inputs[f"{key}_file"] = input_digest([value])
+        return inputs
 
     def _save_last(self) -> None:
         """The resume file: everything needed to continue exactly where this step left off."""
@@ -455,7 +464,7 @@ class Trainer:
         payload = load_checkpoint(self.last_path)
         saved = payload["train_state"]
         _check_resumable(saved.get("config", {}), self.config, self.last_path)
-        _check_inputs(saved.get("inputs") or {}, self.task.checkpoint_info().get("inputs", {}), self.last_path)
+        _check_inputs(saved.get("inputs") or {}, self._inputs(), self.last_path)
         self.model.load_state_dict(payload["state_dict"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.state = {k: saved[k] for k in ("epoch", "step", "iteration")}
