@@ -14,6 +14,8 @@ OUT_DIR=$1
 WORLD="$OUT_DIR/world"
 mkdir -p "$OUT_DIR"
 
+# Sections that run two make jobs at once give each job one thread (OMP_NUM_THREADS=1): two jobs of two threads
+# each on a 2-core CPU oversubscribe it, and OpenMP's waiting threads then cost more than the second job gains.
 section() {
     printf '\n==== %s ====\n' "$1"
 }
@@ -65,14 +67,14 @@ make --no-print-directory -C "$(dirname "$0")/semantic" DATA=synth OUT="$(realpa
 # concepts -> concept CNN -> concept scores -> every Table 1 row and the lambda sweep -> encode -> match -> score
 # ---------------------------------------------------------------------------------------------------------
 section "SCO, Table 2 and Table 3 layouts (examples/sco, DATA=synth)"
-make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpath "$OUT_DIR")/sco" PYTHON=python table
+OMP_NUM_THREADS=1 make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpath "$OUT_DIR")/sco" PYTHON=python table
 # Contrastive Learning (Dai & Lin, captioning): synth -> extract-regions (grid + global) -> MLE NeuralTalk2 and
 # AdaptiveAttention -> IL, CL(P), CL(N), CL, NT/NT, NT/AA, run 2 -> caption -> score caption / self-retrieval
 # (shrunk for the demo: 400 images, 5 MLE epochs, 1 CL epoch with K = 2 negative sets; two jobs at once, as the
 # nine models are mostly independent; see examples/cl/README.md)
 # ---------------------------------------------------------------------------------------------------------
 section "Contrastive Learning, Tables 1, 4, 5 and 6 layouts (examples/cl, DATA=synth)"
-make --no-print-directory -j2 -C "$(dirname "$0")/cl" DATA=synth OUT="$(realpath "$OUT_DIR")/cl" PYTHON=python \
+OMP_NUM_THREADS=1 make --no-print-directory -j2 -C "$(dirname "$0")/cl" DATA=synth OUT="$(realpath "$OUT_DIR")/cl" PYTHON=python \
     SYNTH_IMAGES=400 MLE_EPOCHS=5 CL_EPOCHS=1 NEGATIVES=2 table
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,4 +82,4 @@ make --no-print-directory -j2 -C "$(dirname "$0")/cl" DATA=synth OUT="$(realpath
 # train every Table 1 / Table 3 row -> caption --pairs -> score caption
 # ---------------------------------------------------------------------------------------------------------
 section "L2C, Tables 1 and 3 layout (examples/l2c, DATA=synth)"
-make --no-print-directory -j2 -C "$(dirname "$0")/l2c" DATA=synth OUT="$(realpath "$OUT_DIR")/l2c" PYTHON=python table
+OMP_NUM_THREADS=1 make --no-print-directory -j2 -C "$(dirname "$0")/l2c" DATA=synth OUT="$(realpath "$OUT_DIR")/l2c" PYTHON=python table
