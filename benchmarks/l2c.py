@@ -59,7 +59,8 @@ def segment_pool(args: argparse.Namespace, tmp: Path) -> dict:
     folder.mkdir()
     make_images(folder, args.images)
     items = list_inputs([folder])
-    run = RunOptions(batch_size=args.batch_size, workers=args.workers, device=args.device)
+    # float32: a random-init ResNet-101 (no download here) has activations beyond float16's range
+    run = RunOptions(batch_size=args.batch_size, workers=args.workers, device=args.device, dtype="float32")
     extractor = SegmentExtractor(run, backbone=args.backbone, weights="none", image_size=args.image_size,
                                  seg_weights="none")
     extract(extractor, items, items[:args.batch_size], str(tmp / "warmup.h5"))

@@ -139,3 +139,17 @@ def test_changed_ids_fail_their_checksum(tmp_path):
         handle["ids"][2] = "img9"
     with pytest.raises(VLToolsError, match="f.h5: /ids does not match its checksum"):
         FeaturesReader(tmp_path / "f.h5")
+
+
+def test_a_row_that_would_be_stored_non_finite_is_refused_naming_its_id(tmp_path):
+    large = np.full((2, 3, 4), 1e6, dtype=np.float32)      # finite, but beyond float16's largest value
+    with FeaturesWriter(tmp_path / "f16.h5", {"stage": "test"}, dtype="float16") as writer:
+        with pytest.raises(VLToolsError, match=r"image id 'a': /regions values exceed float16's range.*--dtype "
+                                               r"float32"):
+            writer.add(["a", "b"], regions=large)
+    with FeaturesWriter(tmp_path / "f32.h5", {"stage": "test"}, dtype="float32") as writer:
+        writer.add(["a", "b"], regions=large)
+        nan = np.zeros((1, 3, 4), dtype=np.float32)
+        nan[0, 1, 2] = np.nan
+        with pytest.raises(VLToolsError, match=r"image id 'c': the model gave NaN or infinite /regions values"):
+            writer.add(["c"], regions=nan)

@@ -66,9 +66,12 @@ class FeaturesWriter:
                 rest = value.shape[1:]
                 create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
                                chunks=(1, *rest) if rest else (1024,))
+            stored = value.astype(dtype, copy=False)
+            if name in FLOAT_FIELDS:
+                _check_stored_finite(self.path, name, ids, value, stored)
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
-            dataset[start:start + n] = value.astype(dtype, copy=False)
+            dataset[start:start + n] = stored
         self.handle["ids"].resize(start + n, axis=0)
         self.handle["ids"][start:start + n] = np.array(list(ids), dtype=object)
         self._seen.update(ids)
@@ -96,6 +99,20 @@ class FeaturesWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_stored_finite(path: object, name: str, ids: Sequence[str], value: np.ndarray, stored: np.ndarray) -> None:
+    """Refuse a row that would be written non-finite (readers refuse those rows later), naming its id; when the
+    values were finite before the cast, they overflow float16 (largest 65504), so say to write float32."""
+    bad = ~np.isfinite(stored.reshape(len(ids), -1)).all(axis=1)
+    if not bad.any():
+        return
+    row = int(np.flatnonzero(bad)[0])
+    if np.isfinite(value[row]).all():
+        raise VLToolsError(f"{path}: image id {ids[row]!r}: /{name} values exceed float16's range (largest 65504); "
+                           "rerun with --dtype float32")
+    raise VLToolsError(f"{path}: image id {ids[row]!r}: the model gave NaN or infinite /{name} values; check the "
+                       "weights and the image")
 
 
 class FeaturesReader:
