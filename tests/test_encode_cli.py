@@ -72,3 +72,15 @@ def test_refusals(world, capsys):
     run("encode", "--model", str(other), str(captions), "-o", str(folder / "c2.h5"))
     err = fails(capsys, "match", str(folder / "i.h5"), str(folder / "c2.h5"))
     assert "another checkpoint" in err
+
+
+def test_a_non_finite_embedding_row_is_refused_naming_its_id(world, capsys):
+    folder, features, captions, vse, _ = world
+    run("encode", "--model", str(vse), str(features), "-o", str(folder / "nan_img.h5"))
+    run("encode", "--model", str(vse), str(captions), "-o", str(folder / "nan_cap.h5"))
+    with h5py.File(folder / "nan_cap.h5", "r+") as handle:   # written through h5py: the checksum stays valid
+        handle["emb"][2, 0] = np.nan
+        bad = decode_strings(handle["ids"][()])[2]
+    err = fails(capsys, "match", str(folder / "nan_img.h5"), str(folder / "nan_cap.h5"), "-o",
+                str(folder / "nan.jsonl"))
+    assert f"id {bad!r}: /emb holds NaN or infinite values" in err and not (folder / "nan.jsonl").exists()
