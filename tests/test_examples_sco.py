@@ -1,6 +1,7 @@
-"""SCO's real recipe (examples/sco/Makefile) on a miniature in the real on-disk layout: Karpathy's
-dataset_flickr30k.json (real Flickr captions from tests/data) beside images/<filename>.jpg, shrunk with the
-Makefile's variables; the table must print every Table 2 row and the Table 3 rows."""
+"""SCO's real recipe (examples/sco/Makefile), both branches, on miniatures in the real on-disk layouts: Karpathy's
+dataset_flickr30k.json beside images/<filename>.jpg, and dataset_coco.json beside images/train2014|val2014/ (real
+Flickr captions from tests/data), shrunk with the Makefile's variables; the table must print every Table 2 row and
+the Table 3 rows."""
 
 from __future__ import annotations
 
@@ -22,39 +23,54 @@ ROWS = ["ctx (1-crop)", "ctx + gen (S)", "ctx + gen (E)", "ctx + gen", "cnp + ge
         "cnp + ctx + gen"]
 
 
-def karpathy_miniature(folder: Path) -> None:
-    """12 Flickr images (8 train, 2 val, 2 test), their real captions, random 80 x 64 JPEGs."""
+def karpathy_miniature(folder: Path, dataset: str) -> None:
+    """12 images (8 train, 2 val, 2 test) with real Flickr8k captions and random 80 x 64 JPEGs, in Karpathy's
+    layout: dataset_flickr30k.json beside images/<filename>, or dataset_coco.json beside
+    images/<filepath>/<filename> (train2014 / val2014, COCO's file names)."""
     captions: dict[str, list[str]] = {}
     for line in (DATA / "convert" / "flickr8k" / "Flickr8k.token.txt").read_text().splitlines():
         key, text = line.split("\t", 1)
         captions.setdefault(key.split("#")[0], []).append(text)
     names = sorted(captions)[:12]
     rng = np.random.default_rng(0)
-    (folder / "images").mkdir(parents=True)
     images = []
     for n, name in enumerate(names):
-        Image.fromarray(rng.integers(0, 255, (64, 80, 3), dtype=np.uint8)).save(folder / "images" / name)
         split = "train" if n < 8 else "val" if n < 10 else "test"
-        images.append({"filename": name, "imgid": n, "split": split, "sentids": list(range(5 * n, 5 * n + 5)),
-                       "sentences": [{"raw": text, "tokens": text.lower().split(), "imgid": n, "sentid": 5 * n + k}
-                                     for k, text in enumerate(captions[name][:5])]})
-    (folder / "dataset_flickr30k.json").write_text(json.dumps({"images": images, "dataset": "flickr30k"}))
+        record = {"imgid": n, "split": split, "sentids": list(range(5 * n, 5 * n + 5)),
+                  "sentences": [{"raw": text, "tokens": text.lower().split(), "imgid": n, "sentid": 5 * n + k}
+                                for k, text in enumerate(captions[name][:5])]}
+        if dataset == "coco":
+            part = "train2014" if split == "train" else "val2014"
+            record.update(filepath=part, filename=f"COCO_{part}_{n + 1:012d}.jpg", cocoid=n + 1)
+            path = folder / "images" / part / record["filename"]
+        else:
+            record["filename"] = name
+            path = folder / "images" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (64, 80, 3), dtype=np.uint8)).save(path)
+        images.append(record)
+    name = "coco" if dataset == "coco" else "flickr30k"
+    (folder / f"dataset_{name}.json").write_text(json.dumps({"images": images, "dataset": name}))
 
 
-def test_real_recipe_prints_every_row(tmp_path):
-    data = tmp_path / "f30k"
-    karpathy_miniature(data)
+@pytest.mark.parametrize(("dataset", "title", "extra"), [
+    ("f30k", "SCO Table 2, Flickr30K", []),
+    ("coco", "SCO Table 2, MSCOCO (coco1k", ["PROTOCOL=coco1k --fold-size 1"]),   # folds of the 2 test images
+])
+def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra):
+    data = tmp_path / dataset
+    karpathy_miniature(data, dataset)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     shrink = ["EPOCHS=1", "CNN_EPOCHS=1", "BATCH=8", "EMBED=16", "WORD=8", "K=16", "LEVELS=1,2", "IMAGE_SIZE=64",
               "CROP=32", "CNN_SIZE=32", "CNN_BACKBONE=resnet18", "CONTEXT_BACKBONE=resnet18", "WEIGHTS=none",
               "WORKERS=0", "DEVICE=cpu", "LAMBDAS=0 1", f"VLTOOLS={sys.executable} -m vltools",
               f"PYTHON={sys.executable}"]
     result = subprocess.run(["make", "--no-print-directory", "-j2", "-C", str(EXAMPLE), f"DATA={data}",
-                             f"OUT={tmp_path / 'out'}", *shrink, "table"], capture_output=True, text=True, env=env,
-                            timeout=1200)
+                             f"OUT={tmp_path / 'out'}", *shrink, *extra, "table"],
+                            capture_output=True, text=True, env=env, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
-    assert "SCO Table 2, Flickr30K" in table
+    assert title in table, table
     for row in ["chance", "ctx", "cnp", "cnp + ctx", *ROWS]:
         assert f"\n{row} " in table, (row, table)
     assert "Table 3 layout" in table and "\n0 " in table and "\n1 " in table
