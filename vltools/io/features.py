@@ -66,7 +66,8 @@ class FeaturesWriter:
                 rest = value.shape[1:]
                 create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
                                chunks=(1, *rest) if rest else (1024,))
-            stored = value.astype(dtype, copy=False)
+            with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
+                stored = value.astype(dtype, copy=False)
             if name in FLOAT_FIELDS:
                 _check_stored_finite(self.path, name, ids, value, stored)
             dataset = self.handle[name]
