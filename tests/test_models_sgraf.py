@@ -170,6 +170,10 @@ def test_image_encoder_zeroes_padded_regions():
     torch.testing.assert_close(emb[1, :2], direct[1, :2])
     assert sgraf_module.region_mask(emb).sum(1).tolist() == [5, 2, 5, 3]
 
+# batched attention and softmax sums run in another order than the per-caption reference; these two comparisons
+# (values of order 1) failed at 1e-6 on the CI machine while passing here, as CPU kernels sum in other orders
+FP32_ORDER_TOLERANCE = 1e-5
+
 
 def test_attention_block_matches_direct_per_caption():
     model = make_model("sgr")
@@ -183,7 +187,7 @@ def test_attention_block_matches_direct_per_caption():
         n = int(lengths[c])
         for i in range(len(img_emb)):
             torch.testing.assert_close(context[i, c, :n], ref_attention(img_emb[i], cap_emb[c, :n]),
-                                       atol=1e-6, rtol=0)
+                                       atol=FP32_ORDER_TOLERANCE, rtol=0)
 
 
 def test_similarity_vectors_match_direct():
@@ -197,13 +201,14 @@ def test_similarity_vectors_match_direct():
         cap_glo = sim.t_global_w(cap_emb, lengths)
         nodes = sim.nodes(img_emb, img_glo, cap_emb, mask, cap_glo)
     ref_glo = ref_visual_sa(sim.v_global_w, img_emb, [5] * len(img_emb))
-    torch.testing.assert_close(img_glo, ref_glo, atol=1e-6, rtol=0)
+    torch.testing.assert_close(img_glo, ref_glo, atol=FP32_ORDER_TOLERANCE, rtol=0)
     for c in range(len(lengths)):
         n = int(lengths[c])
-        torch.testing.assert_close(cap_glo[c], ref_text_sa(sim.t_global_w, cap_emb[c, :n]), atol=1e-6, rtol=0)
+        torch.testing.assert_close(cap_glo[c], ref_text_sa(sim.t_global_w, cap_emb[c, :n]),
+                                   atol=FP32_ORDER_TOLERANCE, rtol=0)
         for i in range(len(img_emb)):
             torch.testing.assert_close(nodes[i, c, :n + 1], ref_nodes(sim, img_emb[i], ref_glo[i], cap_emb[c, :n]),
-                                       atol=1e-6, rtol=0)
+                                       atol=FP32_ORDER_TOLERANCE, rtol=0)
 
 
 def test_text_sa_ignores_padding():
