@@ -154,7 +154,7 @@ def _match_sims(first: str, second: str, top_k: int, output: str | None, sims_pa
     mean = average_sims([(path, read_sims(path)) for path in (first, second)])
     sims = torch.from_numpy(mean.sims.astype(np.float32))
     if sims_path:
-        write_sims(sims_path, mean.sims.astype(np.float32), mean.image_ids, mean.caption_ids, mean.caption_image_ids,
+        write_sims(sims_path, sims.numpy(), mean.image_ids, mean.caption_ids, mean.caption_image_ids,
                    attrs={"ensemble_of": f"{first},{second}"})
     _write_rankings(output, mean.image_ids, mean.caption_ids, topk_rows(sims, top_k), topk_rows(sims.T, top_k))
     log.info("ranked %d images x %d captions by the mean of %s and %s", len(mean.image_ids), len(mean.caption_ids),
