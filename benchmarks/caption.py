@@ -6,7 +6,7 @@ Same random AdaptiveAttention weights and random spatial features for everything
   - per-image: the loop written below, one image at a time (its beams batched), with the same rules (finished
     hypotheses stay in the beam at no cost, <end> forced after max_len words, <pad>/<start> never generated);
     both times, their ratio (target >= 5x on a 2-core CPU) and how many captions are identical;
-  - logp: vltools.decoding.captioner.logp_matrix pairs per second on --logp-images x --logp-captions, and the
+  - logp: vltools.infer.caption.logp_matrix pairs per second on --logp-images x --logp-captions, and the
     growth of peak resident memory while it runs;
   - one optimizer step (Adam) of MLE and of CL (K = 5 negative sets, frozen reference) on a batch of 50 captions.
 Prints readable lines, then one JSON object on the last line.
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from vltools.decoding import beam_search
-from vltools.decoding.captioner import LoadedCaptioner, logp_matrix
+from vltools.infer.caption import LoadedCaptioner, logp_matrix
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.losses import contrastive_objective, sequence_cross_entropy, sequence_logprob
 from vltools.models.captioners import AdaptiveAttention

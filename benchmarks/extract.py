@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vltools.infer.extract import RegionExtractor, RunOptions, extract
 from vltools.io.progress import configure
 from vltools.vision.backbones import normalize
-from vltools.vision.extraction import RegionExtractor, RunOptions, extract
 from vltools.vision.images import list_inputs
 
 PHOTOS = Path(__file__).resolve().parent.parent / "tests" / "data" / "photos"

@@ -27,15 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import make_images  # noqa: E402  (the benchmarks' shared photo crops)
 
 from vltools.data.l2c import FeatureMaps, PairSplit  # noqa: E402
-from vltools.decoding.pairs import describe_pairs  # noqa: E402
 from vltools.devices import resolve_device  # noqa: E402
+from vltools.infer.extract import RunOptions, SegmentExtractor, extract  # noqa: E402
+from vltools.infer.pairs import describe_pairs  # noqa: E402
 from vltools.io.features import FeaturesWriter  # noqa: E402
 from vltools.io.progress import configure  # noqa: E402
 from vltools.losses import sequence_cross_entropy  # noqa: E402
 from vltools.models.l2c import L2C  # noqa: E402
 from vltools.text.vocab import Vocabulary  # noqa: E402
 from vltools.vision.backbones import normalize  # noqa: E402
-from vltools.vision.extraction import RunOptions, SegmentExtractor, extract  # noqa: E402
 from vltools.vision.images import list_inputs  # noqa: E402
 
 

@@ -39,8 +39,8 @@ from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.eval.retrieval import retrieval_metrics
+from vltools.infer.similarity import ensemble_similarity, similarity_blocks
 from vltools.losses import hardest_negative_loss
-from vltools.matching.similarity import ensemble_similarity, similarity_blocks
 from vltools.models import build_model
 from vltools.models.sgraf import l2norm
 

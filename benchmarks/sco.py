@@ -6,7 +6,7 @@
   - one SCO training step (cnp + ctx + gen, paper sizes: H 1024, D 300, K 256, context 2048, vocabulary 10k,
     captions of 12 words, batch 128, the 128-negative hinge and the generation loss, backward, Adam);
   - encode throughput of images (context + concepts) and captions;
-  - search of 5k image embeddings against 25k caption embeddings (1024-d): exact top-10 (vltools.matching.topk)
+  - search of 5k image embeddings against 25k caption embeddings (1024-d): exact top-10 (vltools.infer.topk)
     both ways, time and the peak resident memory, and FAISS flat inner product when faiss is installed.
 Prints readable lines, then one JSON object on the last line.
 
@@ -24,12 +24,12 @@ import time
 import numpy as np
 import torch
 
+from vltools.infer.concept_scores import ConceptScorer, build_concept_cnn, crop_regions, grid_windows
+from vltools.infer.extract import RunOptions
+from vltools.infer.topk import faiss_available, search
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
-from vltools.matching.topk import faiss_available, search
 from vltools.models.sco import SCO
 from vltools.vision.backbones import normalize
-from vltools.vision.concept_regions import ConceptScorer, build_concept_cnn, crop_regions, grid_windows
-from vltools.vision.extraction import RunOptions
 
 
 def cpu_name() -> str:

@@ -16,8 +16,8 @@ import vltools.commands.caption as caption_cli
 from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
-from vltools.decoding.captioner import load_captioner
 from vltools.errors import VLToolsError
+from vltools.infer.caption import load_captioner
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records

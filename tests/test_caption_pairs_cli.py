@@ -11,7 +11,7 @@ from l2c_helpers import TINY_MODEL, make_world
 import vltools.commands.caption as caption_cli
 from vltools.cli import cli, main
 from vltools.data.l2c import FeatureMaps, read_pairs
-from vltools.decoding.pairs import describe_pairs, load_l2c
+from vltools.infer.pairs import describe_pairs, load_l2c
 
 
 @pytest.fixture(scope="module")

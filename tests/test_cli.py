@@ -11,7 +11,8 @@ import click
 import pytest
 
 from vltools import __version__
-from vltools.cli import STAGES, cli, guard_outputs, is_output_param, main, output_option
+from vltools.cli import STAGES, cli, guard_outputs, main
+from vltools.commands.options import is_output_param, output_option
 from vltools.errors import VLToolsError
 
 

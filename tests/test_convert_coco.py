@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from convert_cli import DATA, convert
 
-from vltools.data.converters.coco import coco_results, read_coco
 from vltools.errors import VLToolsError
+from vltools.io.coco import coco_results, read_coco
 
 RESULTS = DATA / "coco_caption" / "captions_val2014_fakecap_results.json"
 REFS = DATA / "coco_caption" / "fakecap_refs_first60.spice_input.json"

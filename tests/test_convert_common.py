@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vltools.data.converters.common import load_json, numbered_lines, read_id_list, split_assignments
 from vltools.errors import VLToolsError
+from vltools.io.sources import load_json, numbered_lines, read_id_list, split_assignments
 
 
 def test_lines_split_on_newline_only(tmp_path):

@@ -10,19 +10,13 @@ import pytest
 import torch
 from tiny_matching import make_world
 
+from vltools.data.captions import MatchingDataset, check_images, collate_matching, load_vocabulary, read_split
 from vltools.data.converters.scan_vocab import vocab_document
-from vltools.data.matching import (
-    MatchingDataset,
-    check_images,
-    collate_matching,
-    load_vocabulary,
-    pad_tokens,
-    read_split,
-)
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesWriter
 from vltools.io.records import write_records
+from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from matching_helpers import fails, make_world, save_tiny
 
 from vltools.cli import cli
-from vltools.eval.retrieval import read_sims
 from vltools.io.hdf5 import decode_strings
+from vltools.io.sims import read_sims
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import math
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.caption import java_path, pair_predictions, read_caption_file, rouge_l, score_captions
+from vltools.eval.caption import java_path, pair_predictions, rouge_l, score_captions
+from vltools.io.caption_files import read_caption_file
 
 
 def write(path, text: str):

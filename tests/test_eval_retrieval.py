@@ -8,19 +8,9 @@ import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.retrieval import (
-    Sims,
-    average_sims,
-    caption_image_index,
-    fold_metrics,
-    rankings_ranks,
-    read_npy_sims,
-    read_sims,
-    retrieval_metrics,
-    summarize,
-    write_sims,
-)
+from vltools.eval.retrieval import fold_metrics, rankings_ranks, retrieval_metrics, summarize
 from vltools.io.hdf5 import write_arrays
+from vltools.io.sims import Sims, average_sims, caption_image_index, read_npy_sims, read_sims, write_sims
 
 
 def brute_force(sims: np.ndarray, image_of: list[int]) -> dict:

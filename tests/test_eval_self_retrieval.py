@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.self_retrieval import read_logp, self_retrieval, write_logp
+from vltools.eval.self_retrieval import self_retrieval
 from vltools.io.hdf5 import write_arrays
+from vltools.io.logp import read_logp, write_logp
 
 
 def brute_recall(logp: np.ndarray, own: list[int], k: int) -> float:

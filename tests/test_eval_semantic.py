@@ -9,14 +9,10 @@ import pytest
 from PIL import Image
 
 from vltools.errors import VLToolsError
-from vltools.eval.retrieval import Sims
 from vltools.eval.semantic import (
-    Csr,
-    csr_dot,
     curve_auc,
     curves_from_scores,
     plot_curves,
-    read_proxy,
     semantic_from_rankings,
     semantic_from_sims,
     summarize_curves,
@@ -25,6 +21,8 @@ from vltools.eval.semantic import (
     user_agreement,
 )
 from vltools.io.hdf5 import write_arrays
+from vltools.io.proxy import Csr, csr_dot, read_proxy
+from vltools.io.sims import Sims
 
 
 def dense_to_csr(dense: np.ndarray) -> Csr:

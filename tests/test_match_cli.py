@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 
 from vltools.cli import cli
-from vltools.data.matching import pad_tokens
-from vltools.eval.retrieval import read_sims
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
+from vltools.io.sims import read_sims
 from vltools.models import model_from_checkpoint
+from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 LONG_CAPTION_MARGIN_MB = 64  # extra peak memory allowed for one 5000-word caption (cut to 100 words)

@@ -8,12 +8,13 @@ import torch
 from matching_helpers import VOCAB, make_world, tiny_model
 from torch import nn
 
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.infer.embed import embed_all
+from vltools.infer.rerank import FirstStage, rerank, rerank_direction
+from vltools.infer.similarity import similarity_blocks
+from vltools.infer.topk import topk_rows
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records
-from vltools.matching.embed import embed_all
-from vltools.matching.rerank import FirstStage, rerank, rerank_direction
-from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
-from vltools.matching.topk import topk_rows
 from vltools.text.vocab import Vocabulary
 
 

@@ -7,11 +7,12 @@ import pytest
 import torch
 from matching_helpers import VOCAB, make_world, tiny_model
 
-from vltools.data.matching import pad_tokens
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.errors import VLToolsError
+from vltools.infer.similarity import similarity_blocks
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records
-from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
+from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.matching.topk import exact_search, faiss_available, rankings, search, topk_rows
+from vltools.infer.topk import exact_search, faiss_available, rankings, search, topk_rows
 
 
 def brute(queries: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +81,7 @@ def test_faiss_ivf_with_all_lists_probed_is_exact(data):
 
 
 def test_drop_self_removes_the_query_and_keeps_k():
-    from vltools.matching.topk import drop_self
+    from vltools.infer.topk import drop_self
 
     values = np.array([[0.9, 0.8, 0.7], [0.95, 0.5, 0.1]])
     indices = np.array([[0, 2, 1], [2, 1, 0]])

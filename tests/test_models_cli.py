@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from matching_helpers import TINY, VOCAB, fails, make_world, save_tiny
 
 from vltools.cli import cli
-from vltools.eval.retrieval import read_sims
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.model_store import ENV
+from vltools.io.sims import read_sims
 from vltools.models import build_model
 
 

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from vltools.cli import cli
 from vltools.eval import semantic
-from vltools.eval.retrieval import read_sims
+from vltools.io import proxy as proxy_io
+from vltools.io.sims import read_sims
 
 pytestmark = pytest.mark.slow
 
@@ -51,11 +52,11 @@ def scores(tmp_path_factory):
         results[name] = json.loads(run("score", "semantic", str(out / f"{name}_sims.h5"), "--proxy", proxy,
                                        "--triplets", str(world / "user_study.jsonl")))
     sims = read_sims(out / "v_sims.h5")
-    triplets = semantic.read_triplets(world / "user_study.jsonl")
+    triplets = proxy_io.read_triplets(world / "user_study.jsonl")
     randoms = []
     for seed in range(5):
         sims.sims = np.random.default_rng(seed).random(sims.sims.shape)
-        ndcg, pcc, kept = semantic.semantic_from_sims(sims, semantic.read_proxy(proxy), list(semantic.DEFAULT_R),
+        ndcg, pcc, kept = semantic.semantic_from_sims(sims, proxy_io.read_proxy(proxy), list(semantic.DEFAULT_R),
                                                       "random")
         sim_a, sim_b = semantic.triplet_sims_from_matrix(sims, triplets, "random")
         agreement = semantic.user_agreement(sim_a, sim_b, semantic.triplet_counts(triplets))[0]

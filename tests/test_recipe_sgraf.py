@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vltools.eval.retrieval import caption_image_index, read_sims, retrieval_metrics
+from vltools.eval.retrieval import retrieval_metrics
+from vltools.io.sims import caption_image_index, read_sims
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")]
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vltools.eval.retrieval import retrieval_metrics, write_sims
-from vltools.eval.self_retrieval import write_logp
+from vltools.eval.retrieval import retrieval_metrics
 from vltools.eval.semantic import user_agreement
 from vltools.io.hdf5 import write_arrays
+from vltools.io.logp import write_logp
+from vltools.io.sims import write_sims
 
 COCO = Path(__file__).parent / "data" / "coco_caption"
 PUBLISHED = {"Bleu_1": 0.579, "Bleu_2": 0.404, "Bleu_3": 0.279, "Bleu_4": 0.191, "METEOR": 0.195,

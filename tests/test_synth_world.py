@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from vltools.errors import VLToolsError
-from vltools.eval.semantic import read_triplets
+from vltools.io.proxy import read_triplets
 from vltools.io.records import read_records
 from vltools.synth.scene import COLOURS
 from vltools.synth.world import WorldOptions, assign_splits, is_world, write_world

@@ -10,8 +10,7 @@ from click.testing import CliRunner
 from matching_helpers import fails
 
 from vltools.cli import cli
-from vltools.eval.semantic import read_proxy
-from vltools.io.proxy import read_proxy_file
+from vltools.io.proxy import read_proxy, read_proxy_file
 
 WORDS = ["dog", "cat", "tree", "car", "beach", "horse", "cake", "snow"]
 
@@ -70,7 +69,7 @@ def test_empty_training_split(tmp_path, capsys):
 
 
 def test_embeddings_of_other_images(tmp_path, capsys):
-    from vltools.matching.embed import write_embeddings
+    from vltools.io.embeddings import write_embeddings
 
     captions = tmp_path / "caps.jsonl"
     write_captions(captions)

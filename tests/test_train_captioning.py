@@ -15,8 +15,8 @@ from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.records import read_records, write_records
 from vltools.train import config_defaults
-from vltools.train.captioning import build_task
 from vltools.train.config import build_config
+from vltools.train.tasks.captioning import build_task
 
 AA = "adaptive-attention"
 

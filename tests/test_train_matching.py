@@ -12,7 +12,7 @@ from vltools.errors import VLToolsError
 from vltools.text.tokenize import tokenizer_name
 from vltools.train import config_defaults
 from vltools.train.config import build_config
-from vltools.train.matching import build_task
+from vltools.train.tasks.matching import build_task
 
 
 @pytest.fixture(scope="module")

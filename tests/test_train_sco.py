@@ -13,7 +13,7 @@ from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
 from vltools.losses import sample_negatives
 from vltools.train import config_defaults
-from vltools.train.sco import build_task
+from vltools.train.tasks.sco import build_task
 
 WORDS = ["red", "blue", "circle", "square", "big", "small"]
 

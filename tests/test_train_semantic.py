@@ -16,7 +16,7 @@ from vltools.cli import cli
 from vltools.io.checkpoints import load_checkpoint
 from vltools.train import config_defaults
 from vltools.train.config import build_config
-from vltools.train.semantic import build_task
+from vltools.train.tasks.semantic import build_task
 
 WORDS = ["red", "blue", "green", "dog", "cat", "tree"]
 OPTIONS = ["--set", "model.backbone=resnet18", "--set", "model.scales=1.0", "--set", "task.weights=none",

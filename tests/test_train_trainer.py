@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tiny_matching import TINY, chance_rsum, make_world
 
 from vltools.cli import cli
-from vltools.data.matching import read_split
+from vltools.data.captions import read_split
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.checkpoints import load_checkpoint

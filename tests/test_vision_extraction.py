@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from vltools.errors import VLToolsError
-from vltools.vision.extraction import RegionExtractor, RunOptions, SegmentExtractor
+from vltools.infer.extract import RegionExtractor, RunOptions, SegmentExtractor
 from vltools.vision.images import ImageItem
 
 PHOTOS = Path(__file__).parent / "data" / "photos"

@@ -7,7 +7,7 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader, FeaturesWriter
-from vltools.vision.shards import PartsWriter, merge_features
+from vltools.io.parts import PartsWriter, merge_features
 
 ATTRS = {"backbone": "resnet18", "weights": "none", "regions": "grid", "image_size": 64}
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import click
 
 from vltools import __version__
+from vltools.commands.options import is_output_param
 from vltools.errors import VLToolsError, first_line
 from vltools.io.atomic import OUTPUT_ERRNOS, output_error, output_lock
 from vltools.io.progress import configure, log
@@ -42,30 +43,6 @@ STAGES = {
     "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
     "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
 }
-
-
-class OutputOption(click.Option):
-    """An option whose value is a path the stage writes (`@output_option(...)`): its lock is held for the
-    stage's whole run, and a missing or read-only folder is refused before any work (see `_locking`)."""
-
-    is_output = True
-
-
-def output_option(*param_decls: str, **attrs: object) -> Callable:
-    """`click.option` for an extra output of a stage (e.g. `--sims PATH`), marked for `is_output_param`."""
-    return click.option(*param_decls, cls=OutputOption, **attrs)
-
-
-def is_output_param(param: click.Parameter | str | None) -> bool:
-    """Whether a stage parameter (or parameter name) holds an output path: one declared with `output_option`;
-    `output`/`out` (-o, or an OUT folder argument); a name ending in `_out`/`_output` or starting with `out_`
-    (e.g. `features_out`, `out_dir`)."""
-    if isinstance(param, click.Parameter):
-        if getattr(param, "is_output", False):
-            return True
-        param = param.name
-    return bool(param) and (param in ("output", "out") or param.endswith(("_out", "_output"))
-                            or param.startswith("out_"))
 
 
 def _locking(callback: Callable, outputs: frozenset[str]) -> Callable:

@@ -9,6 +9,7 @@ import torch
 from vltools.errors import VLToolsError
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = ("fp32", *AUTOCAST_DTYPES)
 
 
 def resolve_device(device: str) -> torch.device:

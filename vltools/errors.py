@@ -20,3 +20,9 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (at most 160 characters), or its class name when it is empty."""
     lines = str(exc).strip().splitlines()
     return lines[0][:160] if lines else exc.__class__.__name__
+
+
+def shown_ids(ids: list[str], limit: int = 5) -> str:
+    """The first few ids of a list, quoted, with how many more there are (for error messages)."""
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return ", ".join(repr(i) for i in ids[:limit]) + more

@@ -16,8 +16,9 @@ import numpy as np
 
 from vltools.data.semantic import oracle_sims
 from vltools.eval import semantic
-from vltools.eval.retrieval import Sims
+from vltools.io import proxy as proxy_io
 from vltools.io.proxy import read_proxy_file
+from vltools.io.sims import Sims
 
 ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("baseline", "Visual baseline (V, V)"),
         ("wsabie", "WSABIE (V+T, V)"), ("v", "Proposed (V, V)"), ("vt", "Proposed (V+T, V)"),
@@ -31,8 +32,8 @@ def random_rows(proxy_path: str, split: str, first: int | None, triplets: str | 
     """Scores of five random rankings of the split's queries against the split."""
     proxy = read_proxy_file(proxy_path)
     shape = oracle_sims(proxy, split, first)
-    scoring = semantic.read_proxy(proxy_path)
-    annotated = semantic.read_triplets(triplets) if triplets else None
+    scoring = proxy_io.read_proxy(proxy_path)
+    annotated = proxy_io.read_triplets(triplets) if triplets else None
     results = []
     for seed in range(5):
         noise = np.random.default_rng(seed).random(shape.sims.shape).astype(np.float32)
@@ -50,7 +51,7 @@ def annotator_agreement(triplets: str) -> tuple[float, int]:
     """Leave-one-out agreement of the simulated annotators (section 3), over every decision whose triplet has
     another deciding annotator: s = w (o_i - 1) / (o1 + o2 - 1), w = (o1 + o2 - 1) / (o1 + o2 + o3 - 1)."""
     scores = []
-    for o1, o2, o3 in semantic.triplet_counts(semantic.read_triplets(triplets)):
+    for o1, o2, o3 in semantic.triplet_counts(proxy_io.read_triplets(triplets)):
         decided = o1 + o2
         for chosen, count in ((o1, o1), (o2, o2)):
             if decided - 1 > 0:

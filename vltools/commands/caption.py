@@ -8,15 +8,22 @@ from collections.abc import Iterator
 
 import click
 
-from vltools.commands.extract_regions import _check_shard
+from vltools.commands.options import (
+    batch_size_option,
+    block_options,
+    device_option,
+    precision_option,
+    resume_option,
+    shard_option,
+)
 from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
-from vltools.decoding.captioner import caption_batches, load_captioner, logp_matrix
-from vltools.decoding.pairs import describe_batches, load_l2c
-from vltools.devices import resolve_device
+from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
-from vltools.eval.self_retrieval import write_logp
+from vltools.infer.caption import caption_batches, load_captioner, logp_matrix
+from vltools.infer.pairs import describe_batches, load_l2c
 from vltools.io.atomic import is_stdout
 from vltools.io.features import FeaturesReader
+from vltools.io.logp import write_logp
 from vltools.io.partial import PartialRecords
 from vltools.io.progress import log, progress
 from vltools.io.provenance import ids_digest, provenance
@@ -65,21 +72,19 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
               help="Choose among finished beams by logp / length**A.")
 @click.option("--logp", is_flag=True, help="Write log p(c | I) of every caption of CAPTIONS under every image they "
                                            "name (for `score self-retrieval`) instead of captioning.")
-@click.option("--block-images", type=click.IntRange(min=1), default=25, show_default=True,
-              help="--logp: images per block (memory grows with block images x block captions).")
-@click.option("--block-captions", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True, help="Images per batch.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
+@block_options(25, 100)
+@batch_size_option(50, "Images per batch.")
+@device_option()
+@precision_option()
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o, checkpoint, features "
-                                             "and decoding options (skips images in OUT.partial).")
-@click.option("--shard", metavar="I/N", callback=_check_shard,
-              help="Caption every N-th image starting at I; `cat` the shards' outputs.")
+@resume_option("Continue an interrupted run with the same -o, checkpoint, features and decoding options (skips "
+               "images in OUT.partial).")
+@shard_option()
 def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,
             output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,
-            block_images: int, block_captions: int, batch_size: int, device: str, seed: int, resume: bool,
-            shard: str | None) -> None:
+            block_images: int, block_captions: int, batch_size: int, device: str, precision: str, seed: int,
+            resume: bool, shard: str | None) -> None:
     """Caption the images of FEATURES (all, in file order, or those of CAPTIONS [--split], in first-appearance
     order) with beam search (batched over images and beams), greedy decoding or sampling: one
     {"image_id", "caption"} line per image, in input order.
@@ -95,7 +100,9 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
             raise click.UsageError("--pairs describes pairs by beam search: give no CAPTIONS, --logp or --sample")
         if resume and is_stdout(output):
             raise click.UsageError("--resume needs -o OUT.jsonl")
-        _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, resume, shard)
+        with autocast(resolve_device(device), precision):
+            _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, resume,
+                      shard)
         return
     if split is not None and captions is None:
         raise click.UsageError("--split needs CAPTIONS, the captions JSONL that holds the splits")
@@ -106,7 +113,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     loaded = load_captioner(model_path)
     chosen = resolve_device(device)
     records = _split_records(captions, split) if captions is not None else None
-    with FeaturesReader(features) as reader:
+    with FeaturesReader(features) as reader, autocast(chosen, precision):
         image_ids = list(dict.fromkeys(r["image_id"] for r in records)) if records is not None else list(reader.ids)
         if records is not None:
             _check_known(reader, image_ids, captions)

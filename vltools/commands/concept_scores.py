@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.extract_regions import _check_shard
+from vltools.commands.options import (
+    batch_size_option,
+    device_option,
+    precision_option,
+    resume_option,
+    shard_option,
+    workers_option,
+)
 from vltools.errors import VLToolsError
-from vltools.matching.inputs import file_digest
+from vltools.infer.concept_scores import DEFAULT_LEVELS, ConceptScorer, load_concept_cnn
+from vltools.infer.extract import RunOptions, check_output, extract
+from vltools.infer.loader import file_digest
 from vltools.text.concepts import ConceptVocabulary
-from vltools.vision.concept_regions import DEFAULT_LEVELS, ConceptScorer, load_concept_cnn
-from vltools.vision.extraction import RunOptions, check_output, extract
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
 
@@ -37,15 +44,13 @@ def _levels(text: str) -> tuple[int, ...]:
               help="Images are resized to this square before the windows are cut.")
 @click.option("--crop-size", type=click.IntRange(min=16),
               help="Side of each region crop fed to the CNN [the checkpoint's training size].")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Images a batch (times r crops through the CNN).")
-@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(("fp32", "bf16", "fp16")), default="fp32", show_default=True)
+@batch_size_option(8, "Images a batch (times r crops through the CNN).")
+@workers_option(2)
+@device_option()
+@precision_option()
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o.")
-@click.option("--shard", metavar="I/N", callback=_check_shard,
-              help="Every N-th image starting at I; join shards with vltools merge.")
+@resume_option()
+@shard_option()
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None, levels: str,
             image_size: int, crop_size: int | None, batch_size: int, workers: int, device: str, precision: str,
             strict: bool, resume: bool, shard: str | None) -> None:

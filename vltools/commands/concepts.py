@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.data.matching import read_split
+from vltools.data.captions import read_split
 from vltools.io.atomic import text_output
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, provenance

@@ -13,7 +13,6 @@ import click
 from vltools.data.converters import (
     birds_to_words,
     bottom_up,
-    coco,
     cub,
     flickr,
     karpathy,
@@ -21,6 +20,7 @@ from vltools.data.converters import (
     visual_genome,
 )
 from vltools.errors import VLToolsError
+from vltools.io import coco
 from vltools.io.atomic import binary_output, is_stdout, text_output
 from vltools.io.progress import log
 from vltools.io.records import read_records, write_records

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import click
 
-from vltools.data.matching import check_images, read_split
+from vltools.commands.options import batch_size_option, device_option, precision_option, workers_option
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.data.captions import check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.devices import resolve_device
+from vltools.infer.embed import embed_blocks, require_separable
+from vltools.infer.loader import check_features, file_digest, hdf5_kind, load_model
+from vltools.infer.rmac import QueryOptions, encode_rmac
 from vltools.io.checkpoints import load_checkpoint
+from vltools.io.embeddings import write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
-from vltools.matching.embed import embed_blocks, require_separable, write_embeddings
-from vltools.matching.inputs import check_features, file_digest, hdf5_kind, load_model
-from vltools.matching.rmac import QueryOptions, encode_rmac
-from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 
 
 @click.command("encode")
@@ -32,9 +34,9 @@ from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
                    "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
+@batch_size_option(256)
+@precision_option()
+@device_option()
 @click.option("--proxy", "proxy_path", type=click.Path(dir_okay=False),
               help="rmac: encode the --split images of this proxy (tfidf-proxy), in its order; needed by --with-text.")
 @click.option("--first", type=click.IntRange(min=1), help="rmac: only the first N images (e.g. 1k queries).")
@@ -45,8 +47,7 @@ from vltools.matching.similarity import PRECISIONS, CaptionBlocks, FeatureBlocks
 @click.option("--subtract", "subtract_words", multiple=True, metavar="WORD",
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=click.IntRange(min=32), help="rmac: longest image side [the training one].")
-@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
-              help="rmac: image decoding processes.")
+@workers_option(0, "rmac: image decoding processes.")
 def command(source: str, model_path: str, output: str | None, split: str, captions_path: str | None,
             concepts_path: str | None, batch_size: int, precision: str, device: str, proxy_path: str | None,
             first: int | None, with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...],

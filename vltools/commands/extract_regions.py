@@ -4,65 +4,9 @@ from __future__ import annotations
 
 import click
 
-from vltools.errors import VLToolsError
-from vltools.vision.extraction import RegionExtractor, RunOptions, check_output, extract
-from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
-
-BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
-
-
-def _check_shard(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A malformed --shard is a usage error (exit 2), found before any model is built."""
-    try:
-        parse_shard(value)
-    except VLToolsError as exc:
-        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
-    return value
-
-
-def run_options(func):
-    """The options every image-extraction stage shares (devices, batching, output dtype, resume, shard)."""
-    options = [
-        click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
-                     help="Output features HDF5 (default: standard output)."),
-        click.option("--backbone", type=click.Choice(BACKBONE_NAMES), default="resnet101", show_default=True,
-                     help="Torchvision network; features come from its last convolutional stage."),
-        click.option("--weights", default="imagenet", show_default=True,
-                     help="imagenet (torchvision IMAGENET1K_V1), imagenet-v2 (ResNet-50/101/152), none (random, "
-                          "for tests), or PATH to a torchvision-layout state dict or a vltools checkpoint."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True),
-        click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
-                     help="DataLoader processes decoding images while the model runs (0 = decode in-process)."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K."),
-        click.option("--precision", type=click.Choice(("fp32", "bf16", "fp16")), default="fp32", show_default=True,
-                     help="Compute precision of the forward passes (autocast)."),
-        click.option("--dtype", type=click.Choice(("float16", "float32")), default="float16", show_default=True,
-                     help="Storage type of the feature datasets."),
-        click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
-                                                    "no output) instead of skipping it."),
-        click.option("--resume", is_flag=True, help="Continue an interrupted run with the same -o and options; "
-                                                    "images already done (in OUT.partial/) are not recomputed."),
-        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
-                     help="How often finished rows are made durable in OUT.partial/ for --resume."),
-        click.option("--shard", metavar="I/N", callback=_check_shard,
-                     help="Process every N-th image starting at I (0 <= I < N) of the input list; join the "
-                          "shards with `vltools merge`."),
-        click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
-                     help="Images with more pixels are skipped as possible decompression bombs."),
-        click.option("--seed", type=int, default=0, show_default=True,
-                     help="Seed of random initialisation (--weights none)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def make_run(batch_size: int, workers: int, device: str, precision: str, dtype: str, strict: bool, resume: bool,
-             checkpoint_seconds: float, max_pixels: int, seed: int) -> RunOptions:
-    """RunOptions from the shared command-line options."""
-    return RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype=dtype,
-                      strict=strict, resume=resume, commit_seconds=checkpoint_seconds, max_pixels=max_pixels,
-                      seed=seed)
+from vltools.commands.options import image_run_options, make_run
+from vltools.infer.extract import RegionExtractor, check_output, extract
+from vltools.vision.images import list_inputs, parse_shard, shard_items
 
 
 @click.command("extract-regions")
@@ -86,7 +30,7 @@ def make_run(batch_size: int, workers: int, device: str, precision: str, dtype: 
 @click.option("--score-threshold", type=float, default=0.2, show_default=True)
 @click.option("--detector-weights", default="coco", show_default=True,
               help="coco (torchvision COCO_V1), none (random, for tests) or PATH to a state dict.")
-@run_options
+@image_run_options
 def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, image_size: int | None,
             crop_size: int, num_regions: int | None, min_regions: int | None, max_regions: int | None,
             score_threshold: float, detector_weights: str, output: str | None, backbone: str, weights: str,

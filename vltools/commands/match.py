@@ -6,26 +6,23 @@ import click
 import numpy as np
 import torch
 
-from vltools.cli import output_option
-from vltools.data.matching import check_images, read_split
+from vltools.commands.options import block_options, device_option, output_option, precision_option
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.data.captions import check_images, read_split
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.eval.retrieval import average_sims, read_sims, write_sims
+from vltools.infer.embed import full_sims, require_separable
+from vltools.infer.loader import check_features, hdf5_kind, load_model, load_models
+from vltools.infer.rerank import FirstStage, rerank
+from vltools.infer.similarity import similarity_blocks
+from vltools.infer.topk import EXACT, drop_self, rankings, search, topk_rows
+from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import write_records
-from vltools.matching.embed import Embeddings, check_same_model, full_sims, open_embeddings, require_separable
-from vltools.matching.inputs import check_features, hdf5_kind, load_model, load_models
-from vltools.matching.rerank import FirstStage, rerank
-from vltools.matching.similarity import (
-    PRECISIONS,
-    CaptionBlocks,
-    FeatureBlocks,
-    similarity_blocks,
-)
-from vltools.matching.topk import EXACT, drop_self, rankings, search, topk_rows
+from vltools.io.sims import average_sims, read_sims, write_sims
 
 MEMORY_NOTE = """\b
 Memory (SGR at official sizes, default blocks, fp32): peak = ~0.7 GB (torch, model, one image block) + ~0.5 GB
@@ -58,18 +55,15 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
                    "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
 @click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
               help="IVF lists visited per query (FAISS IVF indexes).")
-@click.option("--batch-images", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Images per similarity block.")
-@click.option("--batch-captions", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Captions per similarity block.")
+@block_options(128, 512)
 @click.option("--image-cache-mb", type=click.FloatRange(min=0), default=2048.0, show_default=True,
               help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded); "
                    "with --rerank, the encoded candidates kept between query blocks.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:k].")
+@precision_option()
+@device_option()
 def command(first: str, second: str, model_paths: tuple[str, ...], split: str, top_k: int, output: str | None,
             sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str, nprobe: int,
-            batch_images: int, batch_captions: int, image_cache_mb: float, precision: str, device: str) -> None:
+            block_images: int, block_captions: int, image_cache_mb: float, precision: str, device: str) -> None:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
@@ -105,8 +99,8 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
     caption_image_ids = [chosen.image_ids[i] for i in chosen.caption_image_index]
     with FeaturesReader(first) as reader:
         check_features(reader, loaded)
-        images = FeatureBlocks(reader, chosen.image_ids, batch_images)
-        captions = CaptionBlocks(tokens, batch_captions)
+        images = FeatureBlocks(reader, chosen.image_ids, block_images)
+        captions = CaptionBlocks(tokens, block_captions)
         models = [item.model for item in loaded]
         if rerank_k is not None:
             stage_paths = resolve_models([first_stage])
@@ -117,7 +111,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
             require_separable(stage.model, stage.name, first_stage)
             check_features(reader, [stage])
             stage.model.to(chosen_device)
-            plan = FirstStage(stage.model, CaptionBlocks(stage.tokenize(chosen.captions), batch_captions),
+            plan = FirstStage(stage.model, CaptionBlocks(stage.tokenize(chosen.captions), block_captions),
                               index, nprobe)
             (i2t_values, i2t_indices), (t2i_values, t2i_indices) = rerank(
                 models, plan, images, captions, rerank_k, top_k, chosen_device, precision, image_cache_mb)

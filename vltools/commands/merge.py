@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from vltools.io.atomic import binary_output
+from vltools.io.parts import merge_files
 from vltools.io.progress import log
-from vltools.vision.shards import merge_files
 
 
 @click.command("merge")

@@ -6,12 +6,11 @@ import click
 import numpy as np
 
 from vltools.data.triplets import MiningOptions, mine_round
-from vltools.errors import VLToolsError
-from vltools.eval.retrieval import shown_ids
+from vltools.errors import VLToolsError, shown_ids
+from vltools.io.embeddings import open_embeddings
 from vltools.io.progress import log
 from vltools.io.proxy import read_proxy_file
 from vltools.io.records import write_records
-from vltools.matching.embed import open_embeddings
 
 
 @click.command("mine-triplets")

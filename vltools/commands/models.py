@@ -32,7 +32,7 @@ def list_command() -> None:
 @click.option("--replace", is_flag=True, help="Replace an entry of the same name.")
 def add_command(name: str, checkpoints: tuple[str, ...], copy: bool, replace: bool) -> None:
     """Register NAME for one checkpoint, or for an ensemble of several (same vocabulary and region features)."""
-    from vltools.matching.inputs import load_models  # imported here: building the models loads torch
+    from vltools.infer.loader import load_models  # imported here: building the models loads torch
 
     load_models(checkpoints)
     entry = add_model(name, checkpoints, copy=copy, replace=replace)

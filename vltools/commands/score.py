@@ -7,19 +7,23 @@ import math
 
 import click
 
-from vltools.cli import output_option
+from vltools.commands.options import output_option
 from vltools.data.semantic import oracle_sims
 from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
 from vltools.eval import retrieval as retrieval_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
+from vltools.infer.loader import hdf5_kind
+from vltools.io import caption_files
+from vltools.io import logp as logp_io
+from vltools.io import proxy as proxy_io
+from vltools.io import sims as sims_io
 from vltools.io.hdf5 import is_hdf5
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
 from vltools.io.proxy import read_proxy_file
 from vltools.io.records import caption_ids, read_records, write_records
-from vltools.matching.inputs import hdf5_kind
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
 
@@ -75,8 +79,8 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_met
     Only the predicted ids are scored; each must have references. Needs Java (pycocoevalcap's tokenizer and
     METEOR run on it).
     """
-    predicted = caption_eval.read_caption_file(predictions)
-    references = caption_eval.read_caption_file(refs)
+    predicted = caption_files.read_caption_file(predictions)
+    references = caption_files.read_caption_file(refs)
     texts, ref_texts = caption_eval.pair_predictions(predicted, references)
     caption_eval.java_path()
     spice = not no_spice
@@ -108,7 +112,7 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
-def _check_sims_captions(scores: str, sims: retrieval_eval.Sims, captions: str, split: str | None) -> list[str]:
+def _check_sims_captions(scores: str, sims: sims_io.Sims, captions: str, split: str | None) -> list[str]:
     """The image of each caption of a sims file, from --captions, which must list the same captions in the same
     order (those of --split when given); a mismatch is an error rather than a silently ignored file."""
     records = read_records(captions, "captions")
@@ -121,17 +125,17 @@ def _check_sims_captions(scores: str, sims: retrieval_eval.Sims, captions: str, 
     return [records[n]["image_id"] for n in chosen]
 
 
-def _matrix(path: str, captions: str | None, split: str | None) -> retrieval_eval.Sims:
+def _matrix(path: str, captions: str | None, split: str | None) -> sims_io.Sims:
     """A sims HDF5 file, or a plain .npy matrix with ids from --captions (and --split) or the precomp layout."""
     if is_hdf5(path):
-        sims = retrieval_eval.read_sims(path)
+        sims = sims_io.read_sims(path)
         if captions is not None:
             sims.caption_image_ids = _check_sims_captions(path, sims, captions, split)
         return sims
     if captions is None:
-        return retrieval_eval.read_npy_sims(path, prefix=f"{split}_" if split else "")
+        return sims_io.read_npy_sims(path, prefix=f"{split}_" if split else "")
     ids, images = _captions_of(captions, split)
-    return retrieval_eval.read_npy_sims(path, list(dict.fromkeys(images)), ids, images)
+    return sims_io.read_npy_sims(path, list(dict.fromkeys(images)), ids, images)
 
 
 def _captions_of(captions: str, split: str | None) -> tuple[list[str], list[str]]:
@@ -176,13 +180,13 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
             raise VLToolsError(f"{rankings}: rankings cannot join an ensemble of similarity matrices; give only "
                                "sims HDF5 or .npy files, or one rankings JSONL")
         parts = [(path, _matrix(path, captions, split)) for path in scores]
-        sims = retrieval_eval.average_sims(parts)
+        sims = sims_io.average_sims(parts)
         if len(parts) > 1:
             log.info("ensemble: mean of %d similarity matrices", len(parts))
         source = scores[0]
         if sims.caption_image_ids is None:
             raise VLToolsError(f"{source}: no /caption_image_ids dataset; retrieval needs the image of each caption")
-        index = retrieval_eval.caption_image_index(sims.image_ids, sims.caption_image_ids, source)
+        index = sims_io.caption_image_index(sims.image_ids, sims.caption_image_ids, source)
         if protocol == "coco1k":
             result = retrieval_eval.fold_metrics(sims.sims, index, fold_size)
             log.info("%d folds of %d images", result["n_folds"], fold_size)
@@ -240,12 +244,12 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     if is_hdf5(model) and hdf5_kind(model) == "proxy":
         sims = oracle_sims(read_proxy_file(model), split, queries)
     else:
-        sims = retrieval_eval.read_sims(model) if is_hdf5(model) else None
+        sims = sims_io.read_sims(model) if is_hdf5(model) else None
     rankings = read_records(model, "rankings") if sims is None else None
     result: dict[str, object] = {}
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if proxy is not None:
-        tfidf = semantic_eval.read_proxy(proxy)
+        tfidf = proxy_io.read_proxy(proxy)
         if sims is not None:
             ndcg, pcc, kept = semantic_eval.semantic_from_sims(sims, tfidf, r_values, model)
         else:
@@ -257,7 +261,7 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
         if plot:
             semantic_eval.plot_curves(plot, result)
     if triplets is not None:
-        annotated = semantic_eval.read_triplets(triplets)
+        annotated = proxy_io.read_triplets(triplets)
         if sims is not None:
             sim_a, sim_b = semantic_eval.triplet_sims_from_matrix(sims, annotated, model)
         else:
@@ -282,7 +286,7 @@ def self_retrieval(logp: str, k_text: str) -> None:
     ks = tuple(_int_list(k_text, "--k"))
     if not ks or min(ks) < 1:
         raise click.BadParameter("give positive integers", param_hint="--k")
-    data = self_retrieval_eval.read_logp(logp)
+    data = logp_io.read_logp(logp)
     n_images = len(data.image_ids)
     if max(ks) > n_images:
         log.warning("K above the %d images is capped at %d", n_images, n_images)

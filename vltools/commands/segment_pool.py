@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.extract_regions import make_run, run_options
-from vltools.vision.extraction import SegmentExtractor, check_output, extract
+from vltools.commands.options import image_run_options, make_run
+from vltools.infer.extract import SegmentExtractor, check_output, extract
 from vltools.vision.images import list_inputs, parse_shard, shard_items
 from vltools.vision.masks import parse_class
 
@@ -24,7 +24,7 @@ from vltools.vision.masks import parse_class
 @click.option("--masks", "mask_dir", type=click.Path(exists=True, file_okay=False),
               help="Read masks instead of running the FCN: DIR/<id without extension>.png, same size as the "
                    "image, 8-bit (/255) or 0/1.")
-@run_options
+@image_run_options
 def command(inputs: tuple[str, ...], image_size: int, class_name: str, seg_weights: str, mask_dir: str | None,
             output: str | None, backbone: str, weights: str, shard: str | None, **run: object) -> None:
     """For each image of INPUT (folder, list of paths or `images` JSONL): the backbone feature map F as

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vltools.data.matching import CaptionSplit, FeaturesDataset, pad_tokens
+from vltools.data.captions import CaptionSplit, FeaturesDataset
+from vltools.text.captions import pad_tokens
 
 IMAGE = "image."
 

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vltools.data.matching import pad_tokens
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.records import read_records
+from vltools.text.captions import pad_tokens
 from vltools.vision.masks import area_resize
 
 MAP_FIELDS = ("featmap", "mask")

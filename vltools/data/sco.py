@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vltools.data.matching import CaptionSplit, pad_tokens
+from vltools.data.blocks import Blocks
+from vltools.data.captions import CaptionSplit
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
-from vltools.matching.similarity import _Blocks
+from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 CONCEPTS_GLOBAL = "concepts"  # the `global` attribute of a concept-scores file
@@ -91,7 +92,7 @@ class ImageVectors:
         self._readers = None
 
 
-class VectorBlocks(_Blocks):
+class VectorBlocks(Blocks):
     """(context, concepts) float32 tensors of `ids` in blocks of `batch_size`, for encode and validation."""
 
     def __init__(self, vectors: ImageVectors, ids: Sequence[str], batch_size: int) -> None:

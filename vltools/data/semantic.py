@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error
-from vltools.eval.retrieval import Sims, shown_ids
+from vltools.errors import VLToolsError, input_error, shown_ids
 from vltools.io.progress import log
 from vltools.io.proxy import ProxyFile
+from vltools.io.sims import Sims
 from vltools.text.tfidf import Stemmer, count_matrix, fit_tfidf, nearest_neighbors
 
 

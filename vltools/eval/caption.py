@@ -4,43 +4,26 @@ BLEU-1..4 (closest reference length), METEOR 1.5, ROUGE-L, CIDEr-D and, when the
 are installed, SPICE, after the same PTB tokenisation (Stanford PTBTokenizer, lower case, punctuation
 removed). Predictions and references are read from captions JSONL (keyed by `image_id`), pairs JSONL or
 pair captions (keyed by `pair_id`, text in `description` or `caption`), or any COCO caption JSON that
-vltools.data.converters.coco reads (annotations, results, SPICE input); the format is detected from the content.
+vltools.io.coco reads (annotations, results, SPICE input); the format is detected from the content.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vltools.data.converters.coco import read_coco
-from vltools.errors import VLToolsError, input_error
-from vltools.io.records import iter_lines, json_problem
+from vltools.errors import VLToolsError, input_error, shown_ids
+from vltools.io.caption_files import CaptionFile
 
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
 SPICE_CORENLP = "stanford-corenlp-3.6.0"
-
-
-@dataclass
-class CaptionFile:
-    """Captions of one file grouped by id, in file order, with where each came from (for error messages)."""
-
-    path: str
-    key: str
-    texts: dict[str, list[str]] = field(default_factory=dict)
-    where: dict[str, list[str]] = field(default_factory=dict)
-
-    def add(self, item_id: str, text: str, where: str) -> None:
-        self.texts.setdefault(item_id, []).append(text)
-        self.where.setdefault(item_id, []).append(where)
 
 
 @dataclass
@@ -50,73 +33,6 @@ class CaptionScores:
     metrics: dict[str, float]
     per_item: dict[str, dict[str, float]]
     bleu_counts: dict[str, object]
-
-
-def _id_string(value: object, path: str, where: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise input_error(path, where, f"id must be a string or an integer, found {json.dumps(value)[:40]}")
-    return str(value)
-
-
-def _add_jsonl(result: CaptionFile, path: str) -> None:
-    for number, text in iter_lines(path):
-        where = f"line {number}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({json_problem(exc)})",
-                              "fix or remove that line") from None
-        if not isinstance(record, dict):
-            raise input_error(path, where, "expected a JSON object")
-        key = "pair_id" if "pair_id" in record else "image_id"
-        if key not in record:
-            raise input_error(path, where, "no 'image_id' or 'pair_id' field", "each caption needs the id it describes")
-        if result.key and key != result.key:
-            raise input_error(path, where, f"record keyed by '{key}' but earlier ones by '{result.key}'",
-                              "a file holds either image captions or pair descriptions")
-        result.key = key
-        caption = record.get("caption", record.get("description"))
-        if not isinstance(caption, str):
-            raise input_error(path, where, "no string 'caption' (or 'description') field",
-                              "give the text to score or to score against")
-        result.add(_id_string(record[key], path, where), caption, where)
-
-
-def _is_coco_json(path: str) -> bool:
-    """Whether a file is one JSON document in a COCO layout (a list, or an object with 'annotations')."""
-    if path == "-" or not Path(path).is_file():
-        return False
-    with open(path, encoding="utf-8", errors="replace") as stream:
-        head = stream.read(4096).lstrip()
-    if head.startswith("["):
-        return True
-    if not head.startswith("{"):
-        return False
-    try:
-        whole = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False  # JSONL: several objects
-    return isinstance(whole, dict) and "annotations" in whole
-
-
-def read_caption_file(path: str | os.PathLike) -> CaptionFile:
-    """Read captions keyed by image or pair id from JSONL, or a COCO annotations / results / SPICE-input JSON."""
-    path = str(path)
-    result = CaptionFile(path, key="")
-    if _is_coco_json(path):
-        result.key = "image_id"
-        for number, record in enumerate(read_coco(path)):
-            result.add(record["image_id"], record["caption"], f"entry {number}")
-    else:
-        _add_jsonl(result, path)
-    if not result.texts:
-        raise input_error(path, None, "empty file: no captions", "give captions JSONL, pairs JSONL or COCO JSON")
-    return result
-
-
-def _shown(ids: list[str], limit: int = 5) -> str:
-    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-    return ", ".join(repr(i) for i in ids[:limit]) + more
 
 
 def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -130,7 +46,7 @@ def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple
     missing = [i for i in predictions.texts if i not in references.texts]
     if missing:
         raise input_error(predictions.path, None, f"{len(missing)} predicted {predictions.key}s have no reference "
-                          f"in {references.path}: {_shown(missing)}", "score against the matching reference file")
+                          f"in {references.path}: {shown_ids(missing)}", "score against the matching reference file")
     predicted = {i: texts[0] for i, texts in predictions.texts.items()}
     return predicted, {i: references.texts[i] for i in predicted}
 

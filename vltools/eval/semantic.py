@@ -22,117 +22,19 @@ The agreement is the mean over the triplets where at least one annotator chose a
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error
-from vltools.eval.retrieval import Sims, shown_ids
+from vltools.errors import VLToolsError, input_error, shown_ids
 from vltools.io.atomic import atomic_path
-from vltools.io.hdf5 import decode_strings, open_h5
 from vltools.io.progress import log
-from vltools.io.records import read_records
+from vltools.io.proxy import Proxy
+from vltools.io.sims import Sims
 
 DEFAULT_R = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 COUNT_FIELDS = ("o1", "o2", "o3")
-
-
-@dataclass
-class Csr:
-    """A compressed sparse row matrix held as numpy arrays (no scipy)."""
-
-    data: np.ndarray
-    indices: np.ndarray
-    indptr: np.ndarray
-    n_cols: int
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.indptr) - 1
-
-    def take(self, rows: np.ndarray) -> Csr:
-        """The given rows, in that order."""
-        rows = np.asarray(rows, dtype=np.int64)
-        starts, ends = self.indptr[rows], self.indptr[rows + 1]
-        positions = _ranges(starts, ends - starts)
-        indptr = np.concatenate([[0], np.cumsum(ends - starts)])
-        return Csr(self.data[positions], self.indices[positions], indptr, self.n_cols)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of range(s, s + n) for each (s, n), vectorised."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    return offsets + np.arange(total)
-
-
-def csr_dot(a: Csr, b: Csr) -> np.ndarray:
-    """Dense a @ b.T (rows of a against rows of b) through an inverted index of b's columns."""
-    if a.n_cols != b.n_cols:
-        raise ValueError(f"column counts differ: {a.n_cols} vs {b.n_cols}")
-    order = np.argsort(b.indices, kind="stable")
-    b_rows = np.repeat(np.arange(b.n_rows), np.diff(b.indptr))[order]
-    b_values = b.data[order].astype(np.float64)
-    col_ptr = np.concatenate([[0], np.cumsum(np.bincount(b.indices, minlength=b.n_cols))])
-    out = np.zeros((a.n_rows, b.n_rows))
-    for row in range(a.n_rows):
-        terms = a.indices[a.indptr[row]:a.indptr[row + 1]]
-        weights = a.data[a.indptr[row]:a.indptr[row + 1]].astype(np.float64)
-        lengths = col_ptr[terms + 1] - col_ptr[terms]
-        positions = _ranges(col_ptr[terms], lengths)
-        out[row] = np.bincount(b_rows[positions], weights=b_values[positions] * np.repeat(weights, lengths),
-                               minlength=b.n_rows)
-    return out
-
-
-@dataclass
-class Proxy:
-    """The l2-normalised tf-idf vectors of a proxy file, one row per id."""
-
-    ids: list[str]
-    tfidf: Csr
-
-    @functools.cached_property
-    def row(self) -> dict[str, int]:
-        return {item: i for i, item in enumerate(self.ids)}
-
-    def rows(self, ids: list[str], source: object, what: str) -> np.ndarray:
-        """Row of each id; unknown ids are an error naming them."""
-        row = self.row
-        missing = [i for i in ids if i not in row]
-        if missing:
-            raise input_error(source, None, f"{len(missing)} {what} are not in the proxy file: "
-                              f"{shown_ids(missing)}",
-                              "build the proxy (tfidf-proxy) over the same images")
-        return np.array([row[i] for i in ids], dtype=np.int64)
-
-    def relevance(self, query_rows: np.ndarray, database_rows: np.ndarray) -> np.ndarray:
-        """tf-idf dot products, queries x database."""
-        return csr_dot(self.tfidf.take(query_rows), self.tfidf.take(database_rows))
-
-
-def read_proxy(path: str | os.PathLike) -> Proxy:
-    """Read the ids and the tf-idf CSR matrix of a proxy HDF5 file, checking the CSR structure."""
-    with open_h5(path, "proxy") as handle:
-        for name in ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "tfidf/shape"):
-            if name not in handle:
-                raise input_error(path, None, f"proxy file lacks /{name}", "rebuild it with tfidf-proxy")
-        ids = decode_strings(handle["ids"][()])
-        data, indices = handle["tfidf/data"][()], handle["tfidf/indices"][()].astype(np.int64)
-        indptr, shape = handle["tfidf/indptr"][()].astype(np.int64), tuple(int(s) for s in handle["tfidf/shape"][()])
-    valid = (len(shape) == 2 and shape[0] == len(ids) == len(indptr) - 1 and indptr[0] == 0
-             and indptr[-1] == len(data) == len(indices) and bool(np.all(np.diff(indptr) >= 0))
-             and (indices.size == 0 or (indices.min() >= 0 and indices.max() < shape[1])))
-    if not valid:
-        raise input_error(path, "/tfidf", f"inconsistent CSR matrix (shape {shape}, {len(ids)} ids, "
-                          f"{len(indptr)} indptr, {len(data)} values)", "rebuild it with tfidf-proxy")
-    return Proxy(ids, Csr(data, indices, indptr, shape[1]))
 
 
 def ranking_curves(top_scores: np.ndarray, top_relevance: np.ndarray, ideal_relevance: np.ndarray,
@@ -209,11 +111,6 @@ def summarize_curves(ndcg: np.ndarray, pcc: np.ndarray, r_values: list[int]) -> 
             "ndcg_auc": curve_auc(r_values, ndcg_mean), "pcc_auc": curve_auc(r_values, pcc_mean),
             "n_queries": int(ndcg.shape[0]),
             "n_queries_without_relevant": int((~np.isfinite(ndcg[:, -1])).sum()) if ndcg.size else 0}
-
-
-def read_triplets(path: str | os.PathLike) -> list[dict]:
-    """User-study triplets `{query, a, b, o1, o2, o3}` (o_i non-negative annotator counts), validated."""
-    return read_records(path, "votes")
 
 
 def user_agreement(sim_a: np.ndarray, sim_b: np.ndarray, counts: np.ndarray) -> tuple[float | None, int]:

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error
-from vltools.eval.caption import CaptionFile, read_caption_file
-from vltools.eval.semantic import read_proxy
+from vltools.io.caption_files import CaptionFile, read_caption_file
 from vltools.io.describe import describe
+from vltools.io.proxy import read_proxy
 from vltools.io.records import caption_ids, iter_json_lines, iter_lines, read_records
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from vltools.data.matching import pad_tokens
 from vltools.errors import VLToolsError
 from vltools.text.tokenize import TOKENIZERS
 from vltools.text.vocab import Vocabulary
@@ -69,3 +68,12 @@ class CaptionPreprocessing:
 def decode(vocab: Vocabulary, tokens: torch.Tensor) -> list[str]:
     """The text of each row of `tokens` [B, L]: words up to the first `<end>`, `<start>`/`<pad>` dropped."""
     return [vocab.decode(row) for row in tokens.tolist()]
+
+
+def pad_tokens(token_lists: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens LongTensor[B, L] right-padded with 0, lengths LongTensor[B]) in the given order."""
+    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
+    tokens = torch.zeros(len(token_lists), int(lengths.max()) if len(token_lists) else 0, dtype=torch.long)
+    for row, ids in enumerate(token_lists):
+        tokens[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return tokens, lengths

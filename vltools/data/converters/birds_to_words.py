@@ -14,8 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from vltools.errors import VLToolsError, input_error
-
-from .common import UNASSIGNED
+from vltools.io.sources import UNASSIGNED
 
 COLUMNS = ("img1ObservationURL", "img1ImgURL", "img1Species", "img1Selection",
            "img2ObservationURL", "img2ImgURL", "img2Species", "img2Selection", "split", "annN", "description")

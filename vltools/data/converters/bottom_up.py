@@ -24,8 +24,7 @@ import numpy as np
 from vltools.errors import VLToolsError, input_error
 from vltools.io.features import FeaturesWriter
 from vltools.io.progress import log, progress
-
-from .common import features_attrs
+from vltools.io.sources import features_attrs
 
 ANDERSON_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 LXMERT_FIELDS = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes",

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.progress import log
-
-from .common import UNASSIGNED, numbered_lines, split_assignments
+from vltools.io.sources import UNASSIGNED, numbered_lines, split_assignments
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".txt")
 

@@ -6,8 +6,7 @@ import os
 
 from vltools.errors import input_error
 from vltools.io.progress import log
-
-from .common import UNASSIGNED, numbered_lines, record_unique, split_assignments
+from vltools.io.sources import UNASSIGNED, numbered_lines, record_unique, split_assignments
 
 
 def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:

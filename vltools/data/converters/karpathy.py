@@ -10,8 +10,7 @@ import os
 from collections.abc import Collection
 
 from vltools.errors import input_error
-
-from .common import field, json_list, load_json, record_unique
+from vltools.io.sources import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("filename", "cocoid", "imgid", "filepath")
 TEXT_FIELDS = ("raw", "tokens")

@@ -22,8 +22,7 @@ from vltools.io.atomic import atomic_path, check_parent
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.progress import log, progress
 from vltools.io.records import iter_records
-
-from .common import features_attrs, numbered_lines
+from vltools.io.sources import features_attrs, numbered_lines
 
 CHUNK_BYTES = 64 << 20
 ID_SUFFIXES = ("ids", "imagename")

@@ -11,9 +11,8 @@ import os
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
+from vltools.io.sources import load_json
 from vltools.text.vocab import Vocabulary
-
-from .common import load_json
 
 VOCAB_FORMAT = "vltools.vocab"
 

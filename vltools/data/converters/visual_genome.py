@@ -10,8 +10,7 @@ import os
 
 from vltools.errors import input_error
 from vltools.io.progress import log
-
-from .common import UNASSIGNED, field, json_list, load_json, record_unique
+from vltools.io.sources import UNASSIGNED, field, json_list, load_json, record_unique
 
 NUMBER = (int, float)
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from vltools.data.matching import (
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.data.captions import (
     CaptionSplit,
     MatchingDataset,
     check_images,
@@ -23,12 +24,12 @@ from vltools.data.matching import (
 )
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
+from vltools.infer.similarity import similarity_blocks
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import hardest_negative_loss
-from vltools.matching.similarity import CaptionBlocks, FeatureBlocks, similarity_blocks
 from vltools.models import build_model, default_config
 from vltools.text.tokenize import tokenizer_name
 from vltools.text.vocab import Vocabulary

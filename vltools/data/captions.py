@@ -23,6 +23,7 @@ from vltools.errors import VLToolsError
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import caption_ids, read_records
+from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 VOCAB_THRESHOLD = 4
@@ -153,15 +154,6 @@ class MatchingDataset(FeaturesDataset):
         counts = arrays.get("num_regions", np.full(len(ids), regions.shape[1]))
         return [{"regions": regions[n], "num_regions": int(counts[n]), "tokens": self.tokens[i],
                  "image_index": int(images[n]), "caption_index": int(i)} for n, i in enumerate(indices)]
-
-
-def pad_tokens(token_lists: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens LongTensor[B, L] right-padded with 0, lengths LongTensor[B]) in the given order."""
-    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
-    tokens = torch.zeros(len(token_lists), int(lengths.max()) if len(token_lists) else 0, dtype=torch.long)
-    for row, ids in enumerate(token_lists):
-        tokens[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-    return tokens, lengths
 
 
 def collate_matching(items: Sequence[dict]) -> dict[str, torch.Tensor]:

@@ -1,57 +1,20 @@
-"""Standalone embeddings from separable models (VSE-style): one vector per image or caption, and their files.
-
-Only a separable model (`model.separable`) embeds an image or a caption on its own; a cross-attention
-model's encodings mean something only jointly with the other side, inside `model.similarity`.
+"""Embeddings files (`encode`): one l2-normalised vector per image or caption, `/emb` with ids and the
+model that wrote them, read block-wise with a non-finite check.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
-import torch
-from torch import nn
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output
 from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
-from vltools.io.progress import progress
-from vltools.matching.similarity import autocast, encode_captions, encode_images, evaluating
-
-SIDES = ("images", "captions")
-
-
-def require_separable(model: nn.Module, name: str, source: object) -> None:
-    """A one-line error naming `source` when `model` has no standalone embeddings."""
-    if not getattr(model, "separable", False):
-        raise VLToolsError(
-            f"{source}: model {name!r} is a cross-attention model: its image and caption encodings only mean "
-            "something jointly, inside its similarity, so it has no standalone embeddings; use a separable model "
-            "(vse) or run `vltools match` with this checkpoint directly")
-
-
-def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
-                 precision: str = "fp32") -> Iterator[np.ndarray]:
-    """float32 [B, E] embeddings of each block of images or captions (`FeatureBlocks` / `CaptionBlocks`)."""
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, not {side!r}")
-    with evaluating([model]), torch.inference_mode(), autocast(device, precision):
-        for block in progress(blocks, total=len(blocks), desc=f"encode {side}", unit="blocks"):
-            if side == "images":
-                emb = encode_images([model], block, device)[0]
-            else:
-                emb = encode_captions([model], block, device)[0][0]
-            yield emb.float().cpu().numpy()
-
-
-def embed_all(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
-              precision: str = "fp32") -> np.ndarray:
-    """All embeddings of `blocks` as one [N, E] float32 array (for galleries that fit in memory)."""
-    return np.concatenate(list(embed_blocks(model, blocks, side, device, precision)))
 
 
 @dataclass
@@ -123,10 +86,3 @@ def check_same_model(first: Embeddings, second: Embeddings) -> None:
     if first.emb.shape[1] != second.emb.shape[1]:
         raise VLToolsError(f"{second.path}: {second.emb.shape[1]}-d embeddings vs {first.emb.shape[1]}-d in "
                            f"{first.path}")
-
-
-def full_sims(rows, columns, block: int = 4096) -> np.ndarray:
-    """The whole rows x columns inner-product matrix of two embeddings datasets, computed in row blocks."""
-    gallery = torch.from_numpy(np.asarray(columns[()], dtype=np.float32))
-    return np.concatenate([(torch.from_numpy(np.asarray(rows[s:s + block], dtype=np.float32)) @ gallery.T).numpy()
-                           for s in range(0, len(rows), block)])

@@ -14,15 +14,15 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vltools.data.matching import read_split
+from vltools.data.captions import read_split
 from vltools.errors import VLToolsError
+from vltools.infer.concept_scores import build_concept_cnn
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.models.concepts import concept_loss
 from vltools.text.concepts import ConceptVocabulary
 from vltools.train.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import normalize
-from vltools.vision.concept_regions import build_concept_cnn
 from vltools.vision.images import ImageDataset, ImageItem, list_inputs
 
 TASK_DEFAULTS: dict[str, object] = {"image_size": 224, "weights": "imagenet", "val_batch_size": 64}

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vltools.errors import VLToolsError
-from vltools.eval.retrieval import shown_ids
+from vltools.errors import VLToolsError, shown_ids
 from vltools.io.proxy import read_proxy_file
 from vltools.models import model_from_checkpoint
 from vltools.text.tfidf import word_columns

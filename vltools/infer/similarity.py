@@ -11,88 +11,15 @@ the budget are re-read and re-encoded for every caption block, trading time for 
 from __future__ import annotations
 
 import contextlib
-from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from vltools import devices
-from vltools.data.matching import pad_tokens
-from vltools.errors import VLToolsError
-from vltools.io.features import FeaturesReader
+from vltools.data.blocks import CaptionBlock, ImageBlock
+from vltools.devices import autocast, resolve_device
 from vltools.io.progress import progress
-
-ImageBlock = tuple[torch.Tensor, "torch.Tensor | None"]
-CaptionBlock = tuple[torch.Tensor, torch.Tensor]
-PRECISIONS = ("fp32", "bf16")
-
-
-class _Blocks(Sequence):
-    """Items served in consecutive blocks of `batch_size`; subclasses build a block with `take(indices)`."""
-
-    def __init__(self, n_items: int, batch_size: int, what: str) -> None:
-        if batch_size < 1:
-            raise VLToolsError(f"{what} batch size must be at least 1, not {batch_size}")
-        self.n_items = n_items
-        self.batch_size = batch_size
-
-    def __len__(self) -> int:
-        return -(-self.n_items // self.batch_size)
-
-    def __getitem__(self, index: int):
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        start = index * self.batch_size
-        return self.take(range(start, min(start + self.batch_size, self.n_items)))
-
-    @abstractmethod
-    def take(self, indices: Sequence[int]):
-        """The block of the items at `indices`."""
-
-
-class CaptionBlocks(_Blocks):
-    """Tokenised captions (each wrapped in <start> ... <end>) served as padded blocks of `batch_size`."""
-
-    def __init__(self, tokens: Sequence[Sequence[int]], batch_size: int) -> None:
-        self.tokens = list(tokens)
-        super().__init__(len(self.tokens), batch_size, "caption")
-
-    def take(self, indices: Sequence[int]) -> CaptionBlock:
-        """A block of any captions, by position (used by reranking to fetch candidates)."""
-        return pad_tokens([self.tokens[i] for i in indices])
-
-
-class FeatureBlocks(_Blocks):
-    """Region features of `ids` (in that order) read lazily from a features file, `batch_size` images a block.
-
-    Each block is (regions float32 [B, K, D], num_regions [B] or None when the file has fixed K).
-    """
-
-    def __init__(self, reader: FeaturesReader, ids: Sequence[str], batch_size: int) -> None:
-        super().__init__(len(ids), batch_size, "image")
-        if "regions" not in reader.fields:
-            raise VLToolsError(f"{reader.path}: has no /regions dataset; matching needs region features "
-                               "(vltools extract-regions)")
-        reader.rows(ids)
-        self.reader = reader
-        self.ids = list(ids)
-        self.fields = ["regions", "num_regions"] if "num_regions" in reader.fields else ["regions"]
-
-    def take(self, indices: Sequence[int]) -> ImageBlock:
-        """A block of any of the images, by position in `ids` (used by reranking to fetch candidates)."""
-        arrays = self.reader.read([self.ids[i] for i in indices], self.fields)
-        regions = torch.from_numpy(np.asarray(arrays["regions"], dtype=np.float32))
-        counts = arrays.get("num_regions")
-        return regions, None if counts is None else torch.from_numpy(counts.astype(np.int64))
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """Matching runs in fp32 or bf16 only: fp16's coarse steps near a score of 0.5 would tie ranks."""
-    if precision not in PRECISIONS:
-        raise VLToolsError(f"--precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    return devices.autocast(device, precision)
 
 
 @contextlib.contextmanager
@@ -175,7 +102,7 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
     models in eval mode; `precision="bf16"` uses autocast.
     """
     models = as_models(models)
-    device = devices.resolve_device(device) if isinstance(device, str) else device
+    device = resolve_device(device) if isinstance(device, str) else device
     image_sizes, caption_sizes = block_sizes(images), block_sizes(captions)
     row_starts = np.concatenate([[0], np.cumsum(image_sizes)]).astype(int)
     out = torch.empty(int(row_starts[-1]), int(sum(caption_sizes)), dtype=torch.float32)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from vltools.data.matching import CaptionSplit, load_vocabulary, read_split
+from vltools.data.blocks import CaptionBlocks
+from vltools.data.captions import CaptionSplit, load_vocabulary, read_split
 from vltools.data.sco import (
     ImageVectors,
     SCODataset,
@@ -28,10 +29,10 @@ from vltools.data.sco import (
 )
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
+from vltools.infer.similarity import similarity_blocks
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
-from vltools.matching.similarity import CaptionBlocks, similarity_blocks
 from vltools.models import build_model, default_config
 from vltools.text.vocab import Vocabulary
 from vltools.train.config import TRAIN_DEFAULTS

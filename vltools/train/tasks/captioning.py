@@ -34,10 +34,10 @@ from vltools.data.captioning import (
     feature_fields,
     fixed_mismatches,
 )
-from vltools.data.matching import CaptionSplit, check_images, load_vocabulary, read_split
-from vltools.decoding.captioner import caption_batches, load_captioner
+from vltools.data.captions import CaptionSplit, check_images, load_vocabulary, read_split
 from vltools.errors import VLToolsError
 from vltools.eval.caption import cider_d, ptb_tokenize
+from vltools.infer.caption import caption_batches, load_captioner
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest

@@ -17,11 +17,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
-from vltools.io.progress import progress
-from vltools.matching.embed import embed_all
-from vltools.matching.similarity import (
-    CaptionBlocks,
-    FeatureBlocks,
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.infer.embed import embed_all
+from vltools.infer.similarity import (
     as_models,
     autocast,
     encode_captions,
@@ -30,7 +28,8 @@ from vltools.matching.similarity import (
     evaluating,
     global_vectors,
 )
-from vltools.matching.topk import search
+from vltools.infer.topk import search
+from vltools.io.progress import progress
 
 TopK = tuple[np.ndarray, np.ndarray]
 

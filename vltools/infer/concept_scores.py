@@ -20,11 +20,11 @@ from torchvision.ops import roi_align
 
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
+from vltools.infer.extract import RunOptions
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.models.concepts import ConceptCNN
 from vltools.vision.backbones import build_backbone, normalize
-from vltools.vision.extraction import RunOptions
 from vltools.vision.images import ImageDataset, ImageItem
 
 DEFAULT_LEVELS = (1, 2, 3, 6)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, spool_folder
+from vltools.io.parts import PartsWriter
 from vltools.io.progress import log, progress
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, normalize
@@ -36,7 +37,6 @@ from vltools.vision.regions import (
     roi_features,
     select_boxes,
 )
-from vltools.vision.shards import PartsWriter
 
 DEFAULT_SIZES = {"shorter": 600, "square": 448, "longer": 576}
 LONG_SIDE_RATIO = 5 / 3  # shorter side 600 -> long side at most 1000, as for the bottom-up features

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vltools.data.captions import load_vocabulary
 from vltools.data.l2c import (
     CaptionDataset,
     FeatureMaps,
@@ -34,10 +35,9 @@ from vltools.data.l2c import (
     read_image_captions,
     read_pairs,
 )
-from vltools.data.matching import load_vocabulary
-from vltools.decoding.pairs import describe_pairs
 from vltools.errors import VLToolsError
 from vltools.eval.caption import ptb_tokenize, rouge_l
+from vltools.infer.pairs import describe_pairs
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records

@@ -11,8 +11,7 @@ import os
 from collections.abc import Iterable
 
 from vltools.errors import input_error
-
-from .common import field, json_list, load_json, record_unique
+from vltools.io.sources import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("id", "file_name")
 

@@ -20,8 +20,7 @@ from torch import nn
 
 from vltools.data.triplets import MiningOptions, mine_round
 from vltools.devices import resolve_device
-from vltools.errors import VLToolsError
-from vltools.eval.retrieval import shown_ids
+from vltools.errors import VLToolsError, shown_ids
 from vltools.eval.semantic import DEFAULT_R, curves_from_scores, summarize_curves
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest

@@ -1,0 +1,168 @@
+"""The option groups the stages share, each defined once: device, precision, batch and block sizes, workers,
+shard and resume, outputs. A stage composes the groups it needs; its own options stay in its file.
+
+Every value is checked here, at parse time (a usage error, exit 2), so the library below never re-validates an
+option: `--precision` goes from this Choice straight to `vltools.devices.autocast`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from vltools.devices import PRECISIONS
+from vltools.errors import VLToolsError
+from vltools.infer.extract import RunOptions
+from vltools.vision.images import DEFAULT_MAX_PIXELS, parse_shard
+
+BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
+DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:K."
+PRECISION_HELP = ("Compute precision of the model's forward passes: fp32, or autocast to bf16 or fp16 (fp16 is "
+                  "meant for GPUs; its coarse steps can tie close similarity scores).")
+
+
+class OutputOption(click.Option):
+    """An option whose value is a path the stage writes (`@output_option(...)`): its lock is held for the
+    stage's whole run, and a missing or read-only folder is refused before any work (vltools.cli)."""
+
+    is_output = True
+
+
+def output_option(*param_decls: str, **attrs: object) -> Callable:
+    """`click.option` for an extra output of a stage (e.g. `--sims PATH`), marked for `is_output_param`."""
+    return click.option(*param_decls, cls=OutputOption, **attrs)
+
+
+def is_output_param(param: click.Parameter | str | None) -> bool:
+    """Whether a stage parameter (or parameter name) holds an output path: one declared with `output_option`;
+    `output`/`out` (-o, or an OUT folder argument); a name ending in `_out`/`_output` or starting with `out_`
+    (e.g. `features_out`, `out_dir`)."""
+    if isinstance(param, click.Parameter):
+        if getattr(param, "is_output", False):
+            return True
+        param = param.name
+    return bool(param) and (param in ("output", "out") or param.endswith(("_out", "_output"))
+                            or param.startswith("out_"))
+
+
+def check_shard(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A malformed --shard is a usage error (exit 2), found before any model is built."""
+    try:
+        parse_shard(value)
+    except VLToolsError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+    return value
+
+
+def apply(options: list[Callable], func: Callable) -> Callable:
+    """Decorate `func` with `options` so they are listed in the given order in --help."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def device_option(help: str = DEVICE_HELP) -> Callable:
+    """`--device`: where the model runs."""
+    return click.option("--device", default="auto", show_default=True, help=help)
+
+
+def precision_option() -> Callable:
+    """`--precision fp32|bf16|fp16`, the same choices wherever a model runs."""
+    return click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+                        help=PRECISION_HELP)
+
+
+def batch_size_option(default: int | None, help: str | None = None) -> Callable:
+    """`--batch-size`: items per model call."""
+    return click.option("--batch-size", type=click.IntRange(min=1), default=default,
+                        show_default=default is not None, help=help or "Items per model call.")
+
+
+def workers_option(default: int | None, help: str | None = None) -> Callable:
+    """`--workers`: DataLoader processes decoding inputs while the model runs."""
+    return click.option("--workers", type=click.IntRange(min=0), default=default, show_default=default is not None,
+                        help=help or "DataLoader processes decoding inputs while the model runs (0 = in-process).")
+
+
+def shard_option() -> Callable:
+    """`--shard I/N`: every N-th input starting at I; shards are joined with `vltools merge`."""
+    return click.option("--shard", metavar="I/N", callback=check_shard,
+                        help="Process every N-th input starting at I (0 <= I < N); join the shards with "
+                             "`vltools merge`.")
+
+
+def resume_option(help: str = "Continue an interrupted run with the same -o and options; finished items are "
+                              "not recomputed.") -> Callable:
+    """`--resume`: continue from what an interrupted run made durable."""
+    return click.option("--resume", is_flag=True, help=help)
+
+
+def _alias(old: str, name: str) -> Callable:
+    """A hidden option `old` for parameter `name` (an old spelling kept for one release); `_aliased` reads it."""
+
+    def store(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+        if value is not None:
+            ctx.meta[f"alias:{name}"] = value
+
+    return click.option(old, type=click.IntRange(min=1), hidden=True, expose_value=False, callback=store)
+
+
+def _aliased(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """The value of the old spelling when only it was given."""
+    if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
+        return ctx.meta.get(f"alias:{param.name}", value)
+    return value
+
+
+def block_options(images: int, captions: int) -> Callable:
+    """`--block-images` x `--block-captions`: the images x captions block one model call scores (memory grows
+    with their product); `--batch-images` / `--batch-captions` are hidden aliases kept for one release."""
+    return lambda func: apply([
+        _alias("--batch-images", "block_images"),
+        _alias("--batch-captions", "block_captions"),
+        click.option("--block-images", type=click.IntRange(min=1), default=images, show_default=True,
+                     callback=_aliased, help="Images per block of the images x captions matrix."),
+        click.option("--block-captions", type=click.IntRange(min=1), default=captions, show_default=True,
+                     callback=_aliased,
+                     help="Captions per block; working memory grows with block images x block captions."),
+    ], func)
+
+
+def image_run_options(func: Callable) -> Callable:
+    """The options every image-extraction stage shares (devices, batching, output dtype, resume, shard)."""
+    return apply([
+        click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+                     help="Output features HDF5 (default: standard output)."),
+        click.option("--backbone", type=click.Choice(BACKBONE_NAMES), default="resnet101", show_default=True,
+                     help="Torchvision network; features come from its last convolutional stage."),
+        click.option("--weights", default="imagenet", show_default=True,
+                     help="imagenet (torchvision IMAGENET1K_V1), imagenet-v2 (ResNet-50/101/152), none (random, "
+                          "for tests), or PATH to a torchvision-layout state dict or a vltools checkpoint."),
+        batch_size_option(8, "Images per forward pass."),
+        workers_option(2, "DataLoader processes decoding images while the model runs (0 = decode in-process)."),
+        device_option(),
+        precision_option(),
+        click.option("--dtype", type=click.Choice(("float16", "float32")), default="float16", show_default=True,
+                     help="Storage type of the feature datasets."),
+        click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
+                                                    "no output) instead of skipping it."),
+        resume_option("Continue an interrupted run with the same -o and options; images already done (in "
+                      "OUT.partial/) are not recomputed."),
+        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
+                     help="How often finished rows are made durable in OUT.partial/ for --resume."),
+        shard_option(),
+        click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
+                     help="Images with more pixels are skipped as possible decompression bombs."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of random initialisation (--weights none)."),
+    ], func)
+
+
+
+def make_run(batch_size: int, workers: int, device: str, precision: str, dtype: str, strict: bool, resume: bool,
+             checkpoint_seconds: float, max_pixels: int, seed: int) -> RunOptions:
+    """RunOptions from `image_run_options`."""
+    return RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype=dtype,
+                      strict=strict, resume=resume, commit_seconds=checkpoint_seconds, max_pixels=max_pixels,
+                      seed=seed)

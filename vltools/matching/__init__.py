@@ -1,1 +1,0 @@
-"""Image-text matching at inference time: blocked similarity matrices, top-k search, two-stage reranking."""
