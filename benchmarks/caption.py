@@ -28,12 +28,13 @@ import numpy as np
 import torch
 
 from vltools.decoding import beam_search
-from vltools.infer.caption import LoadedCaptioner, logp_matrix
+from vltools.infer.caption import logp_matrix
+from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.losses import contrastive_objective, sequence_cross_entropy, sequence_logprob
 from vltools.models.captioners import AdaptiveAttention
 from vltools.text.captions import CaptionPreprocessing
-from vltools.text.vocab import SPECIALS, Vocabulary
+from vltools.text.vocab import SPECIALS
 
 
 def per_image_beam(model: AdaptiveAttention, images: dict, beam: int, max_len: int) -> list[list[int]]:
@@ -125,8 +126,8 @@ def main() -> None:
         words = [*SPECIALS, *(f"w{i}" for i in range(args.vocab - len(SPECIALS)))]
         rng = np.random.default_rng(2)
         captions = [" ".join(rng.choice(words[4:], size=rng.integers(8, 14))) for _ in range(args.logp_captions)]
-        loaded = LoadedCaptioner("adaptive-attention", model, Vocabulary(words), CaptionPreprocessing(min_count=1),
-                                 {})
+        prep = {"train_state": {"config": {"task": CaptionPreprocessing(min_count=1).config()}}}
+        loaded = LoadedModel(Path("benchmark"), "adaptive-attention", model, words, {}, prep)
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "feats.h5"
             ids = [f"i{n}" for n in range(args.logp_images)]

@@ -17,7 +17,7 @@ from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
 from vltools.errors import VLToolsError
-from vltools.infer.caption import load_captioner
+from vltools.infer.loader import load_model
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
@@ -57,7 +57,7 @@ def test_batched_beam_captions_equal_image_by_image_decoding_in_input_order(worl
     expected_ids = list(dict.fromkeys(r["image_id"] for r in read_records(captions, "captions")
                                       if r["split"] == "test"))
     assert [r["image_id"] for r in out] == expected_ids
-    loaded = load_captioner(checkpoints[name == NT])
+    loaded = load_model(checkpoints[name == NT], "captioner")
     with FeaturesReader(features) as reader, torch.no_grad():
         for record in out:
             fields = list(loaded.model.features)
@@ -184,7 +184,7 @@ def test_logp_matrix_scores_every_caption_under_every_image(world, tmp_path):
         logp = handle["logp"][()]
         assert [x.decode() for x in handle["image_ids"][()]] == ["img021", "img025"]
         assert [x.decode() for x in handle["caption_image_ids"][()]] == ["img021", "img025", "img021"]
-    loaded = load_captioner(aa)
+    loaded = load_model(aa, "captioner")
     with FeaturesReader(features) as reader, torch.no_grad():
         for t, text in enumerate(["a red cube", "dog and tree zebra", "a cat"]):
             tokens = loaded.prep.encode_one(loaded.vocab, text)

@@ -11,7 +11,8 @@ from l2c_helpers import TINY_MODEL, make_world
 import vltools.commands.caption as caption_cli
 from vltools.cli import cli, main
 from vltools.data.l2c import FeatureMaps, read_pairs
-from vltools.infer.pairs import describe_pairs, load_l2c
+from vltools.infer.loader import load_model
+from vltools.infer.pairs import describe_pairs
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def test_one_description_per_pair_in_input_order_equal_to_the_library(trained):
                   "--max-len", "6")
     pairs = read_pairs(world["pairs"], None)
     assert [r["pair_id"] for r in records] == pairs.pair_ids
-    loaded = load_l2c(model)
+    loaded = load_model(model, "l2c")
     direct = describe_pairs(loaded.model, FeatureMaps(world["features"]), pairs, loaded.vocab, beam_size=2,
                             max_len=6, batch_size=5)
     assert [r["caption"] for r in records] == direct

@@ -6,9 +6,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vltools.infer.concept_scores import build_concept_cnn, crop_regions, grid_windows
+from vltools.infer.concept_scores import crop_regions, grid_windows
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader
+from vltools.models.concepts import build_concept_cnn
 from vltools.vision.backbones import normalize
 
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from vltools.report.curves import default_metrics, draw_curves, read_training_log
-from vltools.train.trainer import JsonLog
+from vltools.train.state import JsonLog
 
 
 def write_log(path, losses, rsums, every=10):

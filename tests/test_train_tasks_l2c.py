@@ -17,8 +17,8 @@ from vltools.models import model_from_checkpoint
 from vltools.models.l2c import total_variation
 from vltools.train import config_defaults
 from vltools.train.config import build_config
+from vltools.train.samplers import fetch
 from vltools.train.tasks.l2c import build_task
-from vltools.train.trainer import fetch
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from vltools.commands.options import (
 from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
-from vltools.infer.caption import caption_batches, load_captioner, logp_matrix
-from vltools.infer.pairs import describe_batches, load_l2c
+from vltools.infer.caption import caption_batches, logp_matrix
+from vltools.infer.loader import load_model
+from vltools.infer.pairs import describe_batches
 from vltools.io.atomic import is_stdout
 from vltools.io.features import FeaturesReader
 from vltools.io.logp import write_logp
@@ -110,7 +111,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         raise click.UsageError("--logp needs CAPTIONS, the captions to score")
     if resume and (logp or is_stdout(output)):
         raise click.UsageError("--resume needs -o OUT.jsonl and works when captioning (not with --logp)")
-    loaded = load_captioner(model_path)
+    loaded = load_model(model_path, "captioner")
     chosen = resolve_device(device)
     records = _split_records(captions, split) if captions is not None else None
     with FeaturesReader(features) as reader, autocast(chosen, precision):
@@ -165,7 +166,7 @@ def _partial(output: str | None, key: str, resume: bool, options: dict[str, obje
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
               max_len: int | None, batch_size: int, device: str, resume: bool, shard: str | None) -> None:
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
-    loaded = load_l2c(model_path)
+    loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)
     check_map_features(features, pairs.image_ids, pairs_path)
     order = list(range(len(pairs)))

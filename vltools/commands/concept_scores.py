@@ -13,9 +13,9 @@ from vltools.commands.options import (
     workers_option,
 )
 from vltools.errors import VLToolsError
-from vltools.infer.concept_scores import DEFAULT_LEVELS, ConceptScorer, load_concept_cnn
+from vltools.infer.concept_scores import DEFAULT_LEVELS, ConceptScorer
 from vltools.infer.extract import RunOptions, check_output, extract
-from vltools.infer.loader import file_digest
+from vltools.infer.loader import file_digest, load_model
 from vltools.text.concepts import ConceptVocabulary
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
@@ -57,7 +57,8 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     """Write /global = p (N, K) for the images of INPUTS (folder, list file or images JSONL): each image's r grid
     regions scored by the concept CNN, max-pooled element-wise over the regions. SCO trains on this file."""
     check_output(output, resume)
-    model, payload = load_concept_cnn(model_path)
+    loaded = load_model(model_path, "concepts")
+    model, payload = loaded.model, loaded.payload
     concepts = list(payload.get("vocab") or [])
     if concepts_path is not None:
         given = ConceptVocabulary.load(concepts_path)

@@ -10,9 +10,8 @@ from vltools.data.captions import check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.devices import resolve_device
 from vltools.infer.embed import embed_blocks, require_separable
-from vltools.infer.loader import check_features, file_digest, hdf5_kind, load_model
+from vltools.infer.loader import check_features, hdf5_kind, load_model
 from vltools.infer.rmac import QueryOptions, encode_rmac
-from vltools.io.checkpoints import load_checkpoint
 from vltools.io.embeddings import write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
@@ -58,17 +57,16 @@ def command(source: str, model_path: str, output: str | None, split: str, captio
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
     embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
     QUERIES.h5 DATABASE.h5` then ranks images for images."""
-    payload = load_checkpoint(model_path)
-    if payload.get("model") == "rmac":
+    loaded = load_model(model_path, "encodable")
+    if loaded.name == "rmac":
         options = QueryOptions(proxy_path, split, first, with_text, add_words, subtract_words, image_size, batch_size,
                                workers)
-        ids, emb, attrs = encode_rmac(payload, model_path, source, options, resolve_device(device))
+        ids, emb, attrs = encode_rmac(loaded, source, options, resolve_device(device))
         write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": model_path,
-                                              "checkpoint_digest": file_digest(model_path), "source": source,
+                                              "checkpoint_digest": loaded.digest, "source": source,
                                               "ids_digest": ids_digest(ids), **attrs})
         log.info("encoded %d images (%s) with rmac", len(ids), attrs["query"])
         return
-    loaded = load_model(model_path)
     require_separable(loaded.model, loaded.name, model_path)
     chosen_device = resolve_device(device)
     loaded.model.to(chosen_device)

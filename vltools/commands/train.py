@@ -8,7 +8,9 @@ from vltools.io.numbers import clean_numbers
 from vltools.io.progress import log
 from vltools.train import TASKS, config_defaults, task_module
 from vltools.train.config import build_config
-from vltools.train.trainer import distributed, seed_everything, train
+from vltools.train.distributed import distributed
+from vltools.train.state import seed_everything
+from vltools.train.trainer import train
 
 
 @click.command("train")

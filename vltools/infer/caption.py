@@ -1,6 +1,6 @@
 """A trained captioner at work: load its checkpoint, caption images in batches, score captions under images.
 
-    loaded = load_captioner("aa.pt")                       # model (eval), vocabulary, preprocessing
+    loaded = load_model("aa.pt", "captioner")              # vltools.infer.loader: model, vocabulary, prep
     for ids, captions in caption_batches(loaded.model, loaded.vocab, reader, ids, beam_size=3): ...
     logp = logp_matrix(loaded, reader, image_ids, captions)  # [captions, images] log p(c | I), in blocks
 
@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,40 +17,15 @@ import torch
 from vltools.data.captioning import feature_fields, image_tensors
 from vltools.decoding.search import beam_search, greedy, sample
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import load_checkpoint
+from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import progress
 from vltools.losses import sequence_logprob
-from vltools.models import model_from_checkpoint
 from vltools.models.captioners import Captioner
-from vltools.text.captions import CaptionPreprocessing, decode
+from vltools.text.captions import decode
 from vltools.text.vocab import Vocabulary
 
 CAPTIONERS = ("neuraltalk2", "adaptive-attention")
-
-
-@dataclass
-class LoadedCaptioner:
-    """A captioner checkpoint: its name, model (eval mode), vocabulary, text preprocessing and raw payload."""
-
-    name: str
-    model: Captioner
-    vocab: Vocabulary
-    prep: CaptionPreprocessing
-    payload: dict
-
-
-def load_captioner(path: str | os.PathLike, role: str = "--model") -> LoadedCaptioner:
-    """A captioner checkpoint; any other checkpoint (a matching model, ...) is a one-line error naming `role`."""
-    payload = load_checkpoint(path)
-    if payload.get("model") not in CAPTIONERS:
-        raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}, not a captioner; {role} must be "
-                           f"one of {', '.join(CAPTIONERS)} (vltools train --model neuraltalk2|adaptive-attention)")
-    model = model_from_checkpoint(payload, str(path))
-    assert isinstance(model, Captioner)
-    task = payload.get("train_state", {}).get("config", {}).get("task", {})
-    return LoadedCaptioner(payload["model"], model, Vocabulary(payload["vocab"]),
-                           CaptionPreprocessing.from_config(task), payload)
 
 
 def check_features(model: Captioner, reader: FeaturesReader) -> list[str]:
@@ -96,7 +69,7 @@ def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader,
 
 
 @torch.inference_mode()
-def logp_matrix(loaded: LoadedCaptioner, reader: FeaturesReader, image_ids: Sequence[str], captions: Sequence[str],
+def logp_matrix(loaded: LoadedModel, reader: FeaturesReader, image_ids: Sequence[str], captions: Sequence[str],
                 block_images: int = 25, block_captions: int = 100, device: torch.device | str = "cpu",
                 quiet: bool = False) -> np.ndarray:
     """log p(caption_t | image_j) as [len(captions), len(image_ids)] float32, by teacher forcing blocks of

@@ -11,7 +11,6 @@ cut in one call and go through the network as one batch.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,12 +18,10 @@ import torch
 from torchvision.ops import roi_align
 
 from vltools.devices import autocast, resolve_device
-from vltools.errors import VLToolsError
 from vltools.infer.extract import RunOptions
-from vltools.io.checkpoints import load_checkpoint
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.models.concepts import ConceptCNN
-from vltools.vision.backbones import build_backbone, normalize
+from vltools.vision.backbones import normalize
 from vltools.vision.images import ImageDataset, ImageItem
 
 DEFAULT_LEVELS = (1, 2, 3, 6)
@@ -84,21 +81,3 @@ class ConceptScorer:
             scores = self.model.region_scores(crop_regions(images, self.windows, self.crop_size))
         return {"global": scores.float().cpu().numpy(),
                 "image_size": np.array([s["orig_size"] for s in samples], dtype=np.int32)}
-
-
-def build_concept_cnn(backbone: str, weights: str, num_concepts: int) -> tuple[ConceptCNN, str]:
-    """A concept CNN on the torchvision `backbone` with `weights` (imagenet, none or PATH), and their description."""
-    trunk, described = build_backbone(backbone, weights)
-    return ConceptCNN(trunk.trunk, trunk.dim, num_concepts), described
-
-
-def load_concept_cnn(path: str | os.PathLike) -> tuple[ConceptCNN, dict]:
-    """The concept CNN of a `train --model concepts` checkpoint (eval mode) and the checkpoint payload."""
-    payload = load_checkpoint(path)
-    if payload.get("model") != "concepts":
-        raise VLToolsError(f"{path}: is a {payload.get('model')!r} checkpoint, not a concept CNN; train one with "
-                           "vltools train --model concepts")
-    config = payload["config"]
-    model, _ = build_concept_cnn(config["backbone"], "none", int(config["num_concepts"]))
-    model.load_state_dict(payload["state_dict"])
-    return model.eval(), payload

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Sequence
@@ -14,19 +15,51 @@ from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
+from vltools.models import model_from_checkpoint
+from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
+
+# what each stage accepts: the model names, and the one line that refuses any other checkpoint
+ROLES = {
+    "matching": (("vse", "sgr", "saf", "sco"), "{path}: a checkpoint of {model!r}, not a matching model; give a vse, "
+                 "sgr, saf or sco checkpoint (captioners are used by `vltools caption`)"),
+    "captioner": (("neuraltalk2", "adaptive-attention"), "{path}: a checkpoint of model {model!r}, not a captioner; "
+                  "{role} must be one of neuraltalk2, adaptive-attention (vltools train --model "
+                  "neuraltalk2|adaptive-attention)"),
+    "l2c": (("l2c",), "{path}: a checkpoint of model {model!r}; describing pairs needs an l2c checkpoint (vltools "
+            "train --model l2c)"),
+    "concepts": (("concepts",), "{path}: is a {model!r} checkpoint, not a concept CNN; train one with vltools train "
+                 "--model concepts"),
+    "encodable": (("vse", "sgr", "saf", "sco", "rmac"), "{path}: a checkpoint of {model!r}, which cannot encode; "
+                  "give a vse, sco or rmac checkpoint"),
+}
 
 
 @dataclass
 class LoadedModel:
-    """A checkpoint built into its model (eval mode), with its vocabulary and a digest of the file."""
+    """A checkpoint built into its model (eval mode), with its vocabulary, config and raw payload."""
 
     path: Path
     name: str
     model: nn.Module
-    vocab: Vocabulary
+    words: list[str]
     config: dict
-    digest: str
+    payload: dict
+
+    @functools.cached_property
+    def vocab(self) -> Vocabulary:
+        """The caption vocabulary (text models; rmac's words are tf-idf stems, read as `words`)."""
+        return Vocabulary(self.words)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """Which weights an output came from (first 16 hex digits of the file's SHA-256)."""
+        return file_digest(self.path)
+
+    @property
+    def prep(self) -> CaptionPreprocessing:
+        """The caption preprocessing the model was trained with (captioners, L2C)."""
+        return CaptionPreprocessing.from_config(self.payload.get("train_state", {}).get("config", {}).get("task", {}))
 
     def tokenize(self, captions: Sequence[str]) -> list[list[int]]:
         """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary."""
@@ -42,20 +75,20 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_model(path: str | os.PathLike) -> LoadedModel:
-    """Load a vltools checkpoint (weights only) and build its model in eval mode."""
-    from vltools.models import model_from_checkpoint
-
+def load_model(path: str | os.PathLike, role: str = "matching", option: str = "--model") -> LoadedModel:
+    """The one checkpoint loader: a vltools checkpoint (weights only) of a model `role` accepts (see ROLES),
+    built in eval mode; any other checkpoint is one line naming the file and what `option` needs."""
     payload = load_checkpoint(path)
-    if not payload.get("vocab"):
+    accepted, refusal = ROLES[role]
+    name = payload.get("model")
+    if role in ("matching", "encodable") and not payload.get("vocab"):
         raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
                            "trained with (retrain, or convert with --vocab)")
+    if name not in accepted:
+        raise VLToolsError(refusal.format(path=path, model=name, role=option))
     model = model_from_checkpoint(payload, str(path))
-    if not hasattr(model, "similarity"):
-        raise VLToolsError(f"{path}: a checkpoint of {payload['model']!r}, not a matching model; give a vse, sgr, saf "
-                           "or sco checkpoint (captioners are used by `vltools caption`)")
-    return LoadedModel(Path(path), str(payload["model"]), model, Vocabulary(payload["vocab"]),
-                       dict(payload.get("config") or {}), file_digest(path))
+    return LoadedModel(Path(path), str(name), model, list(payload["vocab"]), dict(payload.get("config") or {}),
+                       payload)
 
 
 def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:

@@ -1,6 +1,6 @@
 """Difference descriptions of image pairs by an L2C model: batches of pairs read, encoded, beam-searched.
 
-    loaded = load_l2c("l2c.pt")                              # model (eval), vocabulary, preprocessing
+    loaded = load_model("l2c.pt", "l2c")                     # vltools.infer.loader: model, vocabulary, prep
     texts = describe_pairs(loaded.model, maps, pairs, loaded.vocab, beam_size=3)
 
 `caption --pairs` (the stage) and the L2C task's validation call these.
@@ -8,41 +8,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from vltools.data.l2c import FeatureMaps, PairSplit
 from vltools.decoding.search import beam_search
-from vltools.errors import VLToolsError
-from vltools.io.checkpoints import load_checkpoint
-from vltools.models import model_from_checkpoint
 from vltools.models.l2c import L2C
-from vltools.text.captions import CaptionPreprocessing, decode
+from vltools.text.captions import decode
 from vltools.text.vocab import Vocabulary
-
-
-@dataclass
-class LoadedL2C:
-    """An L2C checkpoint: model (eval mode), vocabulary and the caption preprocessing it was trained with."""
-
-    model: L2C
-    vocab: Vocabulary
-    prep: CaptionPreprocessing
-
-
-def load_l2c(path: str | os.PathLike) -> LoadedL2C:
-    """The L2C model of checkpoint `path`; any other checkpoint is a one-line error."""
-    payload = load_checkpoint(path)
-    if payload.get("model") != "l2c":
-        raise VLToolsError(f"{path}: a checkpoint of model {payload.get('model')!r}; describing pairs needs an l2c "
-                           "checkpoint (vltools train --model l2c)")
-    task = payload.get("train_state", {}).get("config", {}).get("task", {})
-    model = model_from_checkpoint(payload, str(path))
-    assert isinstance(model, L2C)
-    return LoadedL2C(model, Vocabulary(payload["vocab"]), CaptionPreprocessing.from_config(task))
 
 
 @torch.inference_mode()

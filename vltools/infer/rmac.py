@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from vltools.errors import VLToolsError, shown_ids
+from vltools.infer.loader import LoadedModel
 from vltools.io.proxy import read_proxy_file
-from vltools.models import model_from_checkpoint
 from vltools.text.tfidf import word_columns
 from vltools.vision.embedding import ImageStore, embed_images
 from vltools.vision.images import list_inputs
@@ -47,12 +47,11 @@ def _words(model, vocab: list[str], words: Sequence[str], option: str, checkpoin
     return model.encode_texts(torch.eye(len(vocab))[columns]).sum(dim=0)
 
 
-def encode_rmac(payload: dict, checkpoint: str | os.PathLike, images_path: str | os.PathLike,
-                options: QueryOptions, device: torch.device) -> tuple[list[str], np.ndarray, dict]:
+def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: QueryOptions,
+                device: torch.device) -> tuple[list[str], np.ndarray, dict]:
     """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES (all of them, or those of
     `options.split` in the proxy, the first `first`), as database images or as queries with text."""
-    model = model_from_checkpoint(payload, str(checkpoint)).to(device)
-    vocab = list(payload["vocab"])
+    model, checkpoint, vocab = loaded.model.to(device), loaded.path, loaded.words
     texts = options.with_text or options.add or options.subtract
     if texts and model.text is None:
         raise VLToolsError(f"{checkpoint}: the model was trained without text (task.loss v), so it cannot embed "
@@ -75,7 +74,7 @@ def encode_rmac(payload: dict, checkpoint: str | os.PathLike, images_path: str |
     missing = [i for i in ids if i not in items]
     if missing:
         raise VLToolsError(f"{images_path}: {len(missing)} images of the proxy are not in it: {shown_ids(missing)}")
-    size = options.image_size or int(payload.get("train_state", {}).get("config", {}).get("task", {})
+    size = options.image_size or int(loaded.payload.get("train_state", {}).get("config", {}).get("task", {})
                                       .get("image_size", 576))
     store = ImageStore([items[i] for i in ids], size)
     emb = torch.from_numpy(embed_images(lambda images, sizes: model.encode_images(images, sizes.to(device)), store,

@@ -14,6 +14,7 @@ from torch import nn
 
 from vltools.errors import VLToolsError, first_line
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
+from vltools.models.concepts import ConceptCNN, build_concept_cnn
 from vltools.models.l2c import L2C
 from vltools.models.rmac import RMAC
 from vltools.models.sco import SCO
@@ -22,7 +23,7 @@ from vltools.models.vse import VSE
 
 MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
                                       "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO,
-                                      "l2c": L2C}
+                                      "l2c": L2C, "concepts": ConceptCNN}
 
 
 def _model_class(name: str) -> type[nn.Module]:
@@ -44,6 +45,8 @@ def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
         raise VLToolsError(f"model {name!r} has no setting {', '.join(unknown)}; "
                            f"its settings are {', '.join(sorted(full))}")
     full.update(config)
+    if name == "concepts":  # a torchvision trunk: built from its name, weights loaded by the caller
+        return build_concept_cnn(str(full["backbone"]), "none", int(full["num_concepts"]))[0]
     return _model_class(name)(vocab_size=vocab_size, **full)
 
 

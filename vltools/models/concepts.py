@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vltools.vision.backbones import build_backbone
+
 
 def concept_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Eq. 1 as read above: sum over concepts of log(1 + exp(-(2y - 1) z)), mean over the batch."""
@@ -30,6 +32,8 @@ def max_over_regions(scores: torch.Tensor) -> torch.Tensor:
 
 class ConceptCNN(nn.Module):
     """Backbone trunk -> global average pool -> Linear(dim, K): concept logits of whole images or regions."""
+
+    DEFAULTS = {"backbone": "vgg19", "num_concepts": 256}
 
     def __init__(self, trunk: nn.Module, dim: int, num_concepts: int) -> None:
         super().__init__()
@@ -47,3 +51,9 @@ class ConceptCNN(nn.Module):
         flat = crops.flatten(0, 1)
         logits = torch.cat([self(flat[i:i + chunk]) for i in range(0, len(flat), chunk)])
         return max_over_regions(torch.sigmoid(logits.float()).view(b, r, -1))
+
+
+def build_concept_cnn(backbone: str, weights: str, num_concepts: int) -> tuple[ConceptCNN, str]:
+    """A concept CNN on the torchvision `backbone` with `weights` (imagenet, none or PATH), and their description."""
+    trunk, described = build_backbone(backbone, weights)
+    return ConceptCNN(trunk.trunk, trunk.dim, num_concepts), described

@@ -24,11 +24,9 @@ rank 0 validates and writes files.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -37,19 +35,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
-from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path, check_parent, is_device, output_error, output_lock
+from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
-from vltools.io.numbers import dumps
 from vltools.io.progress import log, progress
 from vltools.io.provenance import input_digest
 from vltools.train.config import KEEP_BEST, check_choice
-
-# keys that may change between a run and its --resume (the rest fix the data order and the model)
-RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
+from vltools.train.distributed import Distributed
+from vltools.train.samplers import AuxiliaryBatches, GlobalBatchSampler, fetch
+from vltools.train.state import JsonLog, check_inputs, check_resumable, deterministic, rng_state, set_rng_state, sibling
 
 
 class Task(Protocol):
@@ -77,204 +73,14 @@ class Task(Protocol):
     # aux_data: Dataset; aux_batch_size: int; aux_every: int; def aux_collate(self, items) -> dict
 
 
-@dataclass(frozen=True)
-class Distributed:
-    """This process's place in a torchrun job (world_size 1 without torchrun)."""
-
-    world_size: int
-    rank: int
-    device: torch.device
-
-    @property
-    def active(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.active:
-            dist.barrier()
-
-
-def seed_everything(seed: int) -> None:
-    """Seed the generators that model construction uses (the same on every process)."""
-    torch.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def distributed(device: str) -> Iterator[Distributed]:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, NCCL on CUDA) and leave it after."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
-        yield Distributed(1, 0, resolve_device(device))
-        return
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    chosen = resolve_device(device)
-    if chosen.type == "cuda":
-        chosen = torch.device("cuda", local_rank)
-        torch.cuda.set_device(chosen)
-    dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=2))
-    try:
-        yield Distributed(world_size, rank, chosen)
-    finally:
-        dist.destroy_process_group()
-
-
-class GlobalBatchSampler(Sampler[list[int]]):
-    """Micro-batches of this process, in step order, from a (seed, epoch)-determined permutation.
-
-    Each global batch of `batch_size` indices is split into `shares` nearly equal parts; this process
-    takes parts `first, first + 1, ..., first + count - 1` (its rank's `accumulate` micro-batches). A
-    last global batch smaller than `shares` is dropped. `start` skips whole global batches (resume).
-    """
-
-    def __init__(self, n: int, batch_size: int, shares: int, first: int, count: int, seed: int) -> None:
-        if batch_size < shares:
-            raise VLToolsError(f"batch_size {batch_size} is smaller than processes x accumulate = {shares}; "
-                               "raise train.batch_size")
-        if n < shares:
-            raise VLToolsError(f"the training split has {n} items, fewer than processes x accumulate = {shares}")
-        self.n, self.batch_size, self.shares = n, batch_size, shares
-        self.first, self.count, self.seed = first, count, seed
-        self.epoch, self.start = 0, 0
-
-    @property
-    def steps(self) -> int:
-        """Optimizer steps per epoch."""
-        full, rest = divmod(self.n, self.batch_size)
-        return full + (rest >= self.shares)
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        self.epoch, self.start = epoch, start
-
-    def __len__(self) -> int:
-        return (self.steps - self.start) * self.count
-
-    def __iter__(self) -> Iterator[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(self.n, generator=generator).tolist()
-        for step in range(self.start, self.steps):
-            batch = order[step * self.batch_size:(step + 1) * self.batch_size]
-            parts = np.array_split(np.arange(len(batch)), self.shares)
-            for part in parts[self.first:self.first + self.count]:
-                yield [batch[i] for i in part]
-
-
-class AuxiliaryBatches:
-    """This process's micro-batches of auxiliary items for a global iteration (0-based), every `every` steps.
-
-    The k-th auxiliary batch (iteration k * every) is part k mod c of the permutation number k // c of the
-    items (seeded by seed and that number), c = n // batch_size batches per pass; so the batches depend on
-    (seed, iteration) only. A batch larger than the data takes all of it.
-    """
-
-    def __init__(self, n: int, batch_size: int, every: int, shares: int, first: int, count: int, seed: int) -> None:
-        if every < 1:
-            raise VLToolsError(f"task.aux_every must be at least 1, not {every}")
-        if n < shares:
-            raise VLToolsError(f"the auxiliary data has {n} items, fewer than processes x accumulate = {shares}")
-        self.n, self.batch_size, self.every = n, max(min(batch_size, n), shares), every
-        self.shares, self.first, self.count, self.seed = shares, first, count, seed
-        self.per_pass = n // self.batch_size
-
-    def due(self, iteration: int) -> bool:
-        return iteration % self.every == 0
-
-    def micro_batches(self, iteration: int) -> list[list[int]]:
-        number, part = divmod(iteration // self.every, self.per_pass)
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + 7_919 * (number + 1) + 1)
-        order = torch.randperm(self.n, generator=generator)[part * self.batch_size:(part + 1) * self.batch_size]
-        parts = np.array_split(order.numpy(), self.shares)
-        return [part.tolist() for part in parts[self.first:self.first + self.count]]
-
-
-def fetch(dataset: Dataset, indices: list[int]) -> list:
-    """Items `indices` of `dataset`, in one call when it reads batches at once (`__getitems__`)."""
-    many = getattr(dataset, "__getitems__", None)
-    return many(indices) if many is not None else [dataset[i] for i in indices]
-
-
 def learning_rate(options: dict, epoch: int) -> float:
     """The official step schedule: lr / 10 every `lr_update` epochs."""
     decays = epoch // options["lr_update"] if options["lr_update"] > 0 else 0
     return options["lr"] * 0.1 ** decays
 
 
-def rng_state(device: torch.device) -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-class JsonLog:
-    """The JSONL training log: one object a line, flushed at once; `lines` counts what was written."""
-
-    def __init__(self, path: Path, keep: int | None, enabled: bool) -> None:
-        self.path, self.enabled, self.lines = path, enabled, 0
-        if not enabled:
-            return
-        kept = []
-        if keep is not None and path.exists():
-            kept = path.read_text(encoding="utf-8").splitlines(keepends=True)[:keep]
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(kept), encoding="utf-8")
-        self.lines = len(kept)
-
-    def write(self, record: dict) -> None:
-        if self.enabled:
-            try:
-                with open(self.path, "a", encoding="utf-8") as stream:
-                    stream.write(dumps(record) + "\n")
-            except OSError as exc:
-                raise output_error(self.path, exc) from exc
-            self.lines += 1
-
-
-def sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
-def _check_resumable(saved: dict, config: dict, path: Path) -> None:
-    for section, values in config.items():
-        for key, value in values.items():
-            old = saved.get(section, {}).get(key, value)
-            if old != value and key not in RESUMABLE_CHANGES:
-                raise VLToolsError(f"{path}: was written with {section}.{key}={old!r}, now {value!r}; resume with "
-                                   "the same settings, or start again without --resume")
-
-
-def _check_inputs(saved: dict, inputs: dict, path: Path) -> None:
-    """Refuse to resume training on other data: every input recorded in the resume file (paths, split sizes,
-    caption-id digests, ...) must be the same now; one line names the first that differs."""
-    for key, old in saved.items():
-        value = inputs.get(key)
-        if old != value:
-            raise VLToolsError(f"{path}: was written with input {key}={old!r}, now {value!r}; resume with the same "
-                               "inputs, or start again without --resume")
-
-
-@contextlib.contextmanager
-def deterministic(enabled: bool) -> Iterator[None]:
-    """Deterministic kernels for the duration of training (CPU runs are then bitwise repeatable)."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(enabled, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=True)
 
 
 class Trainer:
@@ -463,8 +269,8 @@ class Trainer:
         """Restore model, optimizer, RNG and position from PATH.last.pt; return the log lines to keep."""
         payload = load_checkpoint(self.last_path)
         saved = payload["train_state"]
-        _check_resumable(saved.get("config", {}), self.config, self.last_path)
-        _check_inputs(saved.get("inputs") or {}, self._inputs(), self.last_path)
+        check_resumable(saved.get("config", {}), self.config, self.last_path)
+        check_inputs(saved.get("inputs") or {}, self._inputs(), self.last_path)
         self.model.load_state_dict(payload["state_dict"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.state = {k: saved[k] for k in ("epoch", "step", "iteration")}

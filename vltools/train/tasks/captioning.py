@@ -37,7 +37,8 @@ from vltools.data.captioning import (
 from vltools.data.captions import CaptionSplit, check_images, load_vocabulary, read_split
 from vltools.errors import VLToolsError
 from vltools.eval.caption import cider_d, ptb_tokenize
-from vltools.infer.caption import caption_batches, load_captioner
+from vltools.infer.caption import caption_batches
+from vltools.infer.loader import load_model
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
@@ -194,7 +195,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         if not options["reference"]:
             raise VLToolsError(f"--objective {objective} needs --reference REF.pt, the frozen reference captioner "
                                "(usually the MLE model)")
-        loaded = load_captioner(options["reference"], "--reference")
+        loaded = load_model(options["reference"], "captioner", "--reference")
         ref_payload, reference = loaded.payload, loaded.model
         reference.requires_grad_(False)
         if not init_path:
@@ -208,7 +209,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         raise VLToolsError(f"--reference is only used by the CL objectives, not {objective}")
     init = None
     if init_path:
-        init = load_captioner(init_path, "--init").payload
+        init = load_model(init_path, "captioner", "--init").payload
         if init["model"] != model_name:
             raise VLToolsError(f"{init_path}: a {init['model']} checkpoint cannot initialise --model {model_name}")
         if vocab_path:

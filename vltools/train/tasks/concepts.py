@@ -16,17 +16,16 @@ from torch.utils.data import Dataset
 
 from vltools.data.captions import read_split
 from vltools.errors import VLToolsError
-from vltools.infer.concept_scores import build_concept_cnn
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
-from vltools.models.concepts import concept_loss
+from vltools.models.concepts import ConceptCNN, build_concept_cnn, concept_loss
 from vltools.text.concepts import ConceptVocabulary
 from vltools.train.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import normalize
 from vltools.vision.images import ImageDataset, ImageItem, list_inputs
 
 TASK_DEFAULTS: dict[str, object] = {"image_size": 224, "weights": "imagenet", "val_batch_size": 64}
-MODEL_DEFAULTS: dict[str, object] = {"backbone": "vgg19", "num_concepts": 256}
+MODEL_DEFAULTS: dict[str, object] = ConceptCNN.DEFAULTS
 CONCEPT_TRAIN_DEFAULTS = {**TRAIN_DEFAULTS, "batch_size": 32, "epochs": 20, "lr": 1e-4, "lr_update": 10,
                           "val_every": 0}
 

@@ -1,0 +1,94 @@
+"""What makes a training run resumable and reproducible: seeds and RNG states, deterministic kernels, the
+resume file's checks (config and inputs unchanged), and the JSON training log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from vltools.errors import VLToolsError
+from vltools.io.atomic import atomic_path, output_error
+from vltools.io.numbers import dumps
+
+# keys that may change between a run and its --resume (the rest fix the data order and the model)
+RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed the generators that model construction uses (the same on every process)."""
+    torch.manual_seed(seed)
+
+
+def rng_state(device: torch.device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class JsonLog:
+    """The JSONL training log: one object a line, flushed at once; `lines` counts what was written."""
+
+    def __init__(self, path: Path, keep: int | None, enabled: bool) -> None:
+        self.path, self.enabled, self.lines = path, enabled, 0
+        if not enabled:
+            return
+        kept = []
+        if keep is not None and path.exists():
+            kept = path.read_text(encoding="utf-8").splitlines(keepends=True)[:keep]
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(kept), encoding="utf-8")
+        self.lines = len(kept)
+
+    def write(self, record: dict) -> None:
+        if self.enabled:
+            try:
+                with open(self.path, "a", encoding="utf-8") as stream:
+                    stream.write(dumps(record) + "\n")
+            except OSError as exc:
+                raise output_error(self.path, exc) from exc
+            self.lines += 1
+
+
+def sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def check_resumable(saved: dict, config: dict, path: Path) -> None:
+    for section, values in config.items():
+        for key, value in values.items():
+            old = saved.get(section, {}).get(key, value)
+            if old != value and key not in RESUMABLE_CHANGES:
+                raise VLToolsError(f"{path}: was written with {section}.{key}={old!r}, now {value!r}; resume with "
+                                   "the same settings, or start again without --resume")
+
+
+def check_inputs(saved: dict, inputs: dict, path: Path) -> None:
+    """Refuse to resume training on other data: every input recorded in the resume file (paths, split sizes,
+    caption-id digests, ...) must be the same now; one line names the first that differs."""
+    for key, old in saved.items():
+        value = inputs.get(key)
+        if old != value:
+            raise VLToolsError(f"{path}: was written with input {key}={old!r}, now {value!r}; resume with the same "
+                               "inputs, or start again without --resume")
+
+
+@contextlib.contextmanager
+def deterministic(enabled: bool) -> Iterator[None]:
+    """Deterministic kernels for the duration of training (CPU runs are then bitwise repeatable)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(enabled, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=True)
