@@ -16,9 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from vltools.cli import cli
+from pipeline_fixtures import run, synth_world
 
 pytestmark = pytest.mark.slow
 
@@ -29,17 +27,11 @@ COMMON = ["--batch-size", "50", "--val-every", "0", "--seed", "0", "--set", "tas
 MOST_FREQUENT = Path(__file__).resolve().parent.parent / "examples" / "cl" / "most_frequent.py"
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, ["--quiet", *map(str, args)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("cl")
     world = out / "world"
-    run("synth", world, "--seed", "0", "--images", IMAGES, "--pairs", "0", "--aux-images", "0")
+    synth_world(world, IMAGES, 0, 0)
     features, captions = out / "features.h5", world / "captions.jsonl"
     run("extract-regions", world / "images.jsonl", "--regions", "grid", "--global", "avg", "--backbone", "resnet18",
         "--weights", "none", "--image-size", "96", "--workers", "0", "--batch-size", "32", "--dtype", "float32",

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from vltools.cli import cli
+from pipeline_fixtures import run, synth_world
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +23,11 @@ TRAIN = ["--epochs", "6", "--lr", "2e-3", "--val-every", "0", "--seed", "0", "--
          "--set", "task.aux_batch_size=32", "--set", "task.max_words=32", "--device", "cpu"]
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("l2c")
     world = out / "world"
-    run("synth", str(world), "--seed", "0", "--images", "10", "--pairs", "400", "--aux-images", "500")
+    synth_world(world, 10, 400, 500)
     for name, images, masks in (("pairs", "pair_images.jsonl", "pair_masks"), ("aux", "aux_images.jsonl",
                                                                              "aux_masks")):
         run("segment-pool", str(world / images), "--masks", str(world / masks), *SEGMENT, "-o", str(out / f"{name}.h5"))

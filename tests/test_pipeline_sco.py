@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from vltools.cli import cli
+from pipeline_fixtures import run, synth_world
 
 pytestmark = pytest.mark.slow
 
@@ -24,17 +22,11 @@ TRAIN = ["--epochs", "20", "--batch-size", "128", "--lr", "2e-3", "--lr-update",
          "--seed", "0", "--set", "model.embed_size=128", "--set", "model.word_dim=64", "--device", "cpu"]
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
     out = tmp_path_factory.mktemp("sco")
     world = out / "world"
-    run("synth", str(world), "--seed", "0", "--images", str(IMAGES), "--pairs", "0", "--aux-images", "0")
+    synth_world(world, IMAGES, 0, 0)
     images, captions = str(world / "images.jsonl"), str(world / "captions.jsonl")
     context, concepts, cnn, scores_h5 = (str(out / n) for n in ("ctx.h5", "concepts.json", "cnn.pt", "p.h5"))
     run("extract-regions", images, "--regions", "none", "--global", "tencrop", "--crop-size", "32", "--backbone",

@@ -8,9 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from pipeline_fixtures import run, synth_world
 
-from vltools.cli import cli
 from vltools.eval import semantic
 from vltools.io import proxy as proxy_io
 from vltools.io.sims import read_sims
@@ -28,17 +27,11 @@ TRAINED = [*COMMON, "--epochs", "8", "--lr", "3e-4", "--set", "task.mine_every=4
 UNTRAINED = [*COMMON, "--epochs", "1", "--lr", "0", "--set", "task.mine_every=1"]
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
     out = tmp_path_factory.mktemp("semantic")
     world = out / "world"
-    run("synth", str(world), "--seed", "0", "--images", str(IMAGES), "--pairs", "0", "--aux-images", "0")
+    synth_world(world, IMAGES, 0, 0)
     images, proxy = str(world / "images.jsonl"), str(out / "proxy.h5")
     run("tfidf-proxy", str(world / "regions.jsonl"), "--images", images, "-o", proxy)
     results = {}

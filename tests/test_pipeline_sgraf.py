@@ -13,9 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
-
-from vltools.cli import cli
+from pipeline_fixtures import run, synth_world
 
 pytestmark = pytest.mark.slow
 
@@ -28,18 +26,12 @@ COMMON = ["--batch-size", "16", "--lr", "2e-3", "--val-every", "0", "--seed", "0
 EPOCHS = {"sgr": ["--epochs", "12", "--lr-update", "9"], "saf": ["--epochs", "12", "--lr-update", "9"]}
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory):
     """Each trained model's full test similarity matrix (a sims file)."""
     out = tmp_path_factory.mktemp("sgraf")
     world = out / "world"
-    run("synth", str(world), "--seed", "0", "--images", str(IMAGES), "--pairs", "0", "--aux-images", "0")
+    synth_world(world, IMAGES, 0, 0)
     features = out / "features.h5"
     run("extract-regions", str(world / "images.jsonl"), "--regions", "boxes", "--backbone", "resnet18",
         "--weights", "none", "--image-size", "192", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
