@@ -1,0 +1,261 @@
+"""Import released weights of the bottom-up-attention detector into vltools' `BottomUpAttention`.
+
+Two releases of the Caffe model (peteanderson80/bottom-up-attention, ResNet-101, 1600 classes, 400 attributes) as
+detectron2 state dicts:
+
+- MILVLG/bottom-up-attention.pytorch, `bua-caffe-frcn-r101-k10-100.pth` (formerly
+  `bua-caffe-frcn-r101_with_attributes.pth`) and `bua-caffe-frcn-r101-k36.pth`: the Caffe layout under detectron2
+  names (`bua/caffe/modeling/`): `backbone.{stem,res2,res3,res4}...` (conv `weight` and `norm.{weight,bias,
+  running_mean,running_var}`), `proposal_generator.rpn_head.{conv,objectness_logits,anchor_deltas}` (2A Caffe
+  objectness channels, background first), `roi_heads.res5.*`, `roi_heads.box_predictor.{cls_score,bbox_pred,
+  cls_embed,attr_linear1,attr_linear2}` with background as class 0 and "no attribute" as attribute 0. The module
+  names map one to one; `proposal_generator.anchor_generator.cell_anchors.0`, when the file has it, is kept (it is
+  what the port runs), and otherwise the Caffe anchors are used.
+- airsplay/py-bottom-up-attention, `faster_rcnn_from_caffe_attr.pkl` (a detectron2 pickle of numpy arrays): the
+  same backbone and res5 names, but in detectron2's conventions (`detectron2/modeling/roi_heads/fast_rcnn.py`,
+  `proposal_generator/rpn.py` of that fork and its demo notebooks): one sigmoid objectness logit per anchor,
+  background last among the 1601 classes, 1600 class-specific box regressors scaled by the ROI head's
+  BBOX_REG_WEIGHTS (10, 10, 5, 5), "no attribute" last among the 401 attributes, and `cls_embedding`, `fc_attr`,
+  `attr_score` for the attribute branch. These are mapped back: objectness (0, logit) per anchor (the same
+  softmax), classes and attributes rotated so that background and "no attribute" come first, zero deltas for the
+  background and the deltas divided by (10, 10, 5, 5). Its anchors (detectron2's, which that fork centres
+  differently on purpose) are not used: the Caffe anchors the RPN was trained with are. This mapping follows that
+  code; it was not checked against the file itself.
+
+Files are read with `torch.load(weights_only=True)`; a pickle (the .pkl, or a .pth holding other objects) is read
+only with `trust=True`, since unpickling can run code from the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vltools.errors import VLToolsError, first_line, shown_ids
+from vltools.models.bottom_up import BottomUpAttention, caffe_anchors
+
+MODEL_NAME = "bottom-up"
+MILVLG = "bottom-up-attention.pytorch"
+AIRSPLAY = "py-bottom-up-attention"
+ANCHORS = "rpn.cell_anchors"
+# (released prefix, vltools prefix), for each layout
+RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    MILVLG: (
+        ("backbone.", "backbone."),
+        ("proposal_generator.rpn_head.conv.", "rpn.conv."),
+        ("proposal_generator.rpn_head.objectness_logits.", "rpn.objectness."),
+        ("proposal_generator.rpn_head.anchor_deltas.", "rpn.deltas."),
+        ("proposal_generator.anchor_generator.cell_anchors.0", ANCHORS),
+        ("roi_heads.res5.", "res5."),
+        ("roi_heads.box_predictor.cls_score.", "predictor.cls_score."),
+        ("roi_heads.box_predictor.bbox_pred.", "predictor.bbox_pred."),
+        ("roi_heads.box_predictor.cls_embed.", "predictor.cls_embed."),
+        ("roi_heads.box_predictor.attr_linear1.", "predictor.attr_fc."),
+        ("roi_heads.box_predictor.attr_linear2.", "predictor.attr_score."),
+    ),
+    AIRSPLAY: (
+        ("backbone.", "backbone."),
+        ("proposal_generator.rpn_head.conv.", "rpn.conv."),
+        ("proposal_generator.rpn_head.objectness_logits.", "rpn.objectness."),
+        ("proposal_generator.rpn_head.anchor_deltas.", "rpn.deltas."),
+        ("roi_heads.res5.", "res5."),
+        ("roi_heads.box_predictor.cls_score.", "predictor.cls_score."),
+        ("roi_heads.box_predictor.bbox_pred.", "predictor.bbox_pred."),
+        ("roi_heads.box_predictor.cls_embedding.", "predictor.cls_embed."),
+        ("roi_heads.box_predictor.fc_attr.", "predictor.attr_fc."),
+        ("roi_heads.box_predictor.attr_score.", "predictor.attr_score."),
+    ),
+}
+# what a layout is recognised by
+MARKERS = {MILVLG: "roi_heads.box_predictor.attr_linear1.weight", AIRSPLAY: "roi_heads.box_predictor.fc_attr.weight"}
+# entries that carry no weights: BatchNorm's update counter, detectron2's input normalisation buffers, and the
+# anchors of the detectron2 fork (see the module docstring)
+IGNORED_SUFFIXES = (".num_batches_tracked",)
+IGNORED_KEYS = {MILVLG: ("pixel_mean", "pixel_std"),
+                AIRSPLAY: ("pixel_mean", "pixel_std", "proposal_generator.anchor_generator.cell_anchors.0")}
+AIRSPLAY_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # detectron2's default ROI_BOX_HEAD.BBOX_REG_WEIGHTS
+
+
+def read_released_weights(source: str | os.PathLike, trust: bool) -> dict[str, torch.Tensor]:
+    """The released file's state dict (name -> tensor), unwrapped from detectron2's {"model": ...}; numpy arrays
+    become tensors. Refuses in one line a missing, empty, truncated or corrupt file, and a pickle without `trust`."""
+    path = Path(source)
+    if not path.is_file():
+        raise VLToolsError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise VLToolsError(f"{path}: empty file, not a checkpoint; it may be from an interrupted download, fetch it "
+                           "again")
+    raw = _load(path, trust)
+    state = raw.get("model", raw) if isinstance(raw, dict) else raw
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not state:
+        raise VLToolsError(f"{path}: not a detector checkpoint (expected a state dict, or a dict with 'model')")
+    tensors = {}
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            tensors[str(key)] = value
+        elif isinstance(value, (np.ndarray, np.generic)):
+            tensors[str(key)] = torch.from_numpy(np.array(value))
+        else:
+            raise VLToolsError(f"{path}: entry {key!r} is a {type(value).__name__}, not a tensor; not a detector "
+                               "checkpoint")
+    return tensors
+
+
+def _load(path: Path, trust: bool) -> object:
+    """torch.load without pickle; with `trust`, a full unpickler (torch's, then plain pickle for detectron2 .pkl)."""
+    corrupt = f"{path}: not a readable checkpoint, it is truncated or corrupt"
+    try:
+        with warnings.catch_warnings():  # the safe unpickler warns about protocols before refusing a plain pickle
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        needs_pickle = "Weights only load failed" in str(exc) or not zipfile.is_zipfile(path)
+        if not trust:
+            if needs_pickle:
+                raise VLToolsError(f"{path}: reading it needs pickle, which can run code from the file, so it is "
+                                   "refused; pass --trust if you trust where it came from") from None
+            raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        if not trust or zipfile.is_zipfile(path):
+            raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # whatever an unpickler raises, the file is unusable as it is
+        if zipfile.is_zipfile(path):
+            raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
+        torch_error = first_line(exc)
+    try:  # a plain pickle, as detectron2 writes .pkl checkpoints (reached only with trust=True)
+        with open(path, "rb") as stream:
+            raw = pickle.load(stream, encoding="latin1")
+    except Exception as exc:  # same
+        raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
+    if not isinstance(raw, dict):  # e.g. only the magic number of a truncated legacy torch file
+        raise VLToolsError(f"{corrupt} ({torch_error})")
+    return raw
+
+
+def detect_layout(state: dict[str, torch.Tensor], where: object = "checkpoint") -> str:
+    """Which release a state dict is: MILVLG's bottom-up-attention.pytorch or airsplay's py-bottom-up-attention."""
+    found = [layout for layout, marker in MARKERS.items() if marker in state]
+    if len(found) != 1:
+        raise VLToolsError(f"{where}: not a released bottom-up-attention detector: expected "
+                           f"{MARKERS[MILVLG]!r} ({MILVLG}) or {MARKERS[AIRSPLAY]!r} ({AIRSPLAY})")
+    return found[0]
+
+
+def _rename(key: str, layout: str) -> str | None:
+    for released, ours in RENAMES[layout]:
+        if key == released or (released.endswith(".") and key.startswith(released)):
+            return ours + key[len(released):]
+    return None
+
+
+def _rotate_first(tensor: torch.Tensor) -> torch.Tensor:
+    """Rows (n, ...) with the last row moved to the front: detectron2's background-last -> background-first."""
+    return torch.cat([tensor[-1:], tensor[:-1]])
+
+
+def _from_airsplay(ours: str, tensor: torch.Tensor) -> torch.Tensor:
+    """One airsplay tensor in the Caffe conventions of `BottomUpAttention` (see the module docstring)."""
+    if ours.startswith(("predictor.cls_score.", "predictor.cls_embed.", "predictor.attr_score.")):
+        return _rotate_first(tensor)
+    if ours.startswith("rpn.objectness."):
+        return torch.cat([torch.zeros_like(tensor), tensor])
+    if ours.startswith("predictor.bbox_pred."):
+        weights = torch.tensor(AIRSPLAY_BOX_WEIGHTS, dtype=tensor.dtype)
+        shape = tensor.shape
+        scaled = (tensor.reshape(-1, 4, *shape[1:]) / weights.reshape(1, 4, *([1] * (len(shape) - 1))))
+        return torch.cat([torch.zeros((4, *shape[1:]), dtype=tensor.dtype), scaled.reshape(shape)])
+    return tensor
+
+
+def expected_shapes(config: dict | None = None) -> dict[str, tuple[int, ...]]:
+    """The state-dict names and shapes of `BottomUpAttention(**config)` (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = BottomUpAttention(**(config or {}))
+    return {key: tuple(value.shape) for key, value in model.state_dict().items()}
+
+
+def convert_state_dict(state: dict[str, torch.Tensor], config: dict | None = None,
+                       where: object = "checkpoint") -> tuple[dict[str, torch.Tensor], str]:
+    """A released state dict -> (the `BottomUpAttention(**config)` state dict, the layout's name). Every weight the
+    model needs must be there with its shape, and nothing else (`where`, the file, names them in the error)."""
+    layout = detect_layout(state, where)
+    expected = expected_shapes(config)
+    converted: dict[str, torch.Tensor] = {}
+    origin: dict[str, str] = {}
+    extra = []
+    for key, tensor in state.items():
+        if key.endswith(IGNORED_SUFFIXES) or key in IGNORED_KEYS[layout]:
+            continue
+        ours = _rename(key, layout)
+        if ours is None or ours not in expected:
+            extra.append(key)
+            continue
+        converted[ours] = _from_airsplay(ours, tensor) if layout == AIRSPLAY else tensor
+        origin[ours] = key
+    if extra:
+        raise VLToolsError(f"{where}: {_count(len(extra), 'unexpected entry', 'unexpected entries')} for the "
+                           f"bottom-up detector ({layout}): "
+                           f"{shown_ids(sorted(extra))}; is it another model (ResNet-152, detectron2-trained)?")
+    if ANCHORS not in converted:
+        config_full = {**BottomUpAttention.DEFAULTS, **(config or {})}
+        converted[ANCHORS] = caffe_anchors(int(config_full["anchor_base"]), config_full["anchor_ratios"],
+                                           config_full["anchor_scales"])
+    missing = [key for key in expected if key not in converted]
+    if missing:
+        names = [_released_name(key, layout) for key in missing]
+        raise VLToolsError(f"{where}: {_count(len(missing), 'weight', 'weights')} of the bottom-up detector "
+                           f"{'is' if len(missing) == 1 else 'are'} missing ({layout}): "
+                           f"{shown_ids(names)}; the file is incomplete or of another model")
+    for key, shape in expected.items():
+        if tuple(converted[key].shape) != shape:
+            name = origin.get(key, key)
+            raise VLToolsError(f"{where}: {name!r} has shape {tuple(state[name].shape) if name in state else ()} "
+                               f"but the bottom-up detector needs {shape} there (converted from {layout}); "
+                               "is it another model or configuration?")
+    return {key: converted[key].detach().to(torch.float32).contiguous() for key in expected}, layout
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
+def _released_name(ours: str, layout: str) -> str:
+    for released, prefix in RENAMES[layout]:
+        if ours == prefix or (prefix.endswith(".") and ours.startswith(prefix)):
+            return released + ours[len(prefix):]
+    return ours
+
+
+def convert_bottom_up_weights(source: str | os.PathLike, trust: bool, config: dict | None = None
+                              ) -> dict[str, torch.Tensor]:
+    """The released checkpoint at `source` as a `BottomUpAttention(**config)` state dict (float32), checked
+    entry by entry. `config` defaults to the released model."""
+    state = read_released_weights(source, trust)
+    return convert_state_dict(state, config, where=Path(source))[0]
+
+
+def bottom_up_checkpoint(source: str | os.PathLike, trust: bool, config: dict | None = None) -> dict:
+    """The released checkpoint as keyword arguments of `vltools.io.checkpoints.save_checkpoint`: model
+    "bottom-up", its full config, the converted state dict, no vocabulary (the class and attribute names are
+    data), and in `train_state` where it came from (file name, layout, SHA-256 of the file)."""
+    path = Path(source)
+    state = read_released_weights(path, trust)
+    state_dict, layout = convert_state_dict(state, config, where=path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    full_config = {**BottomUpAttention.DEFAULTS, **(config or {})}
+    return {"model": MODEL_NAME, "config": full_config, "state_dict": state_dict, "vocab": None,
+            "train_state": {"converted_from": path.name, "layout": layout, "source_sha256": digest.hexdigest()}}
