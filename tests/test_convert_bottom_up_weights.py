@@ -265,3 +265,14 @@ def test_checkpoint_payload_saves_and_loads_safely(tmp_path, released, model):
     fresh = BottomUpAttention(**loaded["config"]).eval()
     fresh.load_state_dict(loaded["state_dict"], strict=True)
     assert torch.equal(fresh.predictor.attr_fc.weight, model.predictor.attr_fc.weight)
+
+
+def test_convert_command_refuses_weights_of_another_size_in_one_line(released, tmp_path):
+    from conftest import run_vltools
+
+    path, _ = released
+    result = run_vltools("convert", "bottom-up-weights", path, "-o", tmp_path / "bua.pt")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert path.name in err and "the file is incomplete or of another model" in err
+    assert not (tmp_path / "bua.pt").exists()

@@ -10,6 +10,7 @@ import json
 
 import click
 
+from vltools.commands.options import output_option
 from vltools.data.converters import (
     birds_to_words,
     bottom_up,
@@ -46,7 +47,8 @@ def _wrote(count: int, what: str, output: str | None) -> None:
 @command.command("precomp")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--split", required=True, help="Split name: reads {split}_ims.npy, {split}_caps.txt.")
-@click.option("--features", "features_out", type=click.Path(dir_okay=False), help="Features HDF5 to write.")
+@output_option("--features", "features_out", type=click.Path(dir_okay=False), binary="HDF5",
+               help="Features HDF5 to write.")
 @click.option("--captions", "captions_out", type=click.Path(dir_okay=False), help="Captions JSONL to write.")
 @click.option("--ids", "ids_file", type=click.Path(dir_okay=False),
               help="Image ids file (default: {split}_ids.txt or {split}_imagename.txt when present).")
@@ -196,7 +198,8 @@ def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str,
 
 @command.command("bottom-up")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
-@OUTPUT
+@output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
+               help="Features HDF5 (default: standard output, never a terminal).")
 @click.option("--fields", default=",".join(bottom_up.ANDERSON_FIELDS), show_default=True,
               help="TSV column names, comma separated (LXMERT: " + ",".join(bottom_up.LXMERT_FIELDS) + ").")
 @click.option("--max-regions", type=click.IntRange(min=1),
@@ -251,3 +254,23 @@ def sgraf_checkpoint_command(checkpoint: str, vocab_file: str, trust: bool, outp
     save_checkpoint(output, **payload)
     log.info("wrote %s model (%s) to %s", payload["model"], ", ".join(f"{k}={v}" for k, v in payload["config"].items()),
              output)
+
+
+@command.command("bottom-up-weights")
+@click.argument("weights", type=click.Path(dir_okay=False))
+@click.option("--trust", is_flag=True, help="Load a pickle (.pkl; it can run code from the file): only for trusted "
+                                            "files.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="vltools checkpoint to write.")
+def bottom_up_weights_command(weights: str, trust: bool, output: str) -> None:
+    """Released bottom-up-attention detector weights (bottom-up-attention.pytorch's .pth, or
+    py-bottom-up-attention's .pkl) -> vltools checkpoint of the `bottom-up` detector (bin/fetch_bottom_up_weights.sh).
+
+    Example: vltools convert bottom-up-weights bua-caffe-frcn-r101_k10-100.pth --trust -o bua.pt
+    """
+    # imported here so that the other subcommands do not load torch
+    from vltools.data.converters.bottom_up_weights import bottom_up_checkpoint
+    from vltools.io.checkpoints import save_checkpoint
+
+    payload = bottom_up_checkpoint(weights, trust)
+    save_checkpoint(output, **payload)
+    log.info("wrote the bottom-up detector (%s layout) to %s", payload["train_state"]["layout"], output)
