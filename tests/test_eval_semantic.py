@@ -108,10 +108,25 @@ def test_user_agreement_oracle_reversed_and_weights():
     assert majority == pytest.approx(100 * (2 / 3 + 3 / 4) / 2)
     assert majority + minority == pytest.approx(100.0)
     # (2, 1, 1): choosing a scores w * 2/3 with w = 3/4, i.e. 0.5; a tie scores half of w, 0.375;
-    # (0, 0, 2): nobody chose an image, so the triplet is left out
+    # (0, 0, 2): every annotator chose neither, w = 0: the triplet counts, as 0
     weighted = np.array([[2, 1, 1], [2, 1, 1], [0, 0, 2]])
     score, used = user_agreement(np.array([1.0, 0.5, 1.0]), np.array([0.0, 0.5, 0.0]), weighted)
-    assert used == 2 and score == pytest.approx(100 * (0.5 + 0.375) / 2)
+    assert used == 3 and score == pytest.approx(100 * (0.5 + 0.375 + 0.0) / 3)
+
+
+def test_user_agreement_averages_every_annotated_triplet_with_the_papers_weight():
+    # Gordo & Larlus section 3: s = w o_i / (o1 + o2), w = (o1 + o2) / (o1 + o2 + o3), averaged over every triplet
+    # with at least one annotator. The model picks a, b, a, b, a, b (the last only has zeros: no annotator).
+    counts = np.array([[3, 1, 1], [0, 4, 1], [1, 2, 2], [0, 0, 5], [0, 0, 3], [0, 0, 0]])
+    sim_a = np.array([0.9, 0.1, 0.7, 0.2, 0.8, 0.3])
+    sim_b = np.array([0.1, 0.6, 0.2, 0.5, 0.3, 0.4])
+    # by hand: 4/5 * 3/4 = 0.6; 4/5 * 4/4 = 0.8; 3/5 * 1/3 = 0.2; 0 (w = 0); 0 (w = 0); no annotator: left out
+    score, used = user_agreement(sim_a, sim_b, counts)
+    assert used == 5
+    assert score == pytest.approx(100 * (0.6 + 0.8 + 0.2 + 0.0 + 0.0) / 5)  # 32.0; dropping the two zeros gave 53.3
+    assert score == pytest.approx(32.0)
+    assert user_agreement(sim_a[3:], sim_b[3:], counts[3:]) == (pytest.approx(0.0), 2)
+    assert user_agreement(sim_a[5:], sim_b[5:], counts[5:]) == (None, 0)
 
 
 @pytest.fixture

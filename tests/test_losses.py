@@ -111,6 +111,34 @@ def test_sequence_logprob_and_cross_entropy_by_hand():
     assert sequence_cross_entropy(probs.log(), targets, reduction="sum").item() == pytest.approx(-expected.sum().item())
 
 
+def test_l2c_loss_sums_tokens_and_weighs_tv_by_lambda_as_eqs_4_to_6():
+    import math
+
+    from vltools.losses import l2c_loss
+
+    # pairs: sentence 1 = word 1 (p 0.5) then <end> 2 (p 0.8); sentence 2 = <end> (p 0.5); 0 = <pad>
+    pair_probs = torch.tensor([[[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]],
+                               [[0.25, 0.25, 0.5], [0.6, 0.2, 0.2]]], dtype=torch.float64)
+    pair_targets = torch.tensor([[1, 2], [2, 0]])
+    # single images: word 1 (p 1/4), word 1 (p 1/2), <end> (p 1/8); and <end> at once (p 1)
+    single_probs = torch.tensor([[[0.25, 0.25, 0.5], [0.25, 0.5, 0.25], [0.5, 0.375, 0.125]],
+                                 [[0.0, 0.0, 1.0], [0.5, 0.25, 0.25], [0.5, 0.25, 0.25]]], dtype=torch.float64)
+    single_targets = torch.tensor([[1, 1, 2], [2, 0, 0]])
+    tv = torch.tensor([2.0, 4.0, 0.5, 1.5], dtype=torch.float64)     # Eq. 2 of each image: mean 2
+    # Eq. 4: (ln 2 + ln 1.25) + ln 2 per sentence, averaged over 2 pairs; Eq. 5: (ln 4 + ln 2 + ln 8) + 0 over 2
+    l_diff = (2 * math.log(2) + math.log(1.25)) / 2
+    l_single = 6 * math.log(2) / 2
+    loss = l2c_loss(pair_probs.log(), pair_targets, tv, single_probs.log(), single_targets)
+    assert loss.item() == pytest.approx(l_diff + l_single + 1.0 * 2.0, rel=1e-12)          # 4.884...
+    assert loss.item() == pytest.approx(4 * math.log(2) + 0.5 * math.log(1.25) + 2.0, rel=1e-12)
+    # token means (3 pair tokens, 4 single tokens) would give (2 ln 2 + ln 1.25) / 3 + 6 ln 2 / 4 + tv: not this
+    assert abs(loss.item() - ((2 * math.log(2) + math.log(1.25)) / 3 + 1.5 * math.log(2) + 2.0)) > 1.0
+    half = l2c_loss(pair_probs.log(), pair_targets, tv, single_probs.log(), single_targets, tv_weight=0.5)
+    assert half.item() == pytest.approx(l_diff + l_single + 1.0, rel=1e-12)
+    pairs_only = l2c_loss(pair_probs.log(), pair_targets, tv[:2])
+    assert pairs_only.item() == pytest.approx(l_diff + 3.0, rel=1e-12)
+
+
 def direct_cl(pos_m, pos_n, neg_m, neg_n, nu):
     """Eqs. (7)-(10) written out with math on Python floats."""
     import math

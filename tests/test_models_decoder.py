@@ -100,3 +100,35 @@ def test_bad_settings():
         LSTMDecoder(V, hidden_size=8, memory_size=4, attention="output")
     with pytest.raises(ValueError, match="sentinel"):
         LSTMDecoder(V, memory_size=4, attention="input", sentinel=True)
+
+
+@torch.no_grad()
+def test_tied_output_is_the_word_embedding_transposed_as_sco_eq3():
+    # hidden = embed size: q_t = softmax(F^T h_t + b_p) with F the embedding itself (no extra matrix)
+    decoder = LSTMDecoder(3, embed_size=2, hidden_size=2, dropout=0.0, tied_output=True)
+    decoder.embed.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]]))
+    decoder.output_bias.copy_(torch.tensor([0.5, 0.0, -0.5]))
+    h = torch.tensor([[3.0, 1.0]])
+    # F^T h: word 0: 3, word 1: 2, word 2: 3 - 1 = 2; plus b: 3.5, 2, 1.5
+    torch.testing.assert_close(decoder.word_scores(h), torch.tensor([[3.5, 2.0, 1.5]]))
+    assert not any(p.shape == (3, 2) for n, p in decoder.named_parameters() if not n.startswith("embed"))
+    # hidden 4 > embed 2: a bias-free projection P first, F^T (P h) + b
+    wide = LSTMDecoder(3, embed_size=2, hidden_size=4, dropout=0.0, tied_output=True)
+    wide.embed.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]]))
+    wide.output.weight.copy_(torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, -1.0]]))
+    wide.output_bias.zero_()
+    h = torch.tensor([[1.0, 2.0, 2.0, 1.0]])        # P h = (3, 1): scores 3, 2, 2
+    torch.testing.assert_close(wide.word_scores(h), torch.tensor([[3.0, 2.0, 2.0]]))
+    assert wide.output.bias is None
+
+
+def test_tied_output_gradient_reaches_the_embedding_from_the_output_side():
+    torch.manual_seed(0)
+    decoder = LSTMDecoder(V, embed_size=E, hidden_size=H, dropout=0.0, init_size=5, tied_output=True)
+    gen = torch.Generator().manual_seed(4)
+    tokens = tokens_batch(gen)
+    logp = decoder(Conditioning(init=torch.randn(3, 5, generator=gen)), tokens)
+    # <pad> (0) is never an input here, so its embedding row gets gradient only through the tied output layer
+    assert not (tokens[:, :-1] == 0).any()
+    logp[:, :, 0].sum().backward()
+    assert decoder.embed.weight.grad[0].abs().sum() > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vltools.models.l2c import (
@@ -127,13 +128,30 @@ def test_encoder_node_counts_per_pooling():
         assert (tv > 0).all() if pooling == "semantic" else (tv == 0).all()
 
 
-def test_encoder_nodes_are_eq1_over_the_mask_area_and_sum_to_the_masked_average():
+def test_encoder_nodes_are_eq1_by_default_and_over_the_mask_area_as_an_option():
     torch.manual_seed(0)
     encoder = L2CEncoder(feature_dim=5, num_nodes=4, pool_hidden=6, graph_dim=7).eval()
     featmap, mask = torch.randn(2, 5, 3, 4), torch.rand(2, 3, 4)
     nodes, _ = encoder.pool_nodes(featmap, mask)
     confidence = encoder.pool(featmap)
+    # Eq. 1 as printed: the plain sum over pixels; the K soft assignments sum to one at each pixel, so the nodes
+    # add up to sum_ij F B
+    torch.testing.assert_close(nodes, semantic_nodes(featmap, mask, confidence))
+    torch.testing.assert_close(nodes.sum(dim=1), torch.einsum("bdhw,bhw->bd", featmap, mask))
+    encoder.node_norm = "area"
+    divided, _ = encoder.pool_nodes(featmap, mask)
     area = mask.sum(dim=(1, 2))
-    torch.testing.assert_close(nodes, semantic_nodes(featmap, mask, confidence) / area[:, None, None])
-    # the K soft assignments sum to one at each pixel, so the nodes add up to the masked average
-    torch.testing.assert_close(nodes.sum(dim=1), masked_average_nodes(featmap, mask)[:, 0])
+    torch.testing.assert_close(divided, nodes / area[:, None, None])
+    torch.testing.assert_close(divided.sum(dim=1), masked_average_nodes(featmap, mask)[:, 0])
+
+
+def test_l2c_model_takes_node_norm_and_rejects_unknown_values():
+    from vltools.errors import VLToolsError
+    from vltools.models.l2c import L2C
+
+    assert L2C.DEFAULTS["node_norm"] == "sum"
+    model = L2C(vocab_size=7, feature_dim=4, num_nodes=3, pool_hidden=4, graph_dim=6, embed_size=4,
+                hidden_size=6, attention_size=4, node_norm="area")
+    assert model.encoder.node_norm == "area"
+    with pytest.raises(VLToolsError, match="node_norm must be one of sum, area"):
+        L2C(vocab_size=7, feature_dim=4, node_norm="mean")

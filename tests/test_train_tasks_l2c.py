@@ -36,7 +36,7 @@ def test_defaults_are_the_papers():
     assert defaults["train"]["lr"] == 1e-4 and defaults["train"]["batch_size"] == 16
     assert defaults["task"]["aux_batch_size"] == 128 and defaults["task"]["tv_weight"] == 1.0
     assert defaults["model"]["num_nodes"] == 9 and defaults["model"]["graph_dim"] == 512
-    assert defaults["model"]["hidden_size"] == 512
+    assert defaults["model"]["hidden_size"] == 512 and defaults["model"]["node_norm"] == "sum"
 
 
 def test_loss_is_l_diff_plus_l_single_plus_lambda_tv(world):
@@ -52,12 +52,13 @@ def test_loss_is_l_diff_plus_l_single_plus_lambda_tv(world):
         # each part computed separately: the pairs alone, the single images alone, the pooling's TV norm
         encoder = model.encoder
         images = torch.cat([batch["featmap_a"], batch["featmap_b"], batch["aux_featmap"]])
-        tv = total_variation(encoder.pool(images)).mean() / 9
+        tv = total_variation(encoder.pool(images)).mean()   # Eq. 2 per image (not divided by H x W)
         pair_only = model(batch["featmap_a"], batch["mask_a"], batch["featmap_b"], batch["mask_b"], batch["tokens"])
-        l_diff = sequence_cross_entropy(pair_only.pair_logp, batch["tokens"][:, 1:])
+        l_diff = sequence_cross_entropy(pair_only.pair_logp, batch["tokens"][:, 1:], reduction="caption")
         cond, _ = model.encode(batch["aux_featmap"][:0], batch["aux_mask"][:0], batch["aux_featmap"][:0],
                                batch["aux_mask"][:0], batch["aux_featmap"], batch["aux_mask"])
-        l_single = sequence_cross_entropy(model.decoder(cond, batch["aux_tokens"]), batch["aux_tokens"][:, 1:])
+        l_single = sequence_cross_entropy(model.decoder(cond, batch["aux_tokens"]), batch["aux_tokens"][:, 1:],
+                                          reduction="caption")
     torch.testing.assert_close(loss, l_diff + l_single + 0.5 * tv)
 
 

@@ -62,14 +62,15 @@ def test_loss_is_hinge_plus_lambda_token_cross_entropy(files):
     diagonal = sims.diagonal()
     hinge = ((0.2 - diagonal[:, None] + sims).clamp(min=0)[caption_negatives].sum()
              + (0.2 - diagonal[None, :] + sims).clamp(min=0)[image_negatives].sum())
-    # the generator by hand: LSTM cell from h0 = W_h v, c0 = W_c v, teacher-forced, log-softmax of the output layer
+    # the generator by hand: LSTM cell from h0 = W_h v, c0 = W_c v, teacher-forced, Eq. 3's output
+    # softmax(F^T P h_t + b_p) with F the generator's word embedding and P the H -> D projection
     dec = model.generator
     h, c = dec.init_h(v), dec.init_c(v)
     nll = torch.zeros(())
     tokens = batch["tokens"]
     for t in range(tokens.size(1) - 1):
         h, c = dec.lstm(dec.embed(tokens[:, t]), (h, c))
-        logp = torch.log_softmax(dec.output(h), dim=1)
+        logp = torch.log_softmax(h @ dec.output.weight.t() @ dec.embed.weight.t() + dec.output_bias, dim=1)
         target = tokens[:, t + 1]
         nll = nll - logp.gather(1, target[:, None]).squeeze(1).masked_fill(target == 0, 0).sum()
     torch.testing.assert_close(loss, hinge + 0.5 * nll, rtol=1e-5, atol=1e-4)
@@ -79,6 +80,16 @@ def test_shared_embedding_ties_the_two_word_matrices(files):
     cfg = config(generation=True, shared_embedding=True)
     task = build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")], cfg)
     assert task.model.generator.embed is task.model.sentence.embed
+    # Eq. 3's output layer is that same F: changing the sentence encoder's embedding changes the word scores
+    generator = task.model.generator
+    h = torch.randn(2, generator.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = generator.word_scores(h)
+        task.model.sentence.embed.weight[5] += 1.0
+        after = generator.word_scores(h)
+    changed = (after - before).abs().sum(dim=0) > 0
+    assert changed[5] and changed.sum() == 1
+    assert generator.output.weight.shape == (generator.embed_size, generator.hidden_size)
 
 
 def test_scheduled_sampling_runs_and_differs_from_teacher_forcing(files):

@@ -26,6 +26,46 @@ def test_rmac_regions_of_a_wide_map_overlap_about_40_percent():
     assert level3 == [(y, x, 6) for y in (0, 3, 6) for x in (0, 4, 8, 12)]
 
 
+def _starts_by_level(regions):
+    """{size: (sorted y starts, sorted x starts)} of a region list."""
+    return {size: (sorted({y for y, _, s in regions if s == size}), sorted({x for _, x, s in regions if s == size}))
+            for size in sorted({r[2] for r in regions}, reverse=True)}
+
+
+def test_rmac_region_starts_are_floored_as_in_the_reference_on_7_x_10():
+    # Tolias et al.'s rmac_regionvec_act.m on H = 7, W = 10: w = 7, the long side's step b = 3 / (s - 1) for
+    # s = 2..7 regions gives overlaps 1 - b / 7 = .571, .786, .857, ...: s = 2 (closest to 0.4), so one extra region
+    # along W. Starts = floor(i (side - wl) / (count - 1)):
+    # l = 1: wl = 7, W: 2 regions, step 3 -> 0, 3; H: 1 region -> 0
+    # l = 2: wl = floor(14 / 3) = 4, W: 3 regions, step 3 -> 0, 3, 6; H: 2 regions, step 3 -> 0, 3
+    # l = 3: wl = floor(14 / 4) = 3, W: 4 regions, step 7/3 -> 0, 2, 4, 7 (rounding gave 0, 2, 5, 7);
+    #        H: 3 regions, step 2 -> 0, 2, 4
+    regions = rmac_regions(7, 10)
+    assert _starts_by_level(regions) == {7: ([0], [0, 3]), 4: ([0, 3], [0, 3, 6]), 3: ([0, 2, 4], [0, 2, 4, 7])}
+    assert len(regions) == 2 + 6 + 12
+
+
+def test_rmac_region_starts_are_floored_as_in_the_reference_on_13_x_17():
+    # H = 13, W = 17: w = 13, b = 4 / (s - 1), overlaps 1 - b / 13 = .692, .846, ...: s = 2, one extra along W.
+    # l = 1: wl = 13, W: step 4 -> 0, 4; H -> 0
+    # l = 2: wl = floor(26 / 3) = 8, W: 3 regions, step 4.5 -> 0, 4, 9 (rounding gave 0, 5, 9);
+    #        H: 2 regions, step 5 -> 0, 5
+    # l = 3: wl = floor(26 / 4) = 6, W: 4 regions, step 11/3 -> 0, 3, 7, 11 (rounding gave 0, 4, 7, 11);
+    #        H: 3 regions, step 3.5 -> 0, 3, 7 (rounding gave 0, 4, 7)
+    regions = rmac_regions(13, 17)
+    assert _starts_by_level(regions) == {13: ([0], [0, 4]), 8: ([0, 5], [0, 4, 9]), 6: ([0, 3, 7], [0, 3, 7, 11])}
+    assert regions[:3] == [(0, 0, 13), (0, 4, 13), (0, 0, 8)]
+    # the transposed map has the same starts with the axes swapped
+    assert sorted(rmac_regions(17, 13)) == sorted((x, y, s) for y, x, s in regions)
+
+
+def test_rmac_regions_of_a_map_one_cell_wide_stop_at_the_first_level():
+    # w = 1: level 2 and 3 regions would be floor(2 / 3) = floor(2 / 4) = 0 cells wide; the reference skips them
+    assert rmac_regions(1, 1) == [(0, 0, 1)]
+    # 1 x 3: b = 2 / (s - 1), overlaps 1 - b = -1, 0, .33, .5, ...: s = 4 regions of 1 cell, step 2/3 -> 0, 0, 1, 2
+    assert rmac_regions(1, 3) == [(0, 0, 1), (0, 0, 1), (0, 1, 1), (0, 2, 1)]
+
+
 def test_rmac_equals_brute_force_sum_of_normalised_region_maxima():
     rng = np.random.default_rng(0)
     featmap = rng.standard_normal((5, 12, 12)).astype(np.float32)

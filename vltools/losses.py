@@ -6,8 +6,9 @@ Captioning usage: with `logp = decoder(cond, tokens)` ([B, L-1, V], see vltools.
 
     sequence_logprob(logp, targets)        # [B] log p(c | I): sum over the words and <end>, pads masked
     sequence_cross_entropy(logp, targets)  # scalar: the MLE token cross-entropy (mean over real tokens)
+    l2c_loss(pair_logp, pair_targets, tv, single_logp, single_targets)   # L2C's Eq. 6 (sums over tokens)
 
-Every captioning objective (MLE, CL, SCO's generation loss) goes through these two functions.
+Every captioning objective (MLE, CL, SCO's generation loss, L2C's Eq. 6) goes through the first two.
 """
 
 from __future__ import annotations
@@ -115,6 +116,21 @@ def contrastive_objective(target_pos: torch.Tensor, reference_pos: torch.Tensor,
     if negative:     # ln(1 - r_nu(G)) = ln sigmoid(-(G - ln nu))
         total = total + torch.nn.functional.logsigmoid(-(target_neg - reference_neg - shift)).sum()
     return total / (k * t_m)
+
+
+def l2c_loss(pair_logp: torch.Tensor, pair_targets: torch.Tensor, tv: torch.Tensor,
+             single_logp: torch.Tensor | None = None, single_targets: torch.Tensor | None = None,
+             tv_weight: float = 1.0, pad: int = 0) -> torch.Tensor:
+    """L2C's Eq. 6, L_diff + L_single + lambda L_TV. L_diff and L_single are Eqs. 4-5, -sum_t log P(y_t) summed
+    over a sentence's tokens (`<end>` included), each averaged over its batch's sentences (the paper writes one
+    sentence's loss, so a batch of 16 pairs and one of 128 single images weigh alike); L_TV is Eq. 2 of each
+    image, `tv` [N], averaged over the step's images. Without `single_logp` (pairs only) L_single is absent."""
+    total = sequence_cross_entropy(pair_logp, pair_targets, pad, reduction="caption")
+    if single_logp is not None:
+        total = total + sequence_cross_entropy(single_logp, single_targets, pad, reduction="caption")
+    return total + tv_weight * tv.mean()
+
+
 def triplet_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
                  margin: float) -> torch.Tensor:
     """Gordo & Larlus Eqs. 1-3: mean over triplets of 1/2 max(0, m - a.p + a.n) (rows of [B, D] embeddings)."""

@@ -17,7 +17,9 @@ All values reported in percent, as in the paper's Table 2.
 User agreement (section 3): a triplet (query, a, b) has o1 annotators who chose a, o2 who chose b and o3 who
 chose neither. The model chooses the image with the higher similarity to the query and scores
 w * o_i / (o1 + o2) with w = (o1 + o2) / (o1 + o2 + o3), i.e. o_i / (o1 + o2 + o3); a tie scores half of w.
-The agreement is the mean over the triplets where at least one annotator chose an image (o1 + o2 > 0).
+The agreement is the mean over every triplet with at least one annotator (o1 + o2 + o3 > 0), as the paper averages
+"through all the triplets with at least one human annotator": a triplet where every annotator chose neither has
+w = 0 and counts as 0.
 """
 
 from __future__ import annotations
@@ -114,18 +116,20 @@ def summarize_curves(ndcg: np.ndarray, pcc: np.ndarray, r_values: list[int]) -> 
 
 
 def user_agreement(sim_a: np.ndarray, sim_b: np.ndarray, counts: np.ndarray) -> tuple[float | None, int]:
-    """Agreement (percent) of a model's choices with annotators, and the number of triplets it averages.
+    """Agreement (percent) of a model's choices with annotators, and the number of triplets it averages (those with
+    at least one annotator; all-"neither" triplets score 0).
 
     `sim_a[t]`, `sim_b[t]`: the model's similarity of triplet t's query to a and to b; `counts[t]` = (o1, o2, o3).
     """
     counts = np.asarray(counts, dtype=np.float64)
     sim_a, sim_b = np.asarray(sim_a, dtype=np.float64), np.asarray(sim_b, dtype=np.float64)
     decided = counts[:, 0] + counts[:, 1]
-    used = decided > 0
+    annotators = counts.sum(axis=1)
+    used = annotators > 0
     if not used.any():
         return None, 0
     chosen = np.where(sim_a > sim_b, counts[:, 0], np.where(sim_b > sim_a, counts[:, 1], decided / 2))
-    scores = chosen[used] / counts[used].sum(axis=1)
+    scores = chosen[used] / annotators[used]
     return float(100.0 * scores.mean()), int(used.sum())
 
 

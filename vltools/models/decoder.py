@@ -22,6 +22,8 @@ Usage::
 The step function's `state` (h, c) is reordered by beam search; `static` (memory and its projection,
 step input) is only repeated per beam. Dropout (on word embeddings and before the output layer) acts
 in training mode only; the teacher-forced forward runs the same `step` as decoding, so the two agree.
+`tied_output=True` makes the output layer the word embedding F itself, q_t = softmax(F^T h_t + b) (SCO's Eq. 3),
+with a bias-free projection of h_t to embed_size first when hidden_size differs.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class LSTMDecoder(nn.Module):
 
     def __init__(self, vocab_size: int, embed_size: int = 512, hidden_size: int = 512, dropout: float = 0.5,
                  init_size: int = 0, step_input_size: int = 0, memory_size: int = 0, attention: str = "none",
-                 attention_size: int = 512, sentinel: bool = False) -> None:
+                 attention_size: int = 512, sentinel: bool = False, tied_output: bool = False) -> None:
         super().__init__()
         if attention not in ("none", "input", "output"):
             raise ValueError(f"attention must be none, input or output, not {attention!r}")
@@ -124,7 +126,13 @@ class LSTMDecoder(nn.Module):
                        if attention != "none" else None)
         self.sentinel_x = nn.Linear(input_size, hidden_size) if sentinel else None
         self.sentinel_h = nn.Linear(hidden_size, hidden_size, bias=False) if sentinel else None
-        self.output = nn.Linear(hidden_size, vocab_size)
+        if tied_output:
+            self.output = (nn.Linear(hidden_size, embed_size, bias=False) if hidden_size != embed_size
+                           else nn.Identity())
+            self.output_bias: nn.Parameter | None = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.output = nn.Linear(hidden_size, vocab_size)
+            self.output_bias = None
 
     def init_state(self, cond: Conditioning) -> tuple[State, State]:
         """(state, static) ready for the first token (`<start>`): runs the first input through the LSTM if any."""
@@ -132,7 +140,7 @@ class LSTMDecoder(nn.Module):
         if cond.init is not None:
             h, c = self.init_h(cond.init), self.init_c(cond.init)
         else:
-            weight = self.output.weight
+            weight = self.embed.weight
             h = c = torch.zeros(batch, self.hidden_size, dtype=weight.dtype, device=weight.device)
         static: State = {}
         if cond.step_input is not None:
@@ -171,8 +179,15 @@ class LSTMDecoder(nn.Module):
             context, _ = self.attend(h_new, static["memory"], static["projected"], static.get("memory_mask"),
                                      sentinel)
             out = context + h_new
-        logp = torch.log_softmax(self.output(self.dropout(out)), dim=-1)
+        logp = torch.log_softmax(self.word_scores(self.dropout(out)), dim=-1)
         return logp, {"h": h_new, "c": c_new}
+
+    def word_scores(self, out: torch.Tensor) -> torch.Tensor:
+        """Scores over the vocabulary [N, V] of output vectors [N, hidden_size]: the output layer, or with
+        `tied_output` F^T (P out) + b, F the word embedding (shared with whoever shares `embed`)."""
+        if self.output_bias is None:
+            return self.output(out)
+        return self.output(out) @ self.embed.weight.t() + self.output_bias
 
     def forward(self, cond: Conditioning, tokens: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: log p(tokens[:, t + 1] | tokens[:, :t + 1], image) as [B, L - 1, V]."""

@@ -2,13 +2,13 @@
 
 The encoder turns a backbone feature map F (D, H, W) and a foreground mask B (H, W) into K nodes:
 semantic pooling (conv 3x3 + BatchNorm + ReLU + conv 1x1 into K maps, softmax over K) gives the
-confidence map C, and node k is v_k = sum over pixels of F * B * C_k (Eq. 1), divided by the mask's area
-sum B (a per-image constant the paper leaves out; without it the nodes shrink with the bird's size and
-with the map's resolution, and small toy masks gave differences too small to learn from); the total-variation norm
-of C (Eq. 2) regularises it. The nodes are projected to the graph dimension and refined by a GCN over the
-fully connected graph with affinity A_ij = (W_i v_i)^T (W_j v_j) (Eq. 3). A pair is described from the
-node differences v_k(a) - v_k(b), a single image from its own nodes; the LSTM decoder (shared by both
-tasks) attends over the K nodes at every step.
+confidence map C, and node k is v_k = sum over pixels of F * B * C_k (Eq. 1, `node_norm="sum"`, the default).
+`node_norm="area"` divides it by the mask's area sum B, a per-image constant the paper leaves out (vltools'
+option: it keeps the nodes at the scale of F, where the plain sum grows with the bird's size and the map's
+resolution). The total-variation norm of C (Eq. 2) regularises it. The nodes are projected to the
+graph dimension and refined by a GCN over the fully connected graph with affinity A_ij = (W_i v_i)^T (W_j v_j)
+(Eq. 3). A pair is described from the node differences v_k(a) - v_k(b), a single image from its own nodes; the
+LSTM decoder (shared by both tasks) attends over the K nodes at every step.
 
 Variants (the paper's baselines and ablations) are config switches:
 `pooling` semantic | masked_average (Table 3 "- Semantic Pooling": one node, the mask-weighted mean of F)
@@ -28,6 +28,7 @@ from vltools.errors import VLToolsError
 from vltools.models.decoder import Conditioning, LSTMDecoder
 
 POOLINGS = ("semantic", "masked_average", "global")
+NODE_NORMS = ("sum", "area")
 COMPARES = ("difference", "concat")
 
 
@@ -68,7 +69,8 @@ class SemanticPooling(nn.Module):
 class GraphReasoning(nn.Module):
     """GCN steps over a fully connected graph of nodes: A = (W_i V)(W_j V)^T (Eq. 3), each row normalised
     by a softmax (the affinity is unbounded, so Kipf and Welling's degree normalisation does not apply),
-    then V <- V + relu(W_g (A V)) (residual, as in VSRN's graph reasoning that the paper follows)."""
+    then V <- V + relu(W_g (A V)). This update is vltools' own (the paper gives none): VSRN's graph reasoning
+    divides A by the number of nodes instead of a softmax and adds W_g (A V) through BatchNorm, without ReLU."""
 
     def __init__(self, dim: int, steps: int = 1) -> None:
         super().__init__()
@@ -90,11 +92,13 @@ class L2CEncoder(nn.Module):
     """Feature map + mask -> relation-enhanced nodes (B, K, graph_dim) and the TV norm of C per image."""
 
     def __init__(self, feature_dim: int, num_nodes: int = 9, pool_hidden: int = 512, graph_dim: int = 512,
-                 gcn_steps: int = 1, pooling: str = "semantic") -> None:
+                 gcn_steps: int = 1, pooling: str = "semantic", node_norm: str = "sum") -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
-        self.pooling_kind = pooling
+        if node_norm not in NODE_NORMS:
+            raise ValueError(f"node_norm must be one of {NODE_NORMS}, not {node_norm!r}")
+        self.pooling_kind, self.node_norm = pooling, node_norm
         self.pool = SemanticPooling(feature_dim, num_nodes, pool_hidden) if pooling == "semantic" else None
         self.project = nn.Linear(feature_dim, graph_dim)
         self.graph = GraphReasoning(graph_dim, gcn_steps)
@@ -111,10 +115,11 @@ class L2CEncoder(nn.Module):
                 return featmap.mean(dim=(2, 3)).unsqueeze(1), zeros
             return masked_average_nodes(featmap, mask), zeros
         confidence = self.pool(featmap)
-        # Eq. 1 is a sum over pixels; dividing it by the mask's area keeps the nodes at the scale of F whatever
-        # the size of the bird (so the nodes of an image sum to its masked average); an empty mask gives zeros
-        area = mask.sum(dim=(1, 2)).clamp(min=1e-6)
-        nodes = semantic_nodes(featmap, mask, confidence) / area[:, None, None]
+        nodes = semantic_nodes(featmap, mask, confidence)
+        if self.node_norm == "area":
+            # the option: nodes at the scale of F whatever the bird's size (they sum to the masked average); an
+            # empty mask gives zeros
+            nodes = nodes / mask.sum(dim=(1, 2)).clamp(min=1e-6)[:, None, None]
         return nodes, total_variation(confidence)
 
     def forward(self, featmap: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,6 +152,7 @@ class L2C(nn.Module):
         "graph_dim": 512,
         "gcn_steps": 1,            # 0: no GCN (Table 3)
         "pooling": "semantic",     # semantic | masked_average (Table 3) | global (CNN+LSTM)
+        "node_norm": "sum",        # sum: Eq. 1 as printed | area: divided by the mask's area (vltools' option)
         "compare": "difference",   # difference | concat (CNN+LSTM: both images' nodes side by side)
         "embed_size": 512,
         "hidden_size": 512,
@@ -165,9 +171,11 @@ class L2C(nn.Module):
             raise VLToolsError(f"model.compare must be one of {', '.join(COMPARES)}, not {c['compare']!r}")
         if c["pooling"] not in POOLINGS:
             raise VLToolsError(f"model.pooling must be one of {', '.join(POOLINGS)}, not {c['pooling']!r}")
+        if c["node_norm"] not in NODE_NORMS:
+            raise VLToolsError(f"model.node_norm must be one of {', '.join(NODE_NORMS)}, not {c['node_norm']!r}")
         self.compare = c["compare"]
         self.encoder = L2CEncoder(c["feature_dim"], c["num_nodes"], c["pool_hidden"], c["graph_dim"],
-                                  c["gcn_steps"], c["pooling"])
+                                  c["gcn_steps"], c["pooling"], c["node_norm"])
         self.decoder = LSTMDecoder(vocab_size, embed_size=c["embed_size"], hidden_size=c["hidden_size"],
                                    dropout=c["dropout"], memory_size=c["graph_dim"], attention="input",
                                    attention_size=c["attention_size"])

@@ -13,10 +13,12 @@ token (`<end>`) is s; captions are cut to `max_words` (J = 50) words before `<st
 
 Generation (section 3.3.2, Eq. 3): the captioning core's `LSTMDecoder` (vltools.models.decoder) conditioned by
 `init=v` (h0 = W_h v, c0 = W_c v; the paper feeds v into the initial hidden state, the decoder maps it to both
-states), teacher-forced on the matched sentence; `shared_embedding` ties its word embedding to the sentence
-encoder's (Table 1's "(E)"), `sampling` > 0 feeds the decoder's own sampled word instead of the ground truth with
-that probability at each step (scheduled sampling, "(S)"). Generation is a training signal only: matching never
-runs the decoder.
+states), teacher-forced on the matched sentence. Its output layer is its word embedding F, q_t = softmax(F^T h_t +
+b_p) as Eq. 3 prints it (`tied_output`; h_t (H = 1024) goes through a bias-free projection to D = 300 first, since
+F^T h_t needs D-dimensional h_t); `shared_embedding` makes F the sentence encoder's embedding too (Table 1's "(E)";
+the other generation rows have a generator F of their own, "non-shared"), `sampling` > 0 feeds the decoder's own
+sampled word instead of the ground truth with that probability at each step (scheduled sampling, "(S)").
+Generation is a training signal only: matching never runs the decoder.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ class SCO(nn.Module):
             from vltools.models.decoder import LSTMDecoder
 
             self.generator = LSTMDecoder(vocab_size, embed_size=word_dim, hidden_size=embed_size,
-                                         dropout=gen_dropout, init_size=embed_size)
+                                         dropout=gen_dropout, init_size=embed_size, tied_output=True)
             if shared_embedding:
                 self.generator.embed = self.sentence.embed
 

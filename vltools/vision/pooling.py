@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -18,17 +16,20 @@ def average(featmaps: torch.Tensor) -> torch.Tensor:
 
 
 def _starts(length: int, size: int, count: int) -> list[int]:
-    """`count` windows of `size` spread uniformly over `length`, first at 0 and last ending at `length`."""
+    """`count` windows of `size` over `length`, first at 0 and last ending at `length`: start i is
+    floor(i (length - size) / (count - 1)), the reference code's floor(wl2 + i b) - wl2 with the integer wl2
+    (computed exactly here, in integers)."""
     if count == 1:
-        return [(length - size) // 2]
-    step = (length - size) / (count - 1)
-    return [int(math.floor(i * step + 0.5)) for i in range(count)]
+        return [0]
+    return [i * (length - size) // (count - 1) for i in range(count)]
 
 
 def rmac_regions(h: int, w: int, levels: int = RMAC_LEVELS) -> list[tuple[int, int, int]]:
-    """Tolias et al. (2016) R-MAC regions of an h x w map as (y, x, size): at level l, square regions of
-    side floor(2 min(h, w) / (l + 1)), l per side along the short side and l + m along the long side, m
-    chosen so that consecutive level-1 regions overlap as close to 40% as possible."""
+    """Tolias et al. (2016) R-MAC regions of an h x w map as (y, x, size), as their rmac_regionvec_act.m defines
+    them: at level l, square regions of side floor(2 min(h, w) / (l + 1)), l per side along the short side and
+    l + m along the long side, m chosen so that consecutive level-1 regions overlap as close to 40% as possible;
+    starts spread by a step b = (side - size) / (count - 1) and floored. A level whose side is 0 cells (maps one
+    cell wide) has no region, as in the reference."""
     short, long = min(h, w), max(h, w)
     extra = 0
     if long > short:
@@ -36,7 +37,9 @@ def rmac_regions(h: int, w: int, levels: int = RMAC_LEVELS) -> list[tuple[int, i
         extra = 1 + min(range(len(overlaps)), key=lambda i: abs(overlaps[i] - RMAC_OVERLAP))
     regions = []
     for level in range(1, levels + 1):
-        size = max(1, (2 * short) // (level + 1))
+        size = (2 * short) // (level + 1)
+        if size < 1:
+            continue
         along_h = _starts(h, size, level + (extra if h > w else 0))
         along_w = _starts(w, size, level + (extra if w > h else 0))
         regions += [(y, x, size) for y in along_h for x in along_w]

@@ -60,7 +60,7 @@ TASK_DEFAULTS: dict[str, object] = {
     "nu": 1.0,              # T_n / T_m in r_nu (Dai & Lin fix 1)
     "tokenizer": "karpathy",
     "min_count": 5,         # words seen fewer times in the training captions become <unk>
-    "max_words": 16,        # captions cut to this many words; also the decoding length in validation
+    "max_words": 18,        # captions cut to this many words (Dai & Lin 5.1); also the validation decoding length
     "val_images": 0,        # validate on the first N validation images (0: all)
     "val_batch_size": 100,  # images decoded at once in validation
 }
@@ -231,7 +231,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     options = config["task"]
     init, reference = _objective_models(model_name, options, vocab)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records) for split in (train_split, val_split))
+    train, val = (read_split(captions, split, records, option) for split, option in
+                  ((train_split, "--train-split"), (val_split, "--val-split")))
     needs = MODELS[model_name].features
     if reference is not None:
         needs = tuple(dict.fromkeys(needs + reference.features))

@@ -7,9 +7,9 @@ aux_captions.jsonl) whose feature maps are in AUX_FEATS.h5 (default: FEATS.h5). 
 model trains on pairs only (L2C[B2W]); with them each step also takes `task.aux_batch_size` captions
 (every `task.aux_every` steps) and the loss is L_diff + L_single + lambda L_TV (Eq. 6).
 
-L_diff and L_single are the token-mean cross-entropies of `vltools.losses.sequence_cross_entropy`; L_TV
-is Eq. 2 divided by the number of pixels H x W and averaged over the step's images, so that lambda = 1
-weighs it like one token's cross-entropy whatever the feature map size. Validation describes every
+The loss is `vltools.losses.l2c_loss`: L_diff and L_single (Eqs. 4-5) are the cross-entropies summed over each
+sentence's tokens and averaged over the batch's sentences, L_TV is Eq. 2 of each image (summed over its K maps
+and pixels) averaged over the step's images, lambda = `task.tv_weight` = 1 (section 3.1). Validation describes every
 validation pair (beam `task.val_beam`) and scores ROUGE-L against all its descriptions; the best
 checkpoint by ROUGE-L is kept, as the paper selects models (generated words against the PTB-tokenised
 references, no Java per validation; `vltools score caption` gives the reported numbers).
@@ -41,14 +41,14 @@ from vltools.infer.pairs import describe_pairs
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
-from vltools.losses import sequence_cross_entropy
+from vltools.losses import l2c_loss
 from vltools.models import build_model
 from vltools.models.l2c import L2C
 from vltools.text.captions import CaptionPreprocessing
 from vltools.train.config import TRAIN_DEFAULTS
 
 TASK_DEFAULTS: dict[str, object] = {
-    "tv_weight": 1.0,          # lambda of Eq. 6; 0 is Table 3's "- TV Loss"
+    "tv_weight": 1.0,          # lambda of Eq. 6 (section 3.1: 1); 0 is Table 3's "- TV Loss"
     "aux_batch_size": 128,     # single-image captions per step (the paper's CUB batch)
     "aux_every": 1,            # take an auxiliary batch every N steps (1: every step, as the paper)
     "aux_split": "train",      # split of the single-image captions to train on
@@ -91,8 +91,8 @@ class L2CTask:
         self.options = options = config["task"]
         self.prep = CaptionPreprocessing(options["tokenizer"], options["min_count"], options["max_words"])
         records = read_records(pairs_path, "pairs")
-        train = read_pairs(pairs_path, train_split, records, need_descriptions=True)
-        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True)
+        train = read_pairs(pairs_path, train_split, records, need_descriptions=True, option="--train-split")
+        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True, option="--val-split")
         self._val_refs: dict[str, list[str]] | None = None
         check_map_features(features, train.image_ids + self.val.image_ids, pairs_path)
         texts = [text for _, text in train.items()]
@@ -132,11 +132,9 @@ class L2CTask:
         out = model(batch["featmap_a"], batch["mask_a"], batch["featmap_b"], batch["mask_b"], batch["tokens"],
                     batch.get("aux_featmap"), batch.get("aux_mask"), batch.get("aux_tokens"))
         steps = out.pair_logp.shape[1]
-        total = sequence_cross_entropy(out.pair_logp, _shifted(batch["tokens"], steps))
-        if out.single_logp is not None:
-            total = total + sequence_cross_entropy(out.single_logp, _shifted(batch["aux_tokens"], steps))
-        pixels = batch["featmap_a"].shape[2] * batch["featmap_a"].shape[3]
-        return total + self.options["tv_weight"] * out.tv.mean() / pixels
+        single_targets = _shifted(batch["aux_tokens"], steps) if out.single_logp is not None else None
+        return l2c_loss(out.pair_logp, _shifted(batch["tokens"], steps), out.tv, out.single_logp, single_targets,
+                        self.options["tv_weight"])
 
     def references(self) -> dict[str, list[str]]:
         """The validation pairs' descriptions, PTB-tokenised once (Java) on first use."""

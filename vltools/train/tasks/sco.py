@@ -134,7 +134,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     unless `vocab` is given."""
     context, concepts, captions = split_inputs(inputs, config["model"])
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records) for split in (train_split, val_split))
+    train, val = (read_split(captions, split, records, option) for split, option in
+                  ((train_split, "--train-split"), (val_split, "--val-split")))
     for split in (train, val):
         for path in (context, concepts):
             if path is not None:
