@@ -7,7 +7,8 @@
 # Usage: bin/fetch_bottom_up_weights.sh [--fixed36] [DEST]     (default DEST: models/)
 #   default:   the "10-100 boxes" model, bua-caffe-frcn-r101-k10-100.pth (Caffe resnet101_faster_rcnn_final)
 #   --fixed36: the "36 boxes" model, bua-caffe-frcn-r101-k36.pth (Caffe ..._final_iter_320000)
-# Result: DEST/bua.pt (DEST/bua-k36.pt with --fixed36).
+# Result: DEST/bua.pt (DEST/bua-k36.pt with --fixed36), registered in the model store as `bottom-up`
+# (`bottom-up-k36`), the names `extract-regions --regions bottom-up --detector-weights NAME` accepts.
 #
 # Sources (the bottom-up-attention.pytorch README, "Pre-trained models", R101-k10-100 and R101-k36):
 #   https://awma1-my.sharepoint.com/:u:/g/personal/yuz_l0_tn/EaXvCC3WjtlLvvEfLr3oa8UBLA21tcLh4L8YLbYXl6jgjg?download=1
@@ -20,10 +21,12 @@ SHAREPOINT="https://awma1-my.sharepoint.com/:u:/g/personal/yuz_l0_tn"
 NAME=bua-caffe-frcn-r101-k10-100.pth
 URL="$SHAREPOINT/EaXvCC3WjtlLvvEfLr3oa8UBLA21tcLh4L8YLbYXl6jgjg?download=1"
 OUTPUT=bua.pt
+STORE_NAME=bottom-up
 if [[ "${1:-}" == "--fixed36" ]]; then
     NAME=bua-caffe-frcn-r101-k36.pth
     URL="$SHAREPOINT/EUKhQ3hSRv9JrrW64qpNLSIBGoOjEGCkF8zvgBP9gKax-w?download=1"
     OUTPUT=bua-k36.pt
+    STORE_NAME=bottom-up-k36
     shift
 fi
 DEST=${1:-models}
@@ -63,3 +66,4 @@ fi
 # the released file is loaded once here with pickle allowed (--trust); the vltools checkpoint it becomes is not a pickle
 "$VLTOOLS" convert bottom-up-weights "$FILE" --trust -o "$DEST/$OUTPUT"
 echo "fetch_bottom_up_weights.sh: wrote $DEST/$OUTPUT" >&2
+"$VLTOOLS" models add --replace "$STORE_NAME" "$DEST/$OUTPUT"

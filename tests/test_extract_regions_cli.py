@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 from pathlib import Path
@@ -206,6 +207,28 @@ def test_imagenet_weights_offline_is_one_sentence(photos, tmp_path, monkeypatch,
     assert str(tmp_path / "torch" / "hub" / "checkpoints") in lines[0] and not out.exists()
 
 
+@pytest.mark.parametrize(("stage", "files"), [
+    ("extract-regions", ("resnet101-63fe2227.pth", "fasterrcnn_resnet50_fpn_coco-258fb6c6.pth")),
+    ("segment-pool", ("resnet101-63fe2227.pth", "fcn_resnet101_coco-7ecb50ca.pth")),
+])
+def test_the_default_weights_offline_are_named_together_in_one_line(stage, files, photos, tmp_path, monkeypatch,
+                                                                     capsys):
+    """The default backbone and detector (or FCN) need two files: one run names both, not one at a time."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    tried = []
+
+    def no_network(url, destination, hash_prefix):
+        tried.append(Path(destination).name)
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(backbones, "_download", no_network)
+    assert _vltools(stage, photos, "-o", tmp_path / "never.h5") == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert tried == list(files) and len(lines) == 1
+    assert f"files {files[0]} from https://" in lines[0] and f" and {files[1]} from https://" in lines[0]
+    assert f"put them in {tmp_path / 'torch' / 'hub' / 'checkpoints'}/" in lines[0]
+
+
 def _synth_folder(root: Path, count: int) -> Path:
     folder = root / "synth"
     folder.mkdir()
@@ -312,3 +335,62 @@ def test_a_bad_shard_is_a_usage_error(photos, tmp_path, capsys, stage):
     assert _vltools(stage, photos, *TINY, "--shard", "3/2", "-o", tmp_path / "x.h5") == 2
     err = capsys.readouterr().err
     assert "Invalid value for '--shard': need 0 <= i < n" in err and not list(tmp_path.iterdir())
+
+
+def test_image_files_and_a_tar_shard_are_inputs(photos, tmp_path):
+    """`extract-regions imgs/*.jpg imgs/*.png shard.tar`: files known by their names as in their folder, tar members
+    by their member names, and a member gives the same row as the same image as a file."""
+    with tarfile.open(tmp_path / "shard.tar", "w") as tar:
+        tar.add(photos / "china.jpg", arcname="copy/china.jpg")
+        tar.addfile(tarfile.TarInfo("copy/china.txt"))  # img2dataset's caption beside the image
+    out = tmp_path / "out.h5"
+    assert _vltools("-q", "extract-regions", photos / "china.jpg", photos / "chelsea.png", tmp_path / "shard.tar",
+                    *TINY, "--regions", "grid", "--image-size", "64", "-o", out) == 0
+    with FeaturesReader(out) as reader:
+        assert reader.ids == ["china.jpg", "chelsea.png", "copy/china.jpg"]
+        rows = reader.read(["china.jpg", "copy/china.jpg"])["regions"]
+    np.testing.assert_array_equal(rows[0], rows[1])
+
+
+@pytest.mark.parametrize("extra", [["--global", "avg"], ["--image-size", "300"], ["--backbone", "resnet18"],
+                                   ["--detector-vocab", "."]])
+def test_options_that_do_not_apply_to_bottom_up_are_usage_errors(photos, tmp_path, capsys, extra):
+    regions = "detector" if extra[0] == "--detector-vocab" else "bottom-up"
+    assert _vltools("extract-regions", photos, "--regions", regions, *extra, "-o", tmp_path / "f.h5") == 2
+    err = capsys.readouterr().err
+    assert ("--regions bottom-up takes no" in err or "it needs --regions bottom-up" in err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_bottom_up_without_weights_names_the_fetch_script_in_one_line(photos, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
+    assert _vltools("extract-regions", photos, "--regions", "bottom-up", "-o", tmp_path / "f.h5") == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--detector-weights bottom-up: neither a file nor a model" in lines[0]
+    assert "bin/fetch_bottom_up_weights.sh" in lines[0] and not (tmp_path / "f.h5").exists()
+
+
+def test_bottom_up_adaptive_k_with_vocabularies(photos, tmp_path):
+    from bottom_up_helpers import FEATURE_DIM, save_tiny_detector
+
+    weights = save_tiny_detector(tmp_path)
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    (vocab / "objects_vocab.txt").write_text("".join(f"object{i}\n" for i in range(8)), encoding="utf-8")
+    (vocab / "attributes_vocab.txt").write_text("red\nlarge,big\nwooden\nshiny\n", encoding="utf-8")
+    out = tmp_path / "bu.h5"
+    assert _vltools("-q", "extract-regions", photos, "--regions", "bottom-up", "--detector-weights", weights,
+                    "--min-regions", "4", "--max-regions", "20", "--detector-vocab", vocab, "--workers", "0",
+                    "--device", "cpu", "-o", out) == 0
+    assert _datasets(out) == {"regions": ((3, 20, FEATURE_DIM), "float16"), "boxes": ((3, 20, 4), "float32"),
+                              "num_regions": ((3,), "int32"), "image_size": ((3, 2), "int32"),
+                              "labels": ((3, 20), "int32"), "label_scores": ((3, 20), "float32"),
+                              "attributes": ((3, 20), "int32"), "attribute_scores": ((3, 20), "float32"),
+                              "failed": ((0,), "object")}
+    with FeaturesReader(out) as reader:
+        attrs = reader.attrs
+        counts = reader.read(reader.ids, ["num_regions"])["num_regions"]
+    assert ((counts >= 4) & (counts <= 20)).all()
+    assert attrs["extractor"] == "bottom-up" and attrs["num_regions"] == "4-20 at score >= 0.2"
+    assert json.loads(attrs["attribute_names"]) == ["red", "large", "wooden", "shiny"]
+    assert json.loads(attrs["label_names"])[7] == "object7"

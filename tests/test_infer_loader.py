@@ -64,3 +64,53 @@ def test_an_ensemble_must_share_vocabulary_and_feature_width(tmp_path):
         load_models([tmp_path / "a.pt", tmp_path / "c.pt"])
     with pytest.raises(VLToolsError, match="no model given"):
         load_models([])
+
+
+def test_the_detector_role_loads_a_vocabulary_free_bottom_up_checkpoint_and_refuses_others(tmp_path):
+    from test_convert_bottom_up_weights import TINY
+
+    from vltools.models.bottom_up import BottomUpAttention
+
+    torch.manual_seed(0)
+    detector = BottomUpAttention(**TINY)
+    save_checkpoint(tmp_path / "bua.pt", "bottom-up", detector.config, detector.state_dict())
+    loaded = load_model(tmp_path / "bua.pt", "detector", "--detector-weights")
+    assert loaded.name == "bottom-up" and loaded.words == [] and not loaded.model.training
+    assert torch.equal(loaded.model.predictor.cls_score.weight, detector.predictor.cls_score.weight)
+    save_vse(tmp_path / "vse.pt")
+    with pytest.raises(VLToolsError, match=r"vse.pt: a checkpoint of 'vse', not a region detector; "
+                                           r"--detector-weights needs the bottom-up-attention weights"):
+        load_model(tmp_path / "vse.pt", "detector", "--detector-weights")
+    with pytest.raises(VLToolsError, match="bua.pt: checkpoint has no vocabulary"):
+        load_model(tmp_path / "bua.pt")
+
+
+@pytest.mark.parametrize(("features_attrs", "trained", "warned"), [
+    ({"extractor": "bottom-up", "weights": "0123456789abcdef"}, "bottom-up", False),
+    ({"backbone": "bottom-up", "weights": "unknown"}, "bottom-up", False),   # `convert bottom-up` of the release
+    ({"backbone": "resnet101", "weights": "imagenet", "regions": "detector"}, "bottom-up", True),
+    ({"extractor": "bottom-up"}, "resnet101 (imagenet), detector regions", True),
+    ({"backbone": "resnet101", "weights": "imagenet", "regions": "detector"}, None, False),   # not recorded
+    ({"backbone": "precomp", "weights": "unknown"}, "bottom-up", False),   # imported: unknown extractor
+])
+def test_match_warns_in_one_line_when_the_features_extractor_is_not_the_trained_one(tmp_path, caplog,
+                                                                                     features_attrs, trained, warned):
+    import logging
+
+    import numpy as np
+
+    from vltools.infer.loader import check_features
+    from vltools.io.features import FeaturesReader, FeaturesWriter
+
+    with FeaturesWriter(tmp_path / "feats.h5", features_attrs, dtype="float32") as writer:
+        writer.add(["a"], regions=np.ones((1, 3, CONFIG["img_dim"]), np.float32))
+    model = build_model("vse", CONFIG, len(WORDS))
+    train_state = {"inputs": {"feature_extractor": trained}} if trained else {}
+    save_checkpoint(tmp_path / "vse.pt", "vse", CONFIG, model.state_dict(), vocab=WORDS, train_state=train_state)
+    with FeaturesReader(tmp_path / "feats.h5") as reader, caplog.at_level(logging.WARNING, logger="vltools"):
+        check_features(reader, [load_model(tmp_path / "vse.pt")])
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == int(warned)
+    if warned:
+        assert "feats.h5: features from" in lines[0] and f"vse.pt was trained on {trained} features" in lines[0]
+        assert "\n" not in lines[0]

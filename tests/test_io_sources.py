@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.sources import load_json, numbered_lines, read_id_list, split_assignments
+from vltools.io.sources import load_json, numbered_lines, read_class_names, read_id_list, split_assignments
 
 
 def test_lines_split_on_newline_only(tmp_path):
@@ -39,3 +39,16 @@ def test_json_errors_name_line_and_column(tmp_path):
         load_json(path)
     with pytest.raises(VLToolsError, match="missing.json: no such file"):
         load_json(tmp_path / "missing.json")
+
+
+def test_class_names_are_the_first_name_of_each_line_without_the_background(tmp_path):
+    path = tmp_path / "objects_vocab.txt"
+    path.write_text("man\nt-shirt,tee shirt\nteddy bear\n\n", encoding="utf-8")
+    assert read_class_names(path, 3) == ["man", "t-shirt", "teddy bear"]
+    path.write_text("__background__\nman\nt-shirt\nteddy bear\n", encoding="utf-8")
+    assert read_class_names(path, 3) == ["man", "t-shirt", "teddy bear"]
+    with pytest.raises(VLToolsError, match=r"objects_vocab.txt: 4 class names, but the detector has 2 classes"):
+        read_class_names(path, 2)
+    path.write_text("man\n\nteddy bear\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"objects_vocab.txt: line 2: blank line"):
+        read_class_names(path, 3)

@@ -115,7 +115,8 @@ def test_imported_model_gives_the_same_similarities(released, tmp_path):
     payload = import_sgraf_checkpoint(path, VOCAB_JSON, trust=True)
     assert payload["model"] == module_name.lower() and len(payload["vocab"]) == V
     assert payload["config"]["num_regions"] == K and payload["config"]["embed_size"] == E
-    assert payload["train_state"] == {"epoch": 17, "iteration": 5000, "best_rsum": 480.5}
+    assert payload["train_state"] == {"epoch": 17, "iteration": 5000, "best_rsum": 480.5,
+                                      "inputs": {"feature_extractor": "bottom-up"}}  # match checks the features
     out = tmp_path / "model.pt"
     save_checkpoint(out, **payload)
     converted = model_from_checkpoint(load_checkpoint(out))

@@ -94,3 +94,8 @@ def test_vocab_splits_train_or_train_plus_val(world, tmp_path):
 
 def test_the_tokenizer_is_recorded_with_the_inputs(world):
     assert task_for(world).checkpoint_info()["inputs"]["tokenizer"] == tokenizer_name()
+
+
+def test_the_features_extractor_is_recorded_with_the_inputs(world):
+    """`match` warns when later features come from another extractor (vltools.infer.loader.check_features)."""
+    assert task_for(world).checkpoint_info()["inputs"]["feature_extractor"] == "tiny (none), synthetic regions"

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from vltools.commands.options import SEED_RANGE
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 from vltools.io.provenance import provenance
+from vltools.report.boxes import read_boxes
 from vltools.report.curves import read_training_log
 from vltools.report.gallery import (
     caption_section,
@@ -42,7 +44,8 @@ FILE = click.Path(dir_okay=False)
 @click.option("--scores", multiple=True, type=FILE, help="Metrics JSON printed by vltools score; repeatable.")
 @click.option("--proxy", type=FILE, help="Proxy HDF5 (tfidf-proxy): the relevance shown beside i2i results.")
 @click.option("--heatmaps", type=click.Path(file_okay=False),
-              help="Folder of grounding heatmaps (match --explain), QUERY__RESULT.png or QUERY/RESULT.png.")
+              help="Folder of heatmaps shown beside i2i results (vltools explain -o FOLDER), QUERY__RESULT.png or "
+                   "QUERY/RESULT.png.")
 @click.option("--log", "logs", multiple=True, type=FILE, help="Training log (PATH.log.jsonl) to draw; repeatable.")
 @click.option("--figure", "figures", multiple=True, type=FILE,
               help="A PNG to show in the header (e.g. score semantic --plot); repeatable.")
@@ -50,18 +53,24 @@ FILE = click.Path(dir_okay=False)
               "(an image id also picks its captions' t2i queries).")
 @click.option("--sample", type=click.IntRange(min=0), default=100, show_default=True,
               help="Queries (and captioned items) drawn at random per section; 0 = all.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of the sample.")
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True, help="Results shown per query.")
 @click.option("--page-size", type=click.IntRange(min=1), default=50, show_default=True, help="Cards per page.")
 @click.option("--thumb-size", type=click.IntRange(min=16), default=160, show_default=True,
               help="Longer side of the thumbnails in pixels.")
 @click.option("--title", default="vltools report", show_default=True)
 @click.option("--force", is_flag=True, help="Replace OUT if it holds an earlier report.")
+@click.option("--boxes", "boxes_path", type=FILE,
+              help="Features HDF5 with /boxes (extract-regions --regions bottom-up or detector): draw each image's "
+                   "boxes with their object and attribute labels (\"red car\") on its thumbnail; leave out to draw "
+                   "none.")
+@click.option("--max-boxes", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Boxes drawn per image, the highest-scoring first.")
 def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], item_scores: tuple[str, ...],
             images: tuple[str, ...], captions: str | None, pairs: str | None, scores: tuple[str, ...],
             proxy: str | None, heatmaps: str | None, logs: tuple[str, ...], figures: tuple[str, ...],
             queries: str | None, sample: int, seed: int, top_k: int, page_size: int, thumb_size: int, title: str,
-            force: bool) -> None:
+            force: bool, boxes_path: str | None, max_boxes: int) -> None:
     """Write OUT/, a static HTML report that opens from file:// or any web server (open OUT/index.html): the
     ranked results of sampled queries with the ground truth marked, generated captions beside their references,
     the scores, training curves and the provenance of every input. Images become thumbnails inside OUT."""
@@ -87,6 +96,7 @@ def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], ite
     header = Header(title, [(path, read_scores(path)) for path in scores], [Path(f) for f in figures],
                     [read_training_log(path) for path in logs],
                     [file_summary(path) for path in inputs if Path(path).is_file()], provenance())
-    counts = write_report(out, header, sections, items, thumb_size, page_size, force)
+    boxes = read_boxes(boxes_path, [item.image_id for item in items], max_boxes) if boxes_path else None
+    counts = write_report(out, header, sections, items, thumb_size, page_size, force, boxes)
     log.info("wrote %s/index.html: %d sections, %d cards, %d thumbnails%s", out, len(sections), counts["cards"],
              counts["thumbnails"], f", {counts['broken']} images unreadable" if counts["broken"] else "")

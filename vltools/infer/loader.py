@@ -13,8 +13,9 @@ from torch import nn
 
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
-from vltools.io.features import FeaturesReader
+from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
+from vltools.io.progress import log
 from vltools.models import model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
@@ -32,6 +33,8 @@ ROLES = {
                  "--model concepts"),
     "encodable": (("vse", "sgr", "saf", "sco", "rmac"), "{path}: a checkpoint of {model!r}, which cannot encode; "
                   "give a vse, sco or rmac checkpoint"),
+    "detector": (("bottom-up",), "{path}: a checkpoint of {model!r}, not a region detector; {role} needs the "
+                 "bottom-up-attention weights converted by `vltools convert bottom-up-weights FILE --trust -o bua.pt`"),
 }
 
 
@@ -87,8 +90,8 @@ def load_model(path: str | os.PathLike, role: str = "matching", option: str = "-
     if name not in accepted:
         raise VLToolsError(refusal.format(path=path, model=name, role=option))
     model = model_from_checkpoint(payload, str(path))
-    return LoadedModel(Path(path), str(name), model, list(payload["vocab"]), dict(payload.get("config") or {}),
-                       payload)
+    return LoadedModel(Path(path), str(name), model, list(payload.get("vocab") or []),
+                       dict(payload.get("config") or {}), payload)
 
 
 def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
@@ -110,7 +113,8 @@ def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
 
 
 def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> None:
-    """The features' region dimension must be what every model was built for."""
+    """The features' region dimension must be what every model was built for; a model whose checkpoint records
+    another feature extractor than the features' (see `trained_extractor`) gets a one-line warning."""
     for item in loaded:
         if getattr(item.model, "inputs", "regions") != "regions":
             raise VLToolsError(f"{item.path}: model {item.name!r} reads per-image vectors (context and concept "
@@ -125,6 +129,21 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
         if wanted is not None and int(wanted) != dim:
             raise VLToolsError(f"{reader.path}: regions are {dim}-d but {item.path} was trained on {wanted}-d "
                                "features; use features from the same extractor as the training data")
+    extractor = features_extractor(reader.attrs)
+    for item in loaded:
+        trained = trained_extractor(item.payload)
+        if extractor and trained and extractor != trained:
+            fix = "vltools extract-regions --regions bottom-up" if trained == BOTTOM_UP else \
+                "extract them as the training features were"
+            log.warning(f"{reader.path}: features from {extractor}, but {item.path} was trained on {trained} "
+                        f"features; its scores may mean little ({fix})")
+
+
+def trained_extractor(payload: dict) -> str | None:
+    """The feature extractor a checkpoint was trained on, where it records it (`train_state.inputs.
+    feature_extractor`: trained by vltools, or `bottom-up` for the converted released checkpoints)."""
+    inputs = (payload.get("train_state") or {}).get("inputs") or {}
+    return inputs.get("feature_extractor")
 
 
 def hdf5_kind(path: str | os.PathLike) -> str | None:

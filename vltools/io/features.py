@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
+from vltools.io.hdf5 import (
+    create_dataset,
+    decode_strings,
+    open_h5,
+    read,
+    refuse_nonfinite,
+    set_attrs,
+    string_dtype,
+)
 from vltools.io.provenance import ids_digest
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
-FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask")
+FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
+          "attributes", "attribute_scores")
 IDS_CHECKSUM = "ids_checksum"
-FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32}
+FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32,
+                "labels": np.int32, "label_scores": np.float32, "attributes": np.int32, "attribute_scores": np.float32}
+BOTTOM_UP = "bottom-up"  # the extractor of the bottom-up-attention features (Anderson et al. 2018)
 
 
 class FeaturesWriter:
@@ -47,8 +58,9 @@ class FeaturesWriter:
         return self._seen
 
     def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
-        """Append rows for `ids`; `arrays` are among regions, boxes, num_regions, image_size, global,
-        featmap, mask, each with len(ids) rows."""
+        """Append rows for `ids`; `arrays` are among `FIELDS` (regions, boxes, num_regions, image_size, global,
+        featmap, mask, and a detector's labels, label_scores, attributes, attribute_scores), each with len(ids)
+        rows."""
         unknown = set(arrays) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown features fields {sorted(unknown)}")
@@ -158,6 +170,15 @@ class FeaturesReader:
     def shape(self, field: str) -> tuple[int, ...]:
         return tuple(self.handle[field].shape)
 
+    def require(self, ids: Iterable[str], source: object, fix: str = "extract its features or remove its captions",
+                what: str = "image_id") -> None:
+        """Every id must be in this file: otherwise one line naming `source` (the file that named the ids), the
+        first missing id, how many are missing, and `fix`."""
+        missing = [i for i in dict.fromkeys(ids) if i not in self.index]
+        if missing:
+            raise VLToolsError(f"{source}: {what} {missing[0]!r} is not in {self.path} ({len(missing)} image(s) "
+                               f"missing); {fix}")
+
     def rows(self, ids: Sequence[str]) -> np.ndarray:
         """Row numbers of `ids`; an unknown id is a one-line error naming it."""
         try:
@@ -178,22 +199,22 @@ class FeaturesReader:
             if name not in self.handle:
                 raise VLToolsError(f"{self.path}: has no /{name} dataset")
             block = read(self.handle[name], unique_rows if len(unique_rows) else slice(0, 0))
-            self._check_finite(name, block, unique_rows)
+            refuse_nonfinite(self.path, name, block, self.ids, unique_rows, "image id")
             out[name] = block[inverse][back]
         return out
-
-    def _check_finite(self, name: str, block: np.ndarray, rows: Sequence[int]) -> None:
-        """Refuse feature rows holding NaN or infinity, naming the first one's id (corrupt or bad input)."""
-        if name in FLOAT_FIELDS and not np.isfinite(block).all():
-            bad = np.argwhere(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0][0]
-            raise VLToolsError(f"{self.path}: image id {self.ids[rows[bad]]!r}: /{name} holds NaN or infinite "
-                               "values; the file is corrupt or was computed from bad input, rerun the stage that "
-                               "wrote it")
 
     def read_range(self, field: str, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 of `field` in file order (checksums verified, non-finite rows refused)."""
         block = read(self.handle[field], slice(start, stop))
-        self._check_finite(field, block, range(start, stop))
+        refuse_nonfinite(self.path, field, block, self.ids, range(start, stop), "image id")
+        return block
+
+    def read_rows(self, field: str, rows: Sequence[int]) -> np.ndarray:
+        """Rows `rows` (any order, repeats allowed) of `field`, read one by one: h5py's fancy indexing of
+        scattered rows is several times slower (checksums verified, non-finite rows refused)."""
+        dataset = self.handle[field]
+        block = np.stack([read(dataset, int(row)) for row in rows]) if len(rows) else read(dataset, slice(0, 0))
+        refuse_nonfinite(self.path, field, block, self.ids, rows, "image id")
         return block
 
     def iter_batches(self, batch_size: int, ids: Sequence[str] | None = None,
@@ -215,3 +236,17 @@ class FeaturesReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def features_extractor(attrs: Mapping[str, object]) -> str | None:
+    """What computed a features file's regions, in the words checkpoints record it (`match` compares the two): the
+    `extractor` attribute (`bottom-up`), `bottom-up` for the released features imported by `convert bottom-up`,
+    else the backbone, its weights and the regions mode; None when unknown (features imported from elsewhere)."""
+    if attrs.get("extractor"):
+        return str(attrs["extractor"])
+    backbone = attrs.get("backbone")
+    if backbone == BOTTOM_UP:
+        return BOTTOM_UP
+    if not backbone or attrs.get("weights") in (None, "unknown"):
+        return None
+    return f"{backbone} ({attrs['weights']}), {attrs.get('regions', 'unknown')} regions"

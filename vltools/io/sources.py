@@ -31,6 +31,22 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\r\n")
 
 
+def read_class_names(path: str | os.PathLike, size: int) -> list[str]:
+    """The `size` class names of a detector vocabulary file such as the released bottom-up-attention
+    objects_vocab.txt and attributes_vocab.txt: one class a line, its first comma-separated name; a file of
+    `size + 1` lines starts with the background name, which is dropped."""
+    lines = [(number, text.strip()) for number, text in numbered_lines(path)]
+    while lines and not lines[-1][1]:
+        lines.pop()
+    blank = next((number for number, text in lines if not text), None)
+    if blank is not None:
+        raise input_error(path, f"line {blank}", "blank line", "give one class name a line")
+    if len(lines) not in (size, size + 1):
+        raise input_error(path, None, f"{len(lines)} class names, but the detector has {size} classes",
+                          "give the vocabulary released with the detector's weights")
+    return [text.split(",")[0].strip() for _, text in lines[len(lines) - size:]]
+
+
 def record_unique(seen: dict, key: object, place: str, path: object, where: str, described: str, fix: str) -> None:
     """Remember that `key` (`described` in messages) first appeared at `place`; a repeat is a one-line error
     naming both places."""

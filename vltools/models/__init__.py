@@ -10,9 +10,12 @@ attribute `separable` (True when similarity is an inner product of [B, E] embedd
 
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
 from vltools.errors import VLToolsError, first_line
+from vltools.models.bottom_up import BottomUpAttention
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
 from vltools.models.concepts import ConceptCNN, build_concept_cnn
 from vltools.models.l2c import L2C
@@ -23,7 +26,8 @@ from vltools.models.vse import VSE
 
 MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
                                       "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO,
-                                      "l2c": L2C, "concepts": ConceptCNN}
+                                      "l2c": L2C, "concepts": ConceptCNN, "bottom-up": BottomUpAttention}
+NO_VOCABULARY = {"bottom-up"}  # models with no text side: their checkpoints carry no vocabulary
 
 
 def _model_class(name: str) -> type[nn.Module]:
@@ -37,13 +41,58 @@ def default_config(name: str) -> dict:
     return dict(_model_class(name).DEFAULTS)
 
 
-def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
-    """A freshly initialised model: defaults updated by `config` (unknown keys are an error)."""
-    full = default_config(name)
-    unknown = sorted(set(config) - set(full))
+# The declared range of each model setting whose range is not the rule for its default's type (an integer: a
+# size, count or dimension, at least 1; a float: finite and at least 0): (lowest, whether the lowest itself is
+# allowed, highest or None, whether the highest is allowed), by setting name in any model.
+SETTING_RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
+    "dropout": (0.0, True, 1.0, False), "gen_dropout": (0.0, True, 1.0, False), "sampling": (0.0, True, 1.0, True),
+    "gcn_steps": (0, True, None, False), "rpn_min_size": (0, True, None, False),
+    "lambda_softmax": (0.0, False, None, False), "bn_eps": (0.0, False, None, False),
+    "rpn_nms": (0.0, False, 1.0, True), "class_nms": (0.0, False, 1.0, True),
+}
+INT_RANGE = (1, True, None, False)
+FLOAT_RANGE = (0.0, True, None, False)
+
+
+def _shown(bounds: tuple[float, bool, float | None, bool]) -> str:
+    low, low_ok, high, high_ok = bounds
+    return f"{'[' if low_ok else '('}{low}, {'inf' if high is None else high}{']' if high_ok else ')'}"
+
+
+def check_model_config(name: str, config: dict, source: str = "model") -> None:
+    """Check every setting of `config` for model `name` against its schema: a known key, the type of its default
+    (bool, integer, number, string, list) and its range (SETTING_RANGES, else the rule for that type), before
+    anything is built; an error names `source`.key (e.g. `model.embed_size`)."""
+    defaults = default_config(name)
+    unknown = sorted(set(config) - set(defaults))
     if unknown:
         raise VLToolsError(f"model {name!r} has no setting {', '.join(unknown)}; "
-                           f"its settings are {', '.join(sorted(full))}")
+                           f"its settings are {', '.join(sorted(defaults))}")
+    for key, value in config.items():
+        default, where = defaults[key], f"{source}.{key}"
+        if isinstance(default, bool) or isinstance(value, bool):
+            if type(value) is not type(default):
+                raise VLToolsError(f"{where} must be {'true or false' if isinstance(default, bool) else 'a number'}, "
+                                   f"not {value!r}")
+            continue
+        if isinstance(default, (int, float)):
+            wanted = int if isinstance(default, int) else (int, float)
+            if not isinstance(value, wanted) or (isinstance(value, float) and not math.isfinite(value)):
+                raise VLToolsError(f"{where} must be {'an integer' if wanted is int else 'a finite number'}, "
+                                   f"not {value!r}")
+            bounds = SETTING_RANGES.get(key, INT_RANGE if isinstance(default, int) else FLOAT_RANGE)
+            low, low_ok, high, high_ok = bounds
+            if value < low or (value == low and not low_ok) or (high is not None and (value > high or (
+                    value == high and not high_ok))):
+                raise VLToolsError(f"{where} must be in {_shown(bounds)}, not {value!r}")
+        elif default is not None and not isinstance(value, type(default)):
+            raise VLToolsError(f"{where} must be {type(default).__name__}, not {value!r}")
+
+
+def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
+    """A freshly initialised model: defaults updated by `config`, checked first (`check_model_config`)."""
+    check_model_config(name, config)
+    full = default_config(name)
     full.update(config)
     if name == "concepts":  # a torchvision trunk: built from its name, weights loaded by the caller
         return build_concept_cnn(str(full["backbone"]), "none", int(full["num_concepts"]))[0]
@@ -53,10 +102,11 @@ def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
 def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Module:
     """The model stored in a loaded vltools checkpoint (see vltools.io.checkpoints), in eval mode; `source`
     (the file) names it in errors."""
-    vocab = payload.get("vocab")
-    if not vocab:
+    vocab = payload.get("vocab") or []
+    if not vocab and payload.get("model") not in NO_VOCABULARY:
         raise VLToolsError(f"{source}: checkpoint of model {payload.get('model')!r} has no vocabulary; "
                            "it must be saved with the word list its text encoder was trained on")
+    check_model_config(payload["model"], payload["config"], f"{source}: its config's model")
     model = build_model(payload["model"], payload["config"], len(vocab))
     try:
         model.load_state_dict(payload["state_dict"], strict=True)

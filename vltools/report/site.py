@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vltools.io.atomic import atomic_folder
 from vltools.io.numbers import dumps
+from vltools.report.boxes import Box
 from vltools.report.curves import TrainingLog, draw_curves, save_figure
 from vltools.report.gallery import Section
 from vltools.report.thumbs import Thumbnails
@@ -62,7 +63,8 @@ def _script(path: Path, call: str, *args: object) -> None:
 
 
 def write_report(out: str | Path, header: Header, sections: list[Section], images: list[ImageItem],
-                 thumb_size: int, page_size: int, force: bool) -> dict[str, int]:
+                 thumb_size: int, page_size: int, force: bool,
+                 boxes: dict[str, list[Box]] | None = None) -> dict[str, int]:
     """Write the whole folder atomically; return counts (cards, thumbnails, broken images)."""
     with atomic_folder(out, force, is_report, "vltools report", "index.html and data/summary.js") as stage:
         assets = resources.files("vltools.report") / "assets"
@@ -82,7 +84,7 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
             name = f"figures/{n}-{''.join(c if c.isalnum() or c in '.-_' else '_' for c in figure.name)}"
             shutil.copyfile(figure, stage / name)
             figures.append({"src": name, "title": figure.name})
-        thumbs = Thumbnails(stage, images, thumb_size)
+        thumbs = Thumbnails(stage, images, thumb_size, boxes)
         listed = []
         for section in sections:
             pages = [section.cards[i:i + page_size] for i in range(0, len(section.cards), page_size)]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import warnings
 import zipfile
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from vltools.errors import VLToolsError, first_line, shown_ids
+from vltools.io.checkpoints import NeedsPickle, load_weights_only
 from vltools.models.bottom_up import BottomUpAttention, caffe_anchors
 
 MODEL_NAME = "bottom-up"
@@ -87,11 +87,6 @@ def read_released_weights(source: str | os.PathLike, trust: bool) -> dict[str, t
     """The released file's state dict (name -> tensor), unwrapped from detectron2's {"model": ...}; numpy arrays
     become tensors. Refuses in one line a missing, empty, truncated or corrupt file, and a pickle without `trust`."""
     path = Path(source)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: no such file")
-    if path.stat().st_size == 0:
-        raise VLToolsError(f"{path}: empty file, not a checkpoint; it may be from an interrupted download, fetch it "
-                           "again")
     raw = _load(path, trust)
     state = raw.get("model", raw) if isinstance(raw, dict) else raw
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
@@ -111,22 +106,19 @@ def read_released_weights(source: str | os.PathLike, trust: bool) -> dict[str, t
 
 
 def _load(path: Path, trust: bool) -> object:
-    """torch.load without pickle; with `trust`, a full unpickler (torch's, then plain pickle for detectron2 .pkl)."""
+    """The safe loader (vltools.io.checkpoints); with `trust`, a file that needs pickle goes through torch's full
+    unpickler, then plain pickle (detectron2's .pkl)."""
     corrupt = f"{path}: not a readable checkpoint, it is truncated or corrupt"
     try:
-        with warnings.catch_warnings():  # the safe unpickler warns about protocols before refusing a plain pickle
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        needs_pickle = "Weights only load failed" in str(exc) or not zipfile.is_zipfile(path)
+        return load_weights_only(path, "checkpoint", "no such file",
+                                 "empty file, not a checkpoint; it may be from an interrupted download, fetch it again",
+                                 "pass --trust if you trust where it came from")
+    except NeedsPickle:
         if not trust:
-            if needs_pickle:
-                raise VLToolsError(f"{path}: reading it needs pickle, which can run code from the file, so it is "
-                                   "refused; pass --trust if you trust where it came from") from None
-            raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        if not trust or zipfile.is_zipfile(path):
-            raise VLToolsError(f"{corrupt} ({first_line(exc)})") from None
+            raise
+    except VLToolsError:
+        if not trust or zipfile.is_zipfile(path) or not _starts_as_pickle(path):
+            raise
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # whatever an unpickler raises, the file is unusable as it is
@@ -259,3 +251,9 @@ def bottom_up_checkpoint(source: str | os.PathLike, trust: bool, config: dict | 
     full_config = {**BottomUpAttention.DEFAULTS, **(config or {})}
     return {"model": MODEL_NAME, "config": full_config, "state_dict": state_dict, "vocab": None,
             "train_state": {"converted_from": path.name, "layout": layout, "source_sha256": digest.hexdigest()}}
+
+
+def _starts_as_pickle(path: Path) -> bool:
+    """Whether the file begins with a pickle protocol opcode (a .pkl, or a legacy torch file)."""
+    with open(path, "rb") as stream:
+        return stream.read(1) == b"\x80"

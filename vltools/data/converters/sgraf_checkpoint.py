@@ -16,6 +16,7 @@ import torch
 
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.errors import VLToolsError, first_line
+from vltools.io.features import BOTTOM_UP
 from vltools.models import build_model, default_config
 from vltools.text.vocab import Vocabulary
 
@@ -58,8 +59,9 @@ def import_sgraf_checkpoint(src_path: str | os.PathLike, vocab: Vocabulary | str
     except RuntimeError as exc:
         detail = " ".join(str(exc).split())[:300]
         raise VLToolsError(f"{src}: the weights do not fit a {name} model with {config} ({detail})") from None
+    # the released models were trained on the bottom-up-attention features (SCAN's precomp data)
     train_state = {"epoch": int(raw.get("epoch", 0)), "iteration": int(raw.get("Eiters", 0)),
-                   "best_rsum": float(raw.get("best_rsum", 0.0))}
+                   "best_rsum": float(raw.get("best_rsum", 0.0)), "inputs": {"feature_extractor": BOTTOM_UP}}
     return {"model": name, "config": config, "state_dict": model.state_dict(), "vocab": list(words.words),
             "train_state": train_state}
 

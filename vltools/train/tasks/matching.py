@@ -25,7 +25,7 @@ from vltools.data.captions import (
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import similarity_blocks
-from vltools.io.features import FeaturesReader
+from vltools.io.features import FeaturesReader, features_extractor
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
@@ -91,6 +91,8 @@ class MatchingTask:
                        "val_split": val.name, "train_captions": len(train), "val_captions": len(val),
                        "train_captions_digest": ids_digest(train.caption_ids),
                        "val_captions_digest": ids_digest(val.caption_ids), "tokenizer": tokenizer_name()}
+        with FeaturesReader(features) as reader:
+            self.inputs["feature_extractor"] = features_extractor(reader.attrs)  # match warns on other features
         self.model_config = data_config(model_name, config["model"], features)
         self.model: nn.Module = build_model(model_name, self.model_config, len(vocab))
         self.train_data = MatchingDataset(features, train, vocab)
@@ -138,7 +140,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
         raise VLToolsError(f"--model {model_name} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
     features, captions = inputs
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records) for split in (train_split, val_split))
+    train, val = (read_split(captions, split, records, option) for split, option in
+                  ((train_split, "--train-split"), (val_split, "--val-split")))
     for split in (train, val):
         check_images(split, features, captions)
     check_choice("task.vocab_splits", config["task"]["vocab_splits"], VOCAB_SPLITS)
