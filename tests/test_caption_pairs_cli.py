@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 
+import h5py
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from l2c_helpers import TINY_MODEL, make_world
@@ -102,3 +105,19 @@ def run_stage(*args: str) -> list[dict]:
     result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_a_nan_feature_map_is_refused_not_described(trained, tmp_path, capsys):
+    """A NaN map once gave exit 0 and "the" for its pair; now one line naming the image and no output."""
+    world, model = trained
+    bad = tmp_path / "nan.h5"
+    shutil.copy(world["features"], bad)
+    with h5py.File(bad, "a") as handle:
+        handle["featmap"][handle["ids"].asstr()[:].tolist().index("p3a"), 2] = np.nan
+    out = tmp_path / "d.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quiet", "caption", "--pairs", str(world["pairs"]), "--model", str(model), str(bad), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "nan.h5: image id 'p3a': /featmap holds NaN or infinite values" in err
+    assert not out.exists() and not list(tmp_path.glob("d.jsonl*"))

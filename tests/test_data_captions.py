@@ -10,7 +10,14 @@ import pytest
 import torch
 from tiny_matching import make_world
 
-from vltools.data.captions import MatchingDataset, check_images, collate_matching, load_vocabulary, read_split
+from vltools.data.captions import (
+    MatchingDataset,
+    check_images,
+    collate_matching,
+    load_vocabulary,
+    read_split,
+    split_of,
+)
 from vltools.data.converters.scan_vocab import vocab_document
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
@@ -36,7 +43,8 @@ def test_read_split_numbers_images_by_first_appearance(tmp_path):
     assert split.captions == ["x", "z", "w"]
     assert split.caption_image_index.tolist() == [0, 1, 0]
     assert split.caption_ids == ["b#0", "a#1", "b#1"]  # k counts the image's captions over the whole file
-    with pytest.raises(VLToolsError, match=r"no captions in split 'test' \(splits present: train, val\)"):
+    with pytest.raises(VLToolsError, match=r"no captions in split 'test' \(splits present: train, val; choose one "
+                                           r"with --split\)"):
         read_split(path, "test")
 
 
@@ -123,3 +131,33 @@ def test_collate_pads_in_item_order():
     assert batch["image_index"].tolist() == [0, 1, 2] and batch["caption_index"].tolist() == [10, 11, 12]
     tokens, lengths = pad_tokens([])
     assert tokens.shape == (0, 0) and lengths.tolist() == []
+
+
+def test_no_split_given_means_test_when_captions_have_splits_and_every_caption_when_none_has(tmp_path):
+    bare = tmp_path / "bare.jsonl"
+    write_records(bare, [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "y"}])
+    every = read_split(bare, None)
+    assert every.caption_ids == ["a#0", "b#0"] and every.name == ""
+    split = tmp_path / "split.jsonl"
+    write_records(split, [{"image_id": "a", "caption": "x", "split": "train"},
+                          {"image_id": "b", "caption": "y", "split": "test"}])
+    assert read_split(split, None).caption_ids == ["b#0"] and read_split(split, None).name == "test"
+    assert read_split(split, None, default="train").caption_ids == ["a#0"]
+    with pytest.raises(VLToolsError, match=r"bare.jsonl: no captions in split 'val' \(no caption has a split field; "
+                                           r"leave out --split to use every caption\)"):
+        read_split(bare, "val")
+    with pytest.raises(VLToolsError, match=r"no captions in split 'train' \(no caption has a split field; give each "
+                                           r"caption a \"split\" field"):
+        read_split(bare, "train", option="--train-split")
+    with pytest.raises(VLToolsError, match=r"no captions in split 'dev' \(splits present: test, train; choose one "
+                                           r"with --val-split\)"):
+        read_split(split, "dev", option="--val-split")
+
+
+def test_split_of_names_the_one_split_that_was_ranked():
+    records = [{"split": "train"}, {"split": "test"}, {"split": "test"}, {}]
+    ids = ["t0", "e0", "e1", "bare"]
+    assert split_of(records, ids, ["e0", "e1"]) == "test"
+    assert split_of(records, ids, ["t0", "e0"]) is None  # several splits: every caption
+    assert split_of(records, ids, ["e0", "bare"]) is None
+    assert split_of([{}, {}], ["a", "b"], ["a", "b"]) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -117,3 +118,16 @@ def test_preloaded_and_streamed_reads_agree_with_the_file(world):
         np.testing.assert_array_equal(featmaps, direct["featmap"])
         np.testing.assert_array_equal(masks, direct["mask"])
     assert FeatureMaps(world["features"], preload_bytes=0).read([])[0].shape == (0, DIM, SIZE, SIZE)
+
+
+@pytest.mark.parametrize("preload_bytes", [1 << 30, 0])
+def test_a_non_finite_feature_map_is_refused_naming_its_image(tmp_path, preload_bytes):
+    """Both read paths (preloaded, row by row) go through the features reader's non-finite check: a NaN map
+    would otherwise be decoded into a silently wrong description."""
+    path = write_maps(tmp_path / "maps.h5", ["a", "b", "c"])
+    with h5py.File(path, "a") as handle:
+        handle["featmap"][1, 0, 0, 0] = np.nan
+    maps = FeatureMaps(path, preload_bytes=preload_bytes)
+    assert maps.read(["c", "a"])[0].shape == (2, DIM, SIZE, SIZE)    # rows asked for are all finite
+    with pytest.raises(VLToolsError, match=r"maps.h5: image id 'b': /featmap holds NaN or infinite values"):
+        maps.read(["a", "b"])

@@ -316,3 +316,36 @@ def test_auxiliary_batches_alternate_with_the_main_ones_as_configured(tmp_path):
     for first, second in (drawn[0:2], drawn[2:4]):
         assert not set(first) & set(second)
     assert drawn[0:2] != drawn[2:4]
+
+
+def test_bf16_training_runs_under_autocast_and_learns_the_same_task(world, tmp_path):
+    """--precision bf16 trains through autocast (the loss is computed in bf16 and differs from fp32) and still
+    saves finite weights; an unknown precision in a config is refused naming the key."""
+    payload = run_inprocess(world, tmp_path / "bf16.pt", "--epochs", "1", "--precision", "bf16")
+    fp32 = run_inprocess(world, tmp_path / "fp32.pt", "--epochs", "1")
+    assert payload["train_state"]["config"]["train"]["precision"] == "bf16"
+    assert all(torch.isfinite(v).all() for v in payload["state_dict"].values() if v.is_floating_point())
+    assert not same_weights(payload["state_dict"], fp32["state_dict"])
+    result = CliRunner().invoke(cli, train_args(world, tmp_path / "x.pt", "--epochs", "1", "--set",
+                                                "train.precision=fp8"))
+    assert result.exit_code == 1
+    assert "train.precision must be one of fp32, bf16, fp16, not 'fp8'" in str(result.exception)
+
+
+def test_progress_lines_name_the_run_and_show_epoch_of_all_and_the_loss(world, tmp_path, monkeypatch):
+    """Two trainings under make -j2 interleave their lines: each names the model and output; `epoch k/N` and
+    the last logged loss say where a run is."""
+    import re
+
+    import vltools.cli as cli_module
+
+    real = cli_module.configure
+    monkeypatch.setattr(cli_module, "configure", lambda quiet, debug: real(quiet, debug, interval=0.0))
+    output = tmp_path / "m.pt"
+    args = [arg for arg in train_args(world, output, "--epochs", "2") if arg != "--quiet"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if " steps (" in line]
+    assert len(lines) == 16 and all(line.startswith("vltools: vse m.pt: epoch ") for line in lines)
+    assert lines[0].startswith("vltools: vse m.pt: epoch 1/2 1/8 steps") and "epoch 2/2 8/8 steps" in lines[-1]
+    assert all(re.search(r"steps/s\) loss \d+\.\d{4}$", line) for line in lines)

@@ -80,7 +80,7 @@ def test_wrong_weights_file_is_a_one_line_error(tmp_path):
         build_backbone("resnet18", str(other))
     junk = tmp_path / "junk.pt"
     junk.write_text("not torch")
-    with pytest.raises(VLToolsError, match="weights_only=True"):
+    with pytest.raises(VLToolsError, match="junk.pt: not a readable state dict"):
         build_backbone("resnet18", str(junk))
     with pytest.raises(VLToolsError, match="no such weights file"):
         build_backbone("resnet18", str(tmp_path / "missing.pt"))

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 
 import click
 
 from vltools.commands.options import (
+    SEED_RANGE,
+    FiniteFloat,
     batch_size_option,
     block_options,
     device_option,
+    output_option,
     precision_option,
     resume_option,
     shard_option,
@@ -19,17 +21,17 @@ from vltools.commands.options import (
 from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
+from vltools.infer import runner
 from vltools.infer.caption import caption_batches, logp_matrix
 from vltools.infer.loader import load_model
 from vltools.infer.pairs import describe_batches
+from vltools.infer.runner import records_writer, shard_ids
 from vltools.io.atomic import is_stdout
 from vltools.io.features import FeaturesReader
 from vltools.io.logp import write_logp
-from vltools.io.partial import PartialRecords
-from vltools.io.progress import log, progress
+from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, provenance
-from vltools.io.records import caption_ids, read_records, write_records
-from vltools.vision.images import parse_shard
+from vltools.io.records import caption_ids, read_records
 
 
 def _split_records(captions: str, split: str | None) -> list[dict]:
@@ -46,13 +48,6 @@ def _split_records(captions: str, split: str | None) -> list[dict]:
     return chosen
 
 
-def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) -> None:
-    missing = [i for i in image_ids if i not in reader.index]
-    if missing:
-        raise VLToolsError(f"{captions}: image_id {missing[0]!r} is not in {reader.path} ({len(missing)} image(s) "
-                           "missing); extract its features or remove its captions")
-
-
 @click.command("caption")
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
               help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention), or with --pairs an "
@@ -63,13 +58,14 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
 @click.argument("features", type=click.Path(dir_okay=False))
 @click.argument("captions", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--split", help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")
+@output_option("-o", "--output", type=click.Path(dir_okay=False),
+               binary=lambda values: "HDF5" if values["logp"] else None,
+               help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")
 @click.option("--beam", type=click.IntRange(min=1), default=3, show_default=True, help="Beam size; 1 = greedy.")
 @click.option("--sample", is_flag=True, help="Sample each word from softmax(logp / temperature) instead.")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--temperature", type=FiniteFloat(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--max-len", type=click.IntRange(min=1), help="Most words per caption [the checkpoint's max_words].")
-@click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--length-penalty", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Choose among finished beams by logp / length**A.")
 @click.option("--logp", is_flag=True, help="Write log p(c | I) of every caption of CAPTIONS under every image they "
                                            "name (for `score self-retrieval`) instead of captioning.")
@@ -77,7 +73,7 @@ def _check_known(reader: FeaturesReader, image_ids: list[str], captions: str) ->
 @batch_size_option(50, "Images per batch.")
 @device_option()
 @precision_option()
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of --sample.")
 @resume_option("Continue an interrupted run with the same -o, checkpoint, features and decoding options (skips "
                "images in OUT.partial).")
 @shard_option()
@@ -117,7 +113,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     with FeaturesReader(features) as reader, autocast(chosen, precision):
         image_ids = list(dict.fromkeys(r["image_id"] for r in records)) if records is not None else list(reader.ids)
         if records is not None:
-            _check_known(reader, image_ids, captions)
+            reader.require(image_ids, captions)
         if logp:
             matrix = logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
                                  block_captions, chosen)
@@ -125,42 +121,25 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
                        provenance(model=model_path, features=features, captions=captions))
             log.info("caption: wrote log p(c|I) of %d captions x %d images", len(records), len(image_ids))
             return
-        if shard is not None:
-            index, count = parse_shard(shard)
-            image_ids = image_ids[index::count]
+        image_ids = shard_ids(image_ids, shard)
         method = "sample" if sample else "beam" if beam > 1 else "greedy"
         max_len = max_len or loaded.prep.max_words or 16
         # what each caption depends on, recorded in OUT.partial so that --resume refuses other ones
         options = {"--temperature": temperature, "--seed": seed} if sample else \
             {"--beam": beam, "--length-penalty": length_penalty}
-        with _partial(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
-                      {"--model": model_path, "FEATURES": features}) as partial:
-            todo = [i for i in image_ids if partial is None or i not in partial.done]
-            batches = caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
-                                      max_len=max_len, length_penalty=length_penalty, temperature=temperature,
-                                      seed=seed, batch_size=batch_size, device=chosen)
-            batches = progress(batches, total=-(-len(todo) // batch_size), desc="caption", unit="batches")
-            if partial is None:
-                written = write_records(output, ({"image_id": i, "caption": c} for ids, texts in batches
-                                                 for i, c in zip(ids, texts, strict=True)))
-            else:
-                for ids, texts in batches:
-                    partial.add({"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True))
-                written = partial.finish(image_ids)
+
+        def produce(todo: list[str]) -> Iterator[tuple[list[str], list[dict]]]:
+            for ids, texts in caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
+                                              max_len=max_len, length_penalty=length_penalty,
+                                              temperature=temperature, seed=seed, batch_size=batch_size,
+                                              device=chosen):
+                yield ids, [{"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True)]
+
+        with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
+                            {"--model": model_path, "FEATURES": features}) as writer:
+            runner.run("caption", image_ids, writer, produce, "images")
+            written = writer.finish(image_ids)
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
-
-
-@contextlib.contextmanager
-def _partial(output: str | None, key: str, resume: bool, options: dict[str, object],
-             inputs: dict[str, str]) -> Iterator[PartialRecords | None]:
-    """The resumable records of OUT (None for standard output), discarded on failure when none is finished."""
-    if is_stdout(output):
-        yield None
-        return
-    with PartialRecords(output, key, resume, options, inputs) as partial:
-        if resume and partial.done:
-            log.info("caption: resuming from %s: %d done", partial.path, len(partial.done))
-        yield partial
 
 
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
@@ -169,10 +148,8 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
     loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)
     check_map_features(features, pairs.image_ids, pairs_path)
-    order = list(range(len(pairs)))
-    if shard is not None:
-        index, count = parse_shard(shard)
-        order = order[index::count]
+    pair_index = {pair_id: n for n, pair_id in enumerate(pairs.pair_ids)}
+    order = shard_ids(pairs.pair_ids, shard)
     max_len = max_len or loaded.prep.max_words or 64
     inputs = {"--model": model_path, "FEATURES": features}
     options: dict[str, object] = {"--beam": beam, "--max-len": max_len}
@@ -181,19 +158,18 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
                                            zip(pairs.pair_ids, pairs.image_a, pairs.image_b, strict=True)])
     else:
         inputs["--pairs"] = pairs_path
-    with _partial(output, "pair_id", resume, options, inputs) as partial:
-        todo = [n for n in order if partial is None or pairs.pair_ids[n] not in partial.done]
-        batches = describe_batches(loaded.model, FeatureMaps(features), [pairs.image_a[n] for n in todo],
-                                   [pairs.image_b[n] for n in todo], loaded.vocab, beam_size=beam, max_len=max_len,
+    maps = FeatureMaps(features)
+
+    def produce(todo: list[str]) -> Iterator[tuple[list[str], list[dict]]]:
+        rows = [pair_index[pair_id] for pair_id in todo]
+        batches = describe_batches(loaded.model, maps, [pairs.image_a[n] for n in rows],
+                                   [pairs.image_b[n] for n in rows], loaded.vocab, beam_size=beam, max_len=max_len,
                                    batch_size=batch_size, device=resolve_device(device))
-        ids = iter([pairs.pair_ids[n] for n in todo])
-        records = ({"pair_id": next(ids), "caption": text}
-                   for texts in progress(batches, total=-(-len(todo) // batch_size), desc="caption --pairs",
-                                         unit="batches") for text in texts)
-        if partial is None:
-            written = write_records(output, records)
-        else:
-            for record in records:
-                partial.add([record])
-            written = partial.finish([pairs.pair_ids[n] for n in order])
+        for start, texts in zip(range(0, len(todo), batch_size), batches, strict=False):
+            ids = todo[start:start + batch_size]
+            yield ids, [{"pair_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
+
+    with records_writer(output, "pair_id", resume, options, inputs) as writer:
+        runner.run("caption --pairs", order, writer, produce, "pairs")
+        written = writer.finish(order)
     log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)

@@ -7,6 +7,7 @@ import click
 from vltools.commands.options import (
     batch_size_option,
     device_option,
+    output_option,
     precision_option,
     resume_option,
     shard_option,
@@ -14,8 +15,9 @@ from vltools.commands.options import (
 )
 from vltools.errors import VLToolsError
 from vltools.infer.concept_scores import DEFAULT_LEVELS, ConceptScorer
-from vltools.infer.extract import RunOptions, check_output, extract
+from vltools.infer.extract import RunOptions, extract
 from vltools.infer.loader import file_digest, load_model
+from vltools.infer.runner import check_output
 from vltools.text.concepts import ConceptVocabulary
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
@@ -35,7 +37,8 @@ def _levels(text: str) -> tuple[int, ...]:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, exists=True),
               help="A concept CNN checkpoint (vltools train --model concepts).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Features HDF5 (default: standard output).")
+@output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
+               help="Features HDF5 (default: standard output, never a terminal).")
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="Check that this concepts file is the one the CNN was trained on (same K and concepts).")
 @click.option("--levels", default=",".join(map(str, DEFAULT_LEVELS)), show_default=True,
@@ -54,8 +57,9 @@ def _levels(text: str) -> tuple[int, ...]:
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None, levels: str,
             image_size: int, crop_size: int | None, batch_size: int, workers: int, device: str, precision: str,
             strict: bool, resume: bool, shard: str | None) -> None:
-    """Write /global = p (N, K) for the images of INPUTS (folder, list file or images JSONL): each image's r grid
-    regions scored by the concept CNN, max-pooled element-wise over the regions. SCO trains on this file."""
+    """Write /global = p (N, K) for the images of INPUTS (folder, image files, tar of images, list file or images
+    JSONL): each image's r grid regions scored by the concept CNN, max-pooled element-wise over the regions. SCO
+    trains on this file."""
     check_output(output, resume)
     loaded = load_model(model_path, "concepts")
     model, payload = loaded.model, loaded.payload

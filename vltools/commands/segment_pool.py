@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from vltools.commands.options import image_run_options, make_run
-from vltools.infer.extract import SegmentExtractor, check_output, extract
+from vltools.infer.extract import SegmentExtractor, extract
+from vltools.infer.runner import check_output
 from vltools.vision.images import list_inputs, parse_shard, shard_items
 from vltools.vision.masks import parse_class
 
@@ -27,9 +28,9 @@ from vltools.vision.masks import parse_class
 @image_run_options
 def command(inputs: tuple[str, ...], image_size: int, class_name: str, seg_weights: str, mask_dir: str | None,
             output: str | None, backbone: str, weights: str, shard: str | None, **run: object) -> None:
-    """For each image of INPUT (folder, list of paths or `images` JSONL): the backbone feature map F as
-    /featmap (N, D, h, w) and the foreground mask B at the same h x w as /mask (N, h, w), values in [0, 1]:
-    the input of L2C's segmentation-based pooling."""
+    """For each image of INPUT (folder, image files, tar of images, list of paths or `images` JSONL): the
+    backbone feature map F as /featmap (N, D, h, w) and the foreground mask B at the same h x w as /mask (N, h, w),
+    values in [0, 1]: the input of L2C's segmentation-based pooling."""
     check_output(output, bool(run["resume"]))
     all_items = list_inputs(inputs)
     items = shard_items(all_items, parse_shard(shard))

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from vltools.commands.options import SEED_RANGE, FiniteFloat, precision_option
 from vltools.io.numbers import clean_numbers
-from vltools.io.progress import log
+from vltools.io.progress import labelled, log
+from vltools.models import check_model_config
 from vltools.train import TASKS, config_defaults, task_module
 from vltools.train.config import build_config
 from vltools.train.distributed import distributed
@@ -24,17 +28,19 @@ from vltools.train.trainer import train
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs (train.epochs).")
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Global batch size, split over processes (train.batch_size).")
-@click.option("--lr", type=click.FloatRange(min=0),
+@click.option("--lr", type=FiniteFloat(min=0),
               help="Initial learning rate (train.lr); 0 keeps the initial weights (the semantic recipe's untrained "
               "baseline).")
 @click.option("--lr-update", type=click.IntRange(min=0),
               help="Divide the learning rate by 10 every N epochs (train.lr_update).")
-@click.option("--grad-clip", type=click.FloatRange(min=0),
+@click.option("--grad-clip", type=FiniteFloat(min=0),
               help="Max total gradient norm, 0 for none (train.grad_clip).")
 @click.option("--val-every", type=click.IntRange(min=0),
               help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
-@click.option("--seed", type=int, help="Seed of initialisation, data order and dropout (train.seed).")
+@click.option("--seed", type=SEED_RANGE, help="Seed of initialisation, data order and dropout (train.seed).")
 @click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
+@precision_option(None, "Forward passes in fp32 [default], or autocast to bf16 or fp16 (fp16 with a gradient "
+                        "scaler; meant for GPUs) (train.precision).")
 @click.option("--workers", type=click.IntRange(min=0),
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
@@ -51,30 +57,37 @@ from vltools.train.trainer import train
 def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
             epochs: int | None, batch_size: int | None, lr: float | None, lr_update: int | None,
             grad_clip: float | None, val_every: int | None, seed: int | None, device: str | None,
-            workers: int | None, resume: bool, vocab: str | None, train_split: str, val_split: str,
-            objective: str | None, reference: str | None, init: str | None) -> None:
+            precision: str | None, workers: int | None, resume: bool, vocab: str | None, train_split: str,
+            val_split: str, objective: str | None, reference: str | None, init: str | None) -> None:
     """Train --model NAME on INPUTS (matching models and captioners: FEATS.h5 CAPS.jsonl) into the checkpoint -o PATH.
 
     l2c: PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]] (segment-pool features; with single-image
-    captions as the auxiliary task, their feature maps in AUX_FEATS.h5 or FEATS.h5); see examples/l2c/configs/.
+    captions as the auxiliary task, their feature maps in AUX_FEATS.h5 or FEATS.h5); see the recipes in
+    examples/l2c/configs/ of the vltools source tree.
 
     Validation runs every --val-every iterations and after each epoch; the best checkpoint is kept at
-    PATH. Defaults are the official SGRAF hyper-parameters; see examples/sgraf/configs/ for recipes.
+    PATH. The sgr and saf defaults are the official SGRAF hyper-parameters except four released choices, which
+    only the recipes examples/sgraf/configs/*.yaml (in the vltools source tree) reproduce: train.keep_best
+    epoch_end (default: any validation), task.negatives diagonal (default: other_images, so that another caption
+    of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
+    (default: 0, every validation caption).
     """
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
-               "train.device": device, "train.workers": workers}
+               "train.device": device, "train.workers": workers, "train.precision": precision}
     defaults = config_defaults(model_name)
     for key, value in (("objective", objective), ("reference", reference), ("init", init)):
         if value is not None and key not in defaults.get("task", {}):
             raise click.UsageError(f"--{key} is not an option of --model {model_name}")
         options[f"task.{key}"] = value
     config = build_config(defaults, config_file, overrides, options)
-    with distributed(config["train"]["device"]) as env:
+    check_model_config(model_name, config["model"])    # before any file is read or anything built
+    # every line of this training names the model and its output: two trainings under make -j2 interleave
+    with labelled(f"{model_name} {Path(output).name}"), distributed(config["train"]["device"]) as env:
         seed_everything(config["train"]["seed"])
         task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,
                                                   val_split=val_split)
         summary = train(task, config, output, env, resume=resume)
-    if env.main:
-        log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
-                 summary["iteration"], task.metric, clean_numbers(summary["best"]), output)
+        if env.main:
+            log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
+                     summary["iteration"], task.metric, clean_numbers(summary["best"]), output)

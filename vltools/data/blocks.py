@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
@@ -78,3 +79,15 @@ class FeatureBlocks(Blocks):
         regions = torch.from_numpy(np.asarray(arrays["regions"], dtype=np.float32))
         counts = arrays.get("num_regions")
         return regions, None if counts is None else torch.from_numpy(counts.astype(np.int64))
+
+
+class BatchedDataset(Dataset):
+    """A map-style dataset read a batch at a time (`__getitems__`: one HDF5 read per batch, which DataLoader
+    calls with the batch's indices); one item is a batch of one."""
+
+    def __getitem__(self, index: int) -> dict:
+        return self.__getitems__([index])[0]
+
+    @abstractmethod
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        """The items at `indices`, in that order."""

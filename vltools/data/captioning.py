@@ -72,9 +72,6 @@ class CaptioningDataset(FeaturesDataset):
     def __len__(self) -> int:
         return len(self.split)
 
-    def __getitem__(self, index: int) -> dict:
-        return self.__getitems__([index])[0]
-
     def _images(self, image_rows: np.ndarray) -> list[dict[str, np.ndarray]]:
         arrays = self.reader.read([self.split.image_ids[i] for i in image_rows], self.fields)
         return [{name: value[n] for name, value in arrays.items()} for n in range(len(image_rows))]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from vltools.data.blocks import BatchedDataset
 from vltools.data.converters.scan_vocab import load_vocabulary as read_vocabulary_json
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
@@ -27,6 +27,7 @@ from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 VOCAB_THRESHOLD = 4
+DEFAULT_SPLIT = "test"  # the split matched, encoded and scored when none is given and the captions have splits
 
 
 @dataclass(frozen=True)
@@ -51,26 +52,60 @@ class CaptionSplit:
                             np.array([renumber[i] for i in index.tolist()], dtype=np.int64))
 
 
-def read_split(captions_path: str | os.PathLike, split: str, records: Sequence[dict] | None = None) -> CaptionSplit:
-    """The captions of `split` from a captions JSONL (records without a split are in none)."""
+def default_split(records: Sequence[dict], default: str = DEFAULT_SPLIT) -> str | None:
+    """The split a stage uses when none is given, one rule for every stage (match, encode, score; concepts with
+    `default` train): `default` when the captions carry splits, None (every caption) when none does."""
+    return default if any("split" in record for record in records) else None
+
+
+def split_of(records: Sequence[dict], ids: Sequence[str], ranked: Iterable[str]) -> str | None:
+    """The split that match ranked, from the caption ids it ranked (`ranked`; `ids` are the records' caption
+    ids): the one split holding them all, or None (every caption) when the captions have no splits or the
+    ranked captions span several."""
+    split_by_id = {i: r.get("split") for i, r in zip(ids, records, strict=True)}
+    found = {split_by_id.get(i) for i in ranked}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def read_split(captions_path: str | os.PathLike, split: str | None, records: Sequence[dict] | None = None,
+               option: str = "--split", default: str = DEFAULT_SPLIT) -> CaptionSplit:
+    """The captions of `split` from a captions JSONL (records without a split are in none); `split` None follows
+    `default_split` (the name is then "" when it means every caption).
+
+    `option` is the option that chose the split, named in the error when the split has no captions; a stage's
+    `--split` may always be left out (for every caption of a file without splits), its --train-split and
+    --val-split may not."""
     records = read_records(captions_path, "captions") if records is None else records
+    if not records:
+        raise VLToolsError(f"{captions_path}: no captions; give a captions JSONL ({{image_id, caption}} a line)")
     all_ids = caption_ids(records, captions_path)
-    chosen_ids = [i for i, r in zip(all_ids, records, strict=True) if r.get("split") == split]
-    chosen = [r for r in records if r.get("split") == split]
-    if not chosen:
-        found = sorted({str(r.get("split")) for r in records})
-        raise VLToolsError(f"{captions_path}: no captions in split {split!r} (splits present: {', '.join(found)}); "
-                           "choose another split with --train-split / --val-split")
+    if split is None:
+        split = default_split(records, default)
+    pairs = [(i, r) for i, r in zip(all_ids, records, strict=True) if split is None or r.get("split") == split]
+    if not pairs:
+        raise VLToolsError(f"{captions_path}: no captions in split {split!r} ({_splits_found(records, option)})")
+    chosen = [r for _, r in pairs]
     index: dict[str, int] = {}
     for record in chosen:
         index.setdefault(record["image_id"], len(index))
     return CaptionSplit(
-        name=split,
+        name=split or "",
         captions=[r["caption"] for r in chosen],
-        caption_ids=chosen_ids,
+        caption_ids=[i for i, _ in pairs],
         image_ids=list(index),
         caption_image_index=np.array([index[r["image_id"]] for r in chosen], dtype=np.int64),
     )
+
+
+def _splits_found(records: Sequence[dict], option: str) -> str:
+    """What the error of an empty split says about the splits there are, and what to do with `option`."""
+    found = sorted({str(r["split"]) for r in records if "split" in r})
+    if not found:
+        fix = ("leave out --split to use every caption" if option == "--split"
+               else 'give each caption a "split" field (e.g. train, val, test)')
+        return f"no caption has a split field; {fix}"
+    unassigned = " and captions without one" if any("split" not in r for r in records) else ""
+    return f"splits present: {', '.join(found)}{unassigned}; choose one with {option}"
 
 
 def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike,
@@ -78,16 +113,12 @@ def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions
     """Every image the captions name must be in the features file, which must hold the datasets `needs`
     (that `who` read); the error names the first missing id or dataset."""
     with FeaturesReader(features_path) as reader:
-        known = reader.index
-        missing = [i for i in split.image_ids if i not in known]
         for name in needs:
             if name not in reader.fields:
                 kind = "a global vector (--global avg)" if name == "global" else f"/{name} features"
                 raise VLToolsError(f"{features_path}: has no /{name} dataset; {who} need {kind} "
                                    "(vltools extract-regions)")
-    if missing:
-        raise VLToolsError(f"{captions_path}: image_id {missing[0]!r} is not in {features_path} "
-                           f"({len(missing)} image(s) missing); extract its features or remove its captions")
+        reader.require(split.image_ids, captions_path)
 
 
 def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
@@ -114,7 +145,7 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
     return read_vocabulary_json(path)
 
 
-class FeaturesDataset(Dataset):
+class FeaturesDataset(BatchedDataset):
     """A dataset reading a features HDF5 opened lazily in each process (h5py handles must not cross a fork),
     so that it works with DataLoader workers."""
 
@@ -141,9 +172,6 @@ class MatchingDataset(FeaturesDataset):
 
     def __len__(self) -> int:
         return len(self.split)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         images = self.split.caption_image_index[list(indices)]

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from vltools.data.blocks import BatchedDataset
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
+from vltools.io.hdf5 import read, refuse_nonfinite
 from vltools.io.progress import log
 from vltools.io.records import read_records
 from vltools.text.captions import pad_tokens
@@ -74,14 +75,15 @@ def group_pairs(records: Sequence[dict], name: str, path: str | os.PathLike) -> 
 
 
 def read_pairs(path: str | os.PathLike, split: str | None, records: Sequence[dict] | None = None,
-               need_descriptions: bool = False) -> PairSplit:
-    """The pairs of `split` (None: all) of a pairs JSONL; with `need_descriptions` every pair must have one."""
+               need_descriptions: bool = False, option: str = "--split") -> PairSplit:
+    """The pairs of `split` (None: all) of a pairs JSONL; with `need_descriptions` every pair must have one.
+    `option` (the option that chose the split) is named in the error when the split has no pairs."""
     records = read_records(path, "pairs") if records is None else records
     chosen = [r for r in records if split is None or r.get("split") == split]
     if not chosen:
         found = sorted({str(r.get("split")) for r in records})
         raise VLToolsError(f"{path}: no pairs in split {split!r} (splits present: {', '.join(found)}); "
-                           "choose another split with --train-split / --val-split")
+                           f"choose one with {option}")
     pairs = group_pairs(chosen, split or "all", path)
     if need_descriptions:
         bare = [pid for pid, texts in zip(pairs.pair_ids, pairs.descriptions, strict=True) if not texts]
@@ -99,16 +101,13 @@ def check_map_features(features: str | os.PathLike, image_ids: Sequence[str], so
         if missing_fields:
             raise VLToolsError(f"{features}: has no /{missing_fields[0]} dataset; L2C reads feature maps and masks "
                                "written by `vltools segment-pool`")
-        missing = [i for i in dict.fromkeys(image_ids) if i not in reader.index]
-        if missing:
-            raise VLToolsError(f"{source}: image {missing[0]!r} is not in {features} ({len(missing)} image(s) "
-                               "missing); run segment-pool over those images or drop their records")
+        reader.require(image_ids, source, "run segment-pool over those images or drop their records", "image")
         featmap_size, mask_size = reader.shape("featmap")[2:], reader.shape("mask")[1:]
         if featmap_size != mask_size:
             log.warning("%s: masks are %dx%d but feature maps %dx%d; masks are area-resized to the feature maps",
                         features, *mask_size, *featmap_size)
         rows = np.sort(reader.rows(list(dict.fromkeys(image_ids))))
-        empty = int((reader.handle["mask"][:].reshape(len(reader), -1)[rows].max(axis=1) <= 0).sum())
+        empty = int((reader.read_rows("mask", rows).reshape(len(rows), -1).max(axis=1) <= 0).sum())
     if empty:
         log.warning("%s: %d of %d images have an empty mask; they are kept (their L2C nodes are zero)",
                     features, empty, len(rows))
@@ -136,14 +135,17 @@ class FeatureMaps:
             self._pid = os.getpid()
             featmaps = self._reader.handle["featmap"]
             small = featmaps.size * featmaps.dtype.itemsize <= self.preload_bytes
-            self._loaded = {name: self._reader.handle[name][:] for name in MAP_FIELDS} if small else None
+            self._loaded = {name: read(self._reader.handle[name]) for name in MAP_FIELDS} if small else None
         return self._reader
 
     def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        if self._loaded is not None:
-            return self._loaded[name][rows]
-        dataset = self.reader.handle[name]
-        return np.stack([dataset[row] for row in rows]) if len(rows) else dataset[:0]
+        """Rows of `name`, refused when non-finite like every features read (FeaturesReader.read_rows)."""
+        reader = self.reader
+        if self._loaded is None:
+            return reader.read_rows(name, rows)
+        block = self._loaded[name][rows]
+        refuse_nonfinite(self.path, name, block, reader.ids, rows, "image id")
+        return block
 
     def read(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(featmaps (N, D, H, W), masks (N, H, W)) of `ids`, in that order."""
@@ -158,7 +160,7 @@ class FeatureMaps:
         return {**self.__dict__, "_reader": None, "_pid": None, "_loaded": None}
 
 
-class PairDataset(Dataset):
+class PairDataset(BatchedDataset):
     """One item per description: both images' feature maps and masks, and the description's tokens."""
 
     def __init__(self, maps: FeatureMaps, pairs: PairSplit, encode: Callable[[str], list[int]]) -> None:
@@ -168,9 +170,6 @@ class PairDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.entries)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         pairs = [self.entries[i][0] for i in indices]
@@ -201,7 +200,7 @@ def read_image_captions(path: str | os.PathLike, split: str) -> ImageCaptions:
     return ImageCaptions([r["image_id"] for r in chosen], [r["caption"] for r in chosen])
 
 
-class CaptionDataset(Dataset):
+class CaptionDataset(BatchedDataset):
     """One item per single-image caption: its image's feature map and mask, and the caption's tokens."""
 
     def __init__(self, maps: FeatureMaps, captions: ImageCaptions, encode: Callable[[str], list[int]]) -> None:
@@ -210,9 +209,6 @@ class CaptionDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.captions)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         featmaps, masks = self.maps.read([self.captions.image_ids[i] for i in indices])

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from vltools.data.blocks import Blocks
+from vltools.data.blocks import BatchedDataset, Blocks
 from vltools.data.captions import CaptionSplit
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
@@ -104,7 +103,7 @@ class VectorBlocks(Blocks):
         return torch.from_numpy(context), torch.from_numpy(concepts)
 
 
-class SCODataset(Dataset):
+class SCODataset(BatchedDataset):
     """One item per caption of a split: its image's context and concept vectors and its tokens."""
 
     def __init__(self, vectors: ImageVectors, split: CaptionSplit, tokens: Sequence[Sequence[int]]) -> None:
@@ -112,9 +111,6 @@ class SCODataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.split)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         images = self.split.caption_image_index[list(indices)]

@@ -9,8 +9,7 @@ on which other images share its batch (a shard gives the same rows as a single r
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,15 +19,17 @@ import torch.nn.functional as F
 
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, spool_folder
-from vltools.io.parts import PartsWriter
-from vltools.io.progress import log, progress
+from vltools.infer import runner
+from vltools.infer.runner import check_output, features_writer, finish_features
+from vltools.io.atomic import is_stdout
+from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
-from vltools.vision.backbones import build_backbone, normalize
+from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
 from vltools.vision.images import DEFAULT_MAX_PIXELS, ImageDataset, ImageItem, collate_items
-from vltools.vision.masks import VOC_CLASSES, area_resize, build_fcn, mask_path
+from vltools.vision.masks import FCN_WEIGHTS, VOC_CLASSES, area_resize, build_fcn, mask_path
 from vltools.vision.pooling import average, rmac, ten_crop_average
 from vltools.vision.regions import (
+    DETECTOR_WEIGHTS,
     ROI_OUTPUT,
     ROI_SAMPLING,
     build_detector,
@@ -117,6 +118,8 @@ class RegionExtractor(_Extractor):
                  detector_weights: str = "coco") -> None:
         if regions == "none" and global_pool is None:
             raise VLToolsError("--regions none needs a --global mode (avg, rmac or tencrop); nothing to extract")
+        fetch_pretrained([name for name in (pretrained_name(backbone, weights), regions == "detector"
+                                            and DETECTOR_WEIGHTS.get(detector_weights)) if name])  # offline: one line
         super().__init__(backbone, weights, run)
         self.regions = regions
         self.global_pool = global_pool
@@ -270,6 +273,8 @@ class SegmentExtractor(_Extractor):
     def __init__(self, run: RunOptions, backbone: str = "resnet101", weights: str = "imagenet",
                  image_size: int = 448, class_index: int = 3, seg_weights: str = "coco-voc",
                  mask_dir: Path | None = None) -> None:
+        fetch_pretrained([name for name in (pretrained_name(backbone, weights), mask_dir is None
+                                            and FCN_WEIGHTS.get(seg_weights)) if name])  # offline: one line
         super().__init__(backbone, weights, run)
         stride = self.backbone.stride
         self.image_size = -(-image_size // stride) * stride
@@ -315,58 +320,38 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
-def check_output(out: str | None, resume: bool) -> None:
-    """Refuse `--resume` without `-o` (call before building models, so the mistake is reported at once)."""
-    if resume and (is_stdout(out) or is_device(out)):
-        raise VLToolsError("--resume needs -o PATH of a file: progress of a run to standard output or a device "
-                           "cannot be kept")
-
-
 def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
             items: Sequence[ImageItem], out: str | None, shard: str | None = None) -> dict[str, int]:
-    """Run `extractor` over `items` (this shard of `all_items`) and write the features file `out`
-    (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
+    """Run `extractor` over `items` (this shard of `all_items`) through the runner and write the features file
+    `out` (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
     run = extractor.run
     check_output(out, run.resume)
     attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
-    with contextlib.ExitStack() as stack:
-        if is_stdout(out) or is_device(out):
-            folder = stack.enter_context(spool_folder()) / "parts"
-        else:
-            folder = Path(f"{out}.partial")
-            stack.enter_context(output_lock(out))
-            stack.enter_context(output_lock(folder))
-        digests = {item.image_id: extractor.item_digest(item) for item in items}
-        parts = PartsWriter(folder, attrs, run.dtype, run.commit_seconds, run.resume, digests)
-        todo = [item for item in items if item.image_id not in parts.done]
-        if run.resume:
-            log.info(f"{extractor.stage}: resuming from {folder}: {len(items) - len(todo)} images done, "
-                     f"{len(todo)} to go")
-        try:
-            failed = _loop(extractor, todo, parts)
-            if items and not parts.done:
-                image_id, reason = failed[0].split("\t", 1)
-                raise VLToolsError(f"every one of the {len(items)} images failed (first: {image_id}: {reason}); "
-                                   "nothing to write")
-        except BaseException:
-            parts.discard()
-            raise
-        with binary_output(out) as target:
-            count = parts.merge_into(target, attrs, [item.image_id for item in items], failed)
-        parts.remove()
+    by_id = {item.image_id: item for item in items}
+    digests = {item.image_id: extractor.item_digest(item) for item in items}
+    failed: list[str] = []
+    with features_writer(out, attrs, run.dtype, run.commit_seconds, run.resume, digests) as writer:
+        runner.run(extractor.stage, list(by_id), writer,
+                   lambda todo: _decoded_batches(extractor, [by_id[i] for i in todo], failed), "images")
+        if items and not writer.done:
+            writer.discard()
+            image_id, reason = failed[0].split("\t", 1)
+            raise VLToolsError(f"every one of the {len(items)} images failed (first: {image_id}: {reason}); "
+                               "nothing to write")
+        count = finish_features(writer, out, attrs, list(by_id), failed)
     _summary(extractor.stage, out, count, failed)
     return {"written": count, "failed": len(failed)}
 
 
-def _loop(extractor: RegionExtractor | SegmentExtractor, todo: list[ImageItem], parts: PartsWriter) -> list[str]:
-    """Decode (in workers) and extract every item of `todo` into `parts`; return the failure lines."""
+def _decoded_batches(extractor: RegionExtractor | SegmentExtractor, todo: list[ImageItem],
+                     failed: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+    """Decode (in workers) and extract every item of `todo`: (ids, arrays) per batch; bad images go to `failed`."""
     run = extractor.run
     loader = torch.utils.data.DataLoader(
         extractor.dataset(todo), batch_size=run.batch_size, num_workers=run.workers, collate_fn=collate_items,
         pin_memory=extractor.device.type == "cuda", worker_init_fn=_worker_init if run.workers else None)
-    failed: list[str] = []
     with torch.inference_mode():
-        for batch in progress(loader, total=len(loader), desc=extractor.stage, unit="batch"):
+        for batch in loader:
             good = []
             for sample in batch:
                 item = todo[sample["index"]]
@@ -379,8 +364,7 @@ def _loop(extractor: RegionExtractor | SegmentExtractor, todo: list[ImageItem], 
                     good.append(sample)
             if good:
                 good_items = [todo[s["index"]] for s in good]
-                parts.add([item.image_id for item in good_items], **extractor(good, good_items))
-    return failed
+                yield [item.image_id for item in good_items], extractor(good, good_items)
 
 
 def _summary(stage: str, out: str | None, count: int, failed: list[str]) -> None:

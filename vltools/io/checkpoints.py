@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -67,26 +68,40 @@ def _is_pickle(path: Path) -> bool:
         return not zipfile.is_zipfile(path) and stream.read(1) == b"\x80"
 
 
+class NeedsPickle(VLToolsError):
+    """A torch file that only a full unpickler (which can run code from the file) could read."""
+
+
+def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: str, pickle_fix: str) -> object:
+    """The one safe torch.load (weights_only=True, on the CPU): a missing, empty, pickled, truncated or corrupt file
+    is one line naming it (`absent`, `empty`: what to say; `pickle_fix`: how to import a trusted pickle)."""
+    path = Path(path)
+    if not path.is_file():
+        raise VLToolsError(f"{path}: {absent}")
+    if path.stat().st_size == 0:
+        raise VLToolsError(f"{path}: {empty}")
+    try:
+        with warnings.catch_warnings():  # the safe unpickler warns about protocols before refusing a plain pickle
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Unsupported global" not in str(exc) and not _is_pickle(path):
+            raise VLToolsError(f"{path}: not a readable {what} ({first_line(exc)})") from exc
+        raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
+                          f"{pickle_fix}") from exc
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise VLToolsError(f"{path}: not a readable {what}, it is truncated or corrupt ({first_line(exc)})") \
+            from exc
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Load a vltools checkpoint safely (no pickle) and verify its digest; refuse anything else in one line."""
     path = Path(path)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: no such checkpoint")
-    if path.stat().st_size == 0:
-        raise VLToolsError(f"{path}: empty file, not a checkpoint; it may be from an interrupted copy, "
-                           "copy or train it again")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc) and not _is_pickle(path):
-            raise VLToolsError(f"{path}: not a readable checkpoint ({first_line(exc)})") from exc
-        raise VLToolsError(
-            f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; if you trust it "
-            "(e.g. an official SGRAF checkpoint), import it once with `vltools convert sgraf-checkpoint --trust`"
-        ) from exc
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError) as exc:
-        raise VLToolsError(f"{path}: not a readable checkpoint, it is truncated or corrupt ({first_line(exc)})") \
-            from exc
+    payload = load_weights_only(
+        path, "checkpoint", "no such checkpoint",
+        "empty file, not a checkpoint; it may be from an interrupted copy, copy or train it again",
+        "if you trust it (e.g. an official SGRAF checkpoint), import it once with "
+        "`vltools convert sgraf-checkpoint --trust`")
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise VLToolsError(f"{path}: not a vltools checkpoint (no format '{CHECKPOINT_FORMAT}')")
     saved = payload.get("digest")

@@ -14,7 +14,7 @@ import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output
-from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
+from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, refuse_nonfinite, set_attrs, string_dtype
 
 
 @dataclass
@@ -43,14 +43,16 @@ def open_embeddings(path: str | os.PathLike) -> Embeddings:
     ids = decode_strings(handle["ids"][()])
     emb = handle["emb"]
     if emb.ndim != 2 or emb.shape[0] != len(ids):
+        shape = emb.shape    # read before closing: a closed dataset has no shape
         handle.close()
-        raise VLToolsError(f"{path}: /emb has shape {emb.shape} for {len(ids)} ids; rerun vltools encode")
+        raise VLToolsError(f"{path}: /emb has shape {shape} for {len(ids)} ids; rerun vltools encode")
     for start in range(0, emb.shape[0], 65536):    # one pass in blocks: a NaN row would rank silently wrong
-        finite = np.isfinite(read(emb, np.s_[start:start + 65536])).all(axis=1)
-        if not finite.all():
+        block = read(emb, np.s_[start:start + 65536])
+        try:
+            refuse_nonfinite(path, "emb", block, ids, range(start, start + len(block)))
+        except VLToolsError:
             handle.close()
-            raise VLToolsError(f"{path}: id {ids[start + int(np.flatnonzero(~finite)[0])]!r}: /emb holds NaN or "
-                               "infinite values; rerun vltools encode (check the model and its inputs)")
+            raise
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in handle.attrs.items()}
     image_ids = decode_strings(handle["caption_image_ids"][()]) if "caption_image_ids" in handle else None
     return Embeddings(Path(path), ids, emb, str(attrs.get("side", "")), attrs.get("checkpoint_digest"),

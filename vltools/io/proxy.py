@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import decode_strings, open_h5, write_arrays
+from vltools.io.hdf5 import decode_strings, open_h5, refuse_nonfinite, write_arrays
 from vltools.io.records import read_records
 
 
@@ -64,6 +64,13 @@ def read_proxy_file(path: str | os.PathLike) -> ProxyFile:
         raise input_error(path, None, f"inconsistent proxy file ({n} ids, {len(splits)} splits, neighbours "
                           f"{neighbors.shape}, {len(vocab)} stems, {scoring.tfidf.n_cols} columns)",
                           "rebuild it with vltools tfidf-proxy")
+    bad = np.flatnonzero(((neighbors < -1) | (neighbors >= n)).any(axis=1))
+    if bad.size:
+        raise input_error(path, "/neighbors", f"image {scoring.ids[bad[0]]!r} has a neighbour that is no row of /ids "
+                          f"(values must be -1 or 0..{n - 1}); the file is damaged", "rebuild it with vltools "
+                          "tfidf-proxy")
+    refuse_nonfinite(path, "idf", idf, vocab, id_kind="stem")
+    refuse_nonfinite(path, "neighbor_sims", np.where(neighbors >= 0, sims, 0), scoring.ids)  # NaN: no neighbour
     csr = scoring.tfidf
     matrix = sp.csr_matrix((csr.data, csr.indices, csr.indptr), shape=(n, csr.n_cols))
     return ProxyFile(scoring.ids, splits, matrix, vocab, idf, neighbors.astype(np.int64), sims)
@@ -161,6 +168,8 @@ def read_proxy(path: str | os.PathLike) -> Proxy:
     if not valid:
         raise input_error(path, "/tfidf", f"inconsistent CSR matrix (shape {shape}, {len(ids)} ids, "
                           f"{len(indptr)} indptr, {len(data)} values)", "rebuild it with tfidf-proxy")
+    rows = np.repeat(np.arange(len(ids)), np.diff(indptr))    # the image of each stored value
+    refuse_nonfinite(path, "tfidf/data", data, ids, rows)
     return Proxy(ids, Csr(data, indices, indptr, shape[1]))
 
 

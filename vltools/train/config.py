@@ -29,6 +29,7 @@ TRAIN_DEFAULTS: dict[str, object] = {
     "grad_clip": 2.0,         # max total gradient norm; 0 disables clipping
     "val_every": 1000,        # validate every N iterations (0: only at the end of each epoch)
     "keep_best": "any",       # best checkpoint from: any validation (vltools), epoch_end validations only (released)
+    "precision": "fp32",      # forward passes in fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler)
     "save_every": 1000,       # write the resume file every N iterations (0: only at the end of each epoch)
     "log_every": 10,          # one loss line in the log every N iterations
     "seed": 0,
@@ -168,6 +169,7 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
+    "seed": (0, True, 2**32 - 1, True),    # what numpy, torch and random all accept
 }
 
 

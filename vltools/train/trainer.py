@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from vltools.devices import PRECISIONS, autocast
 from vltools.errors import VLToolsError
 from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
@@ -104,8 +105,11 @@ class Trainer:
             if self.options[key] < 1:
                 raise VLToolsError(f"train.{key} must be at least 1, not {self.options[key]}")
         check_choice("train.keep_best", self.options["keep_best"], KEEP_BEST)
+        check_choice("train.precision", self.options["precision"], PRECISIONS)
         self.model = task.model.to(env.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.options["lr"])
+        # fp16's narrow range needs the loss scaled up for the backward pass; a no-op for fp32 and bf16
+        self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.options["precision"] == "fp16")
         self.wrapped = DistributedDataParallel(self.model, device_ids=[env.device] if env.device.type == "cuda"
                                                else None) if env.active else self.model
         accumulate = self.options["accumulate"]
@@ -152,8 +156,9 @@ class Trainer:
         self.model.train()
         timed = [0.0, 0]  # seconds and steps since the last loss line (data loading included, validation not)
         todo = range(self.state["step"], steps)
-        if self.env.main:
-            todo = progress(todo, total=len(todo), desc=f"epoch {epoch + 1}", unit="steps")
+        if self.env.main:  # each progress line ends with the loss of the step just done (`loss` of the loop below)
+            todo = progress(todo, total=len(todo), desc=f"epoch {epoch + 1}/{self.options['epochs']}", unit="steps",
+                            status=lambda: f"loss {float(loss):.4f}")
         for step in todo:
             tick = time.monotonic()
             loss, norm = self._step(batches)
@@ -189,9 +194,11 @@ class Trainer:
             batch = to_device(batch, self.env.device)
             sync = not self.env.active or micro == accumulate - 1
             with contextlib.nullcontext() if sync else self.wrapped.no_sync():
-                loss = self.task.loss(self.wrapped, batch) / accumulate
-                loss.backward()
+                with autocast(self.env.device, self.options["precision"]):
+                    loss = self.task.loss(self.wrapped, batch).float() / accumulate
+                self.scaler.scale(loss).backward()
             total += loss.detach()
+        self.scaler.unscale_(self.optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.options["grad_clip"]
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
@@ -199,7 +206,8 @@ class Trainer:
             resume = f" (resume file: {self.last_path})" if self.last_path.exists() else ""
             raise VLToolsError(f"training diverged at iteration {self.state['iteration'] + 1}: the gradient is not "
                                f"finite; lower train.lr, or check the inputs for inf/NaN{resume}")
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return total, norm
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,7 +22,7 @@ from torch import nn
 from torchvision.models import WeightsEnum
 
 from vltools.errors import VLToolsError, first_line
-from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
+from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, load_weights_only
 
 DOWNLOAD_TIMEOUT_S = 30
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -65,41 +66,58 @@ def _download(url: str, destination: Path, hash_prefix: str | None) -> None:
         socket.setdefaulttimeout(previous)
 
 
+def _cached_file(weights: WeightsEnum) -> tuple[str, Path]:
+    """The URL of torchvision `weights` and its file in the torch hub cache."""
+    return weights.url, Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(weights.url).path)
+
+
+def fetch_pretrained(qualified: Sequence[str]) -> None:
+    """Put the files of torchvision weights (`"ResNet101_Weights.IMAGENET1K_V1"`, ...) in the torch hub cache,
+    downloading those that are not there. A stage needing several (a backbone and a detector) calls it with all of
+    them before building anything, so that offline one sentence names every missing file and its URL."""
+    missing: list[tuple[str, str, str]] = []
+    folder = Path(torch.hub.get_dir()) / "checkpoints"
+    for name in dict.fromkeys(qualified):
+        url, cached = _cached_file(weights_enum(name))
+        if cached.exists():
+            continue
+        match = re.search(r"-([a-f0-9]+)\.", cached.name)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _download(url, cached, match.group(1) if match else None)
+        except Exception as exc:  # noqa: BLE001 - any failure means the same advice
+            missing.append((cached.name, url, first_line(exc)))
+    if missing:
+        files = " and ".join(f"{name} from {url}" for name, url, _ in missing)
+        several = len(missing) > 1
+        raise VLToolsError(
+            f"cannot download the pretrained weights file{'s' if several else ''} {files} ({missing[0][2]}); "
+            f"download {'them' if several else 'it'} on a machine with network and put {'them' if several else 'it'} "
+            f"in {folder}/ (the torch hub cache, set by TORCH_HOME)")
+
+
 def pretrained_state_dict(weights: WeightsEnum) -> dict[str, torch.Tensor]:
     """The state dict of torchvision `weights`, from the torch hub cache or downloaded into it.
 
     Offline and not cached: a one-sentence VLToolsError naming the file, its URL and the cache folder.
     """
-    url = weights.url
-    name = os.path.basename(urlparse(url).path)
-    folder = Path(torch.hub.get_dir()) / "checkpoints"
-    cached = folder / name
-    if not cached.exists():
-        match = re.search(r"-([a-f0-9]+)\.", name)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            _download(url, cached, match.group(1) if match else None)
-        except Exception as exc:  # noqa: BLE001 - any failure means the same advice
-            reason = first_line(exc)
-            raise VLToolsError(
-                f"cannot download the pretrained weights file {name} from {url} ({reason}); download it on a "
-                f"machine with network and put it in {folder}/ (the torch hub cache, set by TORCH_HOME)"
-            ) from exc
-    return torch.load(cached, map_location="cpu", weights_only=True)
+    fetch_pretrained([f"{type(weights).__name__}.{weights.name}"])
+    return torch.load(_cached_file(weights)[1], map_location="cpu", weights_only=True)
+
+
+def pretrained_name(name: str, weights: str) -> str | None:
+    """The torchvision weights that `--weights` names for backbone `name` (e.g. "ResNet101_Weights.IMAGENET1K_V1"),
+    None for `none`, a file or an unknown backbone (which `build_backbone` reports)."""
+    spec = BACKBONES.get(name)
+    return spec.weights.get(weights) if spec is not None else None
 
 
 def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
     """A torchvision-layout state dict file, or the state dict inside a vltools checkpoint."""
-    if not path.exists():
-        raise VLToolsError(f"{path}: no such weights file; give --weights imagenet, none or an existing file")
-    if path.stat().st_size == 0:
-        raise VLToolsError(f"{path}: empty file, not a state dict; give a torchvision state dict or a vltools "
-                           "checkpoint")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
-        raise VLToolsError(f"{path}: not a state dict loadable with weights_only=True "
-                           f"({first_line(exc)}); give a torchvision state dict or a vltools checkpoint") from exc
+    payload = load_weights_only(
+        path, "state dict", "no such weights file; give --weights imagenet, none or an existing file",
+        "empty file, not a state dict; give a torchvision state dict or a vltools checkpoint",
+        "give a torchvision state dict saved with torch.save(model.state_dict()) or a vltools checkpoint")
     if isinstance(payload, dict) and payload.get("format") == CHECKPOINT_FORMAT:
         payload = load_checkpoint(path)["state_dict"]  # verified against its digest
     if not isinstance(payload, dict) or not all(isinstance(v, torch.Tensor) for v in payload.values()):

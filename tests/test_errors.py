@@ -1,0 +1,70 @@
+"""The user-facing error: the one exception class, the standard "file: where: problem; fix" message, the first
+line of any exception, and the short list of ids that error messages show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vltools.errors import VLToolsError, first_line, input_error, shown_ids
+
+
+def test_vltools_error_is_an_ordinary_exception_carrying_its_message():
+    assert issubclass(VLToolsError, Exception)
+    with pytest.raises(VLToolsError) as caught:
+        raise VLToolsError("caps.jsonl: no such file")
+    assert str(caught.value) == "caps.jsonl: no such file"
+
+
+def test_input_error_joins_file_where_problem_and_fix():
+    error = input_error("caps.jsonl", "line 3", "malformed JSON", "fix or remove that line")
+    assert isinstance(error, VLToolsError)
+    assert str(error) == "caps.jsonl: line 3: malformed JSON; fix or remove that line"
+
+
+def test_input_error_without_where_or_fix_leaves_them_out():
+    assert str(input_error("sims.h5", None, "no /sims dataset")) == "sims.h5: no /sims dataset"
+    assert str(input_error("sims.h5", "/sims", "contains NaN", None)) == "sims.h5: /sims: contains NaN"
+    assert str(input_error("sims.h5", "/sims", "contains NaN", "")) == "sims.h5: /sims: contains NaN"
+
+
+def test_input_error_accepts_a_path_object():
+    path = Path("some") / "dir" / "feats.h5"
+    assert str(input_error(path, "id 'x'", "bad row", "rerun")) == f"{path}: id 'x': bad row; rerun"
+
+
+def test_first_line_keeps_only_the_first_line_of_the_message():
+    exc = ValueError("\n  shape mismatch in layer 3\nsecond line\nthird line\n")
+    assert first_line(exc) == "shape mismatch in layer 3"
+
+
+def test_first_line_is_cut_to_160_characters():
+    exc = RuntimeError("x" * 150 + "y" * 50 + "\nrest")
+    assert first_line(exc) == "x" * 150 + "y" * 10
+    assert len(first_line(exc)) == 160
+
+
+def test_first_line_of_an_empty_message_is_the_class_name():
+    assert first_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert first_line(OSError("  \n ")) == "OSError"
+
+
+def test_first_line_of_a_key_error_is_its_quoted_key():
+    assert first_line(KeyError("img7")) == "'img7'"
+
+
+def test_shown_ids_quotes_every_id_up_to_the_limit():
+    assert shown_ids(["a", "b"]) == "'a', 'b'"
+    assert shown_ids(["a", "b", "c", "d", "e"]) == "'a', 'b', 'c', 'd', 'e'"
+    assert shown_ids([]) == ""
+
+
+def test_shown_ids_counts_the_ids_past_the_limit():
+    ids = [f"img{i}" for i in range(8)]
+    assert shown_ids(ids) == "'img0', 'img1', 'img2', 'img3', 'img4' and 3 more"
+    assert shown_ids(ids, limit=2) == "'img0', 'img1' and 6 more"
+
+
+def test_shown_ids_quotes_ids_holding_quotes_and_spaces_unambiguously():
+    assert shown_ids(["it's", "a b"]) == "\"it's\", 'a b'"

@@ -1,0 +1,85 @@
+"""The one inference runner: shards, resume after a failure, records and features writers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.infer import runner
+from vltools.io.features import FeaturesReader
+
+IDS = [f"im{n}" for n in range(7)]
+
+
+def captions(todo, fail_at=None, seen=None):
+    """A stand-in model step: batches of 3, caption = the id upside down; raises at `fail_at`."""
+    for start in range(0, len(todo), 3):
+        ids = todo[start:start + 3]
+        if fail_at in ids:
+            raise RuntimeError("killed")
+        if seen is not None:
+            seen.extend(ids)
+        yield ids, [{"image_id": i, "caption": i[::-1]} for i in ids]
+
+
+def test_shard_ids_takes_every_nth_from_i():
+    assert runner.shard_ids(IDS, "1/3") == ["im1", "im4"]
+    assert runner.shard_ids(IDS, None) == IDS
+
+
+def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path):
+    out = tmp_path / "caps.jsonl"
+    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {"--beam": 3}, {}) as writer:
+        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im4"))
+    assert not out.exists() and len((tmp_path / "caps.jsonl.partial").read_text().splitlines()) == 1 + 3
+    seen: list[str] = []
+    with runner.records_writer(str(out), "image_id", True, {"--beam": 3}, {}) as writer:
+        assert runner.run("caption", IDS, writer, lambda todo: captions(todo, seen=seen)) == 4
+        assert writer.finish(IDS) == 7
+    assert seen == IDS[3:]
+    assert [json.loads(line) for line in out.read_text().splitlines()] == \
+        [{"image_id": i, "caption": i[::-1]} for i in IDS]
+    assert not (tmp_path / "caps.jsonl.partial").exists()
+
+
+def test_resume_with_other_options_is_refused(tmp_path):
+    out = tmp_path / "caps.jsonl"
+    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {"--beam": 3}, {}) as writer:
+        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im4"))
+    with pytest.raises(VLToolsError, match="the interrupted run used --beam 3, this run 5"):
+        with runner.records_writer(str(out), "image_id", True, {"--beam": 5}, {}):
+            pass
+
+
+def test_a_failure_before_any_result_leaves_nothing(tmp_path):
+    out = tmp_path / "caps.jsonl"
+    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {}, {}) as writer:
+        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im0"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_features_parts_are_merged_in_input_order(tmp_path):
+    out = tmp_path / "feats.h5"
+    rows = {i: np.full((2, 4), n, dtype=np.float32) for n, i in enumerate(IDS)}
+
+    def regions(todo):
+        for start in range(0, len(todo), 2):
+            ids = todo[start:start + 2][::-1]   # a step may return its batch in any order
+            yield ids, {"regions": np.stack([rows[i] for i in ids])}
+
+    attrs = {"backbone": "test"}
+    with runner.features_writer(str(out), attrs, "float32", 0.0, False, {i: "d" for i in IDS}) as writer:
+        assert runner.run("extract", IDS, writer, regions) == 7
+        assert runner.finish_features(writer, str(out), attrs, IDS, []) == 7
+    with FeaturesReader(out) as reader:
+        assert list(reader.ids) == IDS
+        assert np.array_equal(reader.read(IDS, ["regions"])["regions"], np.stack([rows[i] for i in IDS]))
+
+
+def test_resume_needs_an_output_file():
+    with pytest.raises(VLToolsError, match="--resume needs -o PATH"):
+        runner.check_output(None, True)
+    runner.check_output(None, False)

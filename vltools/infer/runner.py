@@ -1,0 +1,151 @@
+"""The one inference runner: reader -> model step -> writer, resumable and shardable.
+
+Every stage that writes one result per input item (extract-regions, segment-pool, concept-scores: features
+HDF5; caption and caption --pairs: JSONL records) runs `run`: the items of this shard that the writer does not
+already hold are read in batches, passed through the model step, and handed to the writer, which makes them
+durable as they come (`OUT.partial/` parts or `OUT.partial` records) so that a killed run continues with
+`--resume`; `finish` writes OUT atomically in input order. A stage supplies only its `produce` function
+(reading and the model step) and one of the two writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from vltools.errors import VLToolsError
+from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, spool_folder
+from vltools.io.partial import PartialRecords
+from vltools.io.parts import PartsWriter
+from vltools.io.progress import log, progress
+from vltools.io.records import write_records
+from vltools.vision.images import parse_shard
+
+Results = Mapping[str, np.ndarray] | Sequence[dict]
+Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]
+
+
+class Writer(Protocol):
+    """Where finished results go: `done` holds the ids already durable (from an interrupted run)."""
+
+    done: Collection[str]
+    path: Path | None
+
+    def add(self, ids: list[str], results: Results) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+def shard_ids(ids: Sequence[str], shard: str | None) -> list[str]:
+    """The ids of shard `I/N` (every N-th from I), or all of them."""
+    if shard is None:
+        return list(ids)
+    index, count = parse_shard(shard)
+    return list(ids[index::count])
+
+
+def check_output(out: str | None, resume: bool) -> None:
+    """Refuse `--resume` without `-o` (call before building models, so the mistake is reported at once)."""
+    if resume and (is_stdout(out) or is_device(out)):
+        raise VLToolsError("--resume needs -o PATH of a file: progress of a run to standard output or a device "
+                           "cannot be kept")
+
+
+def run(stage: str, ids: Sequence[str], writer: Writer, produce: Produce, unit: str = "items") -> int:
+    """Pass every id of `ids` the writer does not hold through `produce` (which batches them) into the writer;
+    on any failure the writer drops what cannot be resumed. Returns how many ids were produced now."""
+    todo = [i for i in ids if i not in writer.done]
+    if writer.done:
+        log.info(f"{stage}: resuming from {writer.path}: {len(ids) - len(todo)} {unit} done, {len(todo)} to go")
+    produced = 0
+    try:
+        for done_ids, results in progress(produce(todo), total=len(todo), desc=stage, unit=unit,
+                                          size=lambda batch: len(batch[0])):  # counted in the user's unit
+            writer.add(done_ids, results)
+            produced += len(done_ids)
+    except BaseException:
+        writer.discard()
+        raise
+    return produced
+
+
+class RecordsWriter:
+    """JSONL records keyed by `key`: into `OUT.partial` as they come (resumable), or kept for standard output."""
+
+    def __init__(self, partial: PartialRecords | None, output: str | None) -> None:
+        self.partial, self.output = partial, output
+        self.path = partial.path if partial is not None else None
+        self.kept: dict[str, dict] = {}
+        self.done = partial.done if partial is not None else {}
+
+    def add(self, ids: list[str], results: Results) -> None:
+        records = list(results)
+        if self.partial is not None:
+            self.partial.add(records)
+        else:
+            self.kept.update(zip(ids, records, strict=True))
+
+    def discard(self) -> None:
+        if self.partial is not None:
+            self.partial.discard()
+
+    def finish(self, order: Sequence[str]) -> int:
+        """Write OUT (or standard output) with the records of `order`, in that order."""
+        if self.partial is not None:
+            return self.partial.finish(order)
+        return write_records(self.output, (self.kept[i] for i in order))
+
+
+@contextlib.contextmanager
+def records_writer(output: str | None, key: str, resume: bool, options: dict[str, object],
+                   inputs: dict[str, str]) -> Iterator[RecordsWriter]:
+    """The records writer of OUT: resumable through `OUT.partial` (refused on other options or inputs), or
+    standard output; a failure discards a partial file that holds no finished record."""
+    if is_stdout(output):
+        yield RecordsWriter(None, output)
+        return
+    with PartialRecords(output, key, resume, options, inputs) as partial:
+        yield RecordsWriter(partial, output)
+
+
+class FeaturesPartsWriter:
+    """Rows of a features HDF5 committed to parts in `OUT.partial/` (see vltools.io.parts)."""
+
+    def __init__(self, parts: PartsWriter) -> None:
+        self.parts = parts
+        self.done = parts.done
+        self.path = parts.folder
+
+    def add(self, ids: list[str], results: Results) -> None:
+        self.parts.add(ids, **results)
+
+    def discard(self) -> None:
+        self.parts.discard()
+
+
+@contextlib.contextmanager
+def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commit_seconds: float, resume: bool,
+                    digests: dict[str, str]) -> Iterator[FeaturesPartsWriter]:
+    """Parts under `OUT.partial/` (locked with OUT), or in a spool folder when OUT is standard output or a
+    device; rows whose input digest changed since an interrupted run are recomputed."""
+    with contextlib.ExitStack() as stack:
+        if is_stdout(out) or is_device(out):
+            folder = stack.enter_context(spool_folder()) / "parts"
+        else:
+            folder = Path(f"{out}.partial")
+            stack.enter_context(output_lock(out))
+            stack.enter_context(output_lock(folder))
+        yield FeaturesPartsWriter(PartsWriter(folder, attrs, dtype, commit_seconds, resume, digests))
+
+
+def finish_features(writer: FeaturesPartsWriter, out: str | None, attrs: dict[str, object], order: Sequence[str],
+                    failed: list[str]) -> int:
+    """Merge the parts into OUT (atomically, or to standard output) in `order`, with the failure lines."""
+    with binary_output(out) as target:
+        count = writer.parts.merge_into(target, attrs, order, failed)
+    writer.parts.remove()
+    return count
