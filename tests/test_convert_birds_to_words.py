@@ -9,6 +9,7 @@ import re
 import pytest
 from convert_cli import DATA, convert
 
+from vltools.cli import main
 from vltools.data.converters.birds_to_words import COLUMNS, read_birds_to_words
 from vltools.errors import VLToolsError
 
@@ -65,3 +66,27 @@ def test_row_with_ten_columns_exits_1_naming_the_line(tmp_path, vltools_cmd):
     assert result.returncode == 1
     assert "birds.tsv: line 4: 10 columns instead of 11" in result.stderr.decode()
     assert not (tmp_path / "pairs.jsonl").exists()
+
+
+def test_quotes_are_text_and_an_unclosed_one_swallows_no_row(tmp_path):
+    """csv quoting once stripped a leading quote and let an unclosed one swallow the next row (4 in, 3 out)."""
+    tsv, out = tmp_path / "birds.tsv", tmp_path / "pairs.jsonl"
+    build_tsv(tsv)
+    lines = tsv.read_text(encoding="utf-8").splitlines()
+    texts = ['"quoted" at the start', 'an "unclosed quote', "plain", 'ends with a quote"']
+    for number, text in enumerate(texts, 1):
+        lines[number] = lines[number].rsplit("\t", 1)[0] + "\t" + text
+    tsv.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    convert("birds-to-words", tsv, "-o", out)
+    assert [json.loads(line)["description"] for line in out.read_text(encoding="utf-8").splitlines()] == texts
+
+
+def test_an_image_url_with_a_control_character_is_refused_naming_the_line(tmp_path, capsys):
+    tsv, out = tmp_path / "birds.tsv", tmp_path / "pairs.jsonl"
+    build_tsv(tsv)
+    tsv.write_text(tsv.read_text(encoding="utf-8").replace("647514/medium", "647514\x1b/medium", 1), encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "birds-to-words", str(tsv), "--image-names", "url", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1
+    assert "birds.tsv: line 2: field 'image_a' holds the control character '\\x1b'" in err and not out.exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from convert_cli import convert
 
+from vltools.cli import main
 from vltools.data.converters.karpathy import read_karpathy
 from vltools.errors import VLToolsError
 
@@ -100,3 +101,17 @@ def test_repeated_sentid_and_truncated_json_are_errors(tmp_path):
     path.write_text(json.dumps(COCO_LIKE)[:300])
     with pytest.raises(VLToolsError, match=r"cut.json: line 1 column \d+: malformed JSON"):
         read_karpathy(path)
+
+
+@pytest.mark.parametrize("token", [None, 1, {"x": 1}, ["a"]])
+def test_tokens_that_are_not_strings_are_refused_naming_the_sentence(tmp_path, capsys, token):
+    """`--text tokens` once wrote Python reprs such as "1 None {'x': 1}" as captions."""
+    broken = json.loads(json.dumps(COCO_LIKE))
+    broken["images"][2]["sentences"][0]["tokens"][3] = token
+    out = tmp_path / "caps.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "karpathy", str(write(tmp_path, broken)), "--text", "tokens", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1 and not out.exists()
+    assert f"dataset_coco.json: images[2].sentences[0]: 'tokens' holds {json.dumps(token)}, not a string" in err
+    assert read_karpathy(write(tmp_path, broken))[3]["caption"] == "A very clean and well decorated empty bathroom"

@@ -60,3 +60,21 @@ def test_image_missing_from_image_data_is_an_error(tmp_path):
     del sizes["3"]
     with pytest.raises(VLToolsError, match=r"\[2\]: image 3 is not in the image data file"):
         read_visual_genome(REGIONS, sizes)
+
+
+def test_nan_and_infinite_boxes_are_skipped_and_counted_never_written(tmp_path, caplog):
+    """Python's json reads NaN and Infinity; such boxes were once written (not JSON, refused by inspect)."""
+    raw = json.loads(REGIONS.read_text())
+    raw[0]["regions"][0]["x"] = float("nan")
+    raw[0]["regions"][1]["width"] = float("inf")
+    raw[0]["regions"][2]["y"] = 1e308
+    raw[0]["regions"][2]["height"] = 1e308    # x + width overflows to infinity
+    broken = tmp_path / "region_descriptions.json"
+    broken.write_text(json.dumps(raw))
+    out = tmp_path / "r.jsonl"
+    convert("visual-genome", broken, "-o", out)
+    records = [json.loads(line, parse_constant=pytest.fail) for line in out.read_text().splitlines()]
+    assert len(records) == len(read_visual_genome(REGIONS)) - 3
+    assert "skipped 3 regions with a NaN or infinite box" in caplog.text
+    bad = {str(raw[0]["regions"][k]["region_id"]) for k in range(3)}
+    assert not bad & {r["region_id"] for r in records}

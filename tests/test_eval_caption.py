@@ -103,3 +103,15 @@ def test_rouge_l_is_the_lcs_f_measure_with_beta_1_2():
     assert abs(rouge_l({"x": "a b c"}, {"x": ["a c", "d"]}) - expected) < 1e-9
     assert rouge_l({"x": "same words", "y": "a b c"}, {"x": ["same words"], "y": ["a c"]}) == \
         pytest.approx((1 + expected) / 2)
+
+
+def test_empty_references_are_refused_and_empty_predictions_counted(tmp_path, caplog):
+    refs = read_caption_file(jsonl(tmp_path / "refs.jsonl", [{"image_id": "a", "caption": "x"},
+                                                             {"image_id": "b", "caption": " "},
+                                                             {"image_id": "c", "caption": ""}]))
+    predictions = read_caption_file(jsonl(tmp_path / "pred.jsonl", [{"image_id": i, "caption": "y"} for i in "ab"]))
+    with pytest.raises(VLToolsError, match=r"refs.jsonl: line 2: empty reference for image_id 'b' \(1 empty"):
+        pair_predictions(predictions, refs)
+    blank = read_caption_file(jsonl(tmp_path / "blank.jsonl", [{"image_id": "a", "caption": ""}]))
+    assert pair_predictions(blank, refs) == ({"a": ""}, {"a": ["x"]})    # unpredicted c's empty reference is unused
+    assert "blank.jsonl: 1 of 1 predictions are empty or blank (first: image_id 'a')" in caplog.text

@@ -2,8 +2,10 @@ import h5py
 import numpy as np
 import pytest
 
+from vltools.cli import main
 from vltools.errors import VLToolsError
-from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, write_arrays
+from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify, write_arrays
+from vltools.io.sims import read_sims, write_sims
 
 
 def test_write_arrays_records_kind_provenance_and_strings(tmp_path):
@@ -42,3 +44,71 @@ def test_is_hdf5_tells_hdf5_from_text(tmp_path):
     assert is_hdf5(tmp_path / "e.h5") and not is_hdf5(tmp_path / "r.jsonl") and not is_hdf5("-")
     with pytest.raises(VLToolsError, match="no such file"):
         is_hdf5(tmp_path / "absent.h5")
+
+
+def flip(path, target, position) -> None:
+    """Write `path` with the byte at `position` inverted to `target`."""
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0xFF
+    target.write_bytes(bytes(data))
+
+
+def header_address(path, name: str) -> int:
+    """Where the object header of dataset `name` starts (its first byte is the header's version number)."""
+    with h5py.File(path, "r") as handle:
+        return h5py.h5o.get_info(handle[name].id).addr
+
+
+def test_a_flipped_object_header_of_any_dataset_is_one_line_naming_the_file(tmp_path):
+    """Checksums catch flipped data, not flipped metadata: h5py raised a KeyError ('bad object header version
+    number') from deep in whichever stage looked the dataset up."""
+    path = tmp_path / "sims.h5"
+    write_sims(path, np.arange(6, dtype=np.float32).reshape(2, 3), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "b"])
+    for name in ("sims", "image_ids", "caption_ids", "caption_image_ids"):
+        bad = tmp_path / f"bad-{name}.h5"
+        flip(path, bad, header_address(path, name))
+        with pytest.raises(VLToolsError) as error:
+            read_sims(bad)
+        assert str(error.value) == (f"{bad}: /{name} is damaged (checksum mismatch or unreadable HDF5 structure: "
+                                    "Unable to synchronously open object (bad object header version number)); "
+                                    "rerun the stage that wrote it, or restore the file from a copy")
+
+
+def test_unreadable_data_on_every_read_path_names_the_file_and_dataset(tmp_path):
+    """"Can't synchronously read data" once named no file (feature maps, proxy files)."""
+    path = tmp_path / "e.h5"
+    write_arrays(path, "embeddings", {"ids": ["a", "b"], "emb": np.ones((2, 64), dtype=np.float32)})
+    with h5py.File(path, "r") as handle:
+        offset = handle["emb"].id.get_chunk_info(0).byte_offset
+    flip(path, tmp_path / "flipped.h5", offset + 8)
+    with open_h5(tmp_path / "flipped.h5", "embeddings") as handle:
+        assert decode_strings(handle["ids"][()]) == ["a", "b"]
+        for read in (lambda: handle["emb"][()], lambda: handle["emb"][0:1], lambda: verify(handle)):
+            with pytest.raises(VLToolsError, match=r"flipped.h5: /emb is damaged \(checksum mismatch .*filter "
+                                                   r"returned failure during read\)\); rerun the stage"):
+                read()
+
+
+def test_an_h5py_error_anywhere_in_a_with_block_is_one_line_and_other_errors_pass(tmp_path):
+    path = tmp_path / "e.h5"
+    write_arrays(path, "embeddings", {"ids": ["a"], "emb": np.zeros((1, 2))})
+    with pytest.raises(VLToolsError, match=r"e.h5: the HDF5 file is damaged \(.*\); rerun the stage"), \
+            open_h5(path) as handle:
+        handle["emb"].id.set_extent((3, 2))    # a low-level call outside the checked objects
+    with pytest.raises(KeyError, match="'absent'"), open_h5(path) as handle:
+        {}["absent"]
+    with open_h5(path) as handle:
+        assert "absent" not in handle and handle.get("absent") is None and handle.attrs.get("absent") is None
+        assert isinstance(handle["emb"], h5py.Dataset) and handle["emb"].shape == (1, 2)
+
+
+def test_match_over_a_sims_file_with_a_flipped_header_exits_1_in_one_line(tmp_path, capsys):
+    first, second = tmp_path / "A_sims.h5", tmp_path / "B_sims.h5"
+    write_sims(first, np.eye(2, 3), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "b"])
+    flip(first, second, header_address(first, "sims"))
+    out = tmp_path / "ranks.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["match", str(first), str(second), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{second}: /sims is damaged" in err and not out.exists()

@@ -61,7 +61,8 @@ def test_bad_names_and_entries_are_one_line_errors(store):
         add_model("x", [store / "saf.pt"])
     add_model("x", [store / "saf.pt"], replace=True)
     assert resolve_models(["x"]) == [store / "saf.pt"]
-    with pytest.raises(VLToolsError, match=r"unknown: neither a checkpoint file nor a model .*registered: x$"):
+    with pytest.raises(VLToolsError, match=r"unknown: neither a checkpoint file nor a model .*\(registered: x\); the "
+                                           r"released SGRAF models .* bin/fetch_sgraf_models.sh .*`vltools models add"):
         resolve_models(["unknown"])
     with pytest.raises(VLToolsError, match="is a directory; give a checkpoint file or a model name"):
         resolve_models([str(store)])
@@ -71,5 +72,29 @@ def test_bad_names_and_entries_are_one_line_errors(store):
     with pytest.raises(VLToolsError, match="nope: not in the model store"):
         remove_model("nope")
     (store / "store/models.json").write_text("[1, 2]")
-    with pytest.raises(VLToolsError, match="not a model store index"):
+    with pytest.raises(VLToolsError, match="models.json: the model store's index must be a JSON object"):
         read_index()
+
+
+@pytest.mark.parametrize("index, problem", [
+    ('{"x": {"members": [1, null]}}',
+     "entry 'x': \"members\" must be a non-empty list of checkpoint paths, found [1, null]"),
+    ('{"x": {"members": "a.pt"}}', "entry 'x': \"members\" must be a non-empty list"),
+    ('{"x": {"members": []}}', "entry 'x': \"members\" must be a non-empty list"),
+    ('{"x": ["a.pt"]}', "entry 'x' must be an object with \"members\""),
+    ('{"x": {"members": ["a.pt"], "added": 5}}', "entry 'x': \"added\" must be a time string"),
+    ('{"../x": {"members": ["a.pt"]}}', "has an entry with the invalid name '../x'"),
+    ('{"x": ', "is not valid JSON (Expecting value at line 1 column 7)"),
+    (b"\xff\xfe", "is not UTF-8 text"),
+])
+def test_an_index_of_wrong_types_is_one_line_naming_file_entry_and_repair(store, index, problem):
+    """{"x": {"members": [1, null]}} once gave a TypeError traceback in `models list` and `match --model x`."""
+    path = store / "store" / "models.json"
+    path.parent.mkdir()
+    path.write_bytes(index if isinstance(index, bytes) else index.encode())
+    for call in (read_index, lambda: resolve_models(["x"]), lambda: add_model("y", [store / "sgr.pt"])):
+        with pytest.raises(VLToolsError) as error:
+            call()
+        message = str(error.value)
+        assert message.startswith(f"{path}: the model store's index ") and problem in message, message
+        assert message.endswith("or delete " + str(path) + " and add the models again with `vltools models add`")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.records import caption_ids, detect_kind, read_records, write_records
+from vltools.io.records import caption_ids, detect_kind, id_file_name, read_records, write_records
 
 GOOD = {
     "captions": {"image_id": "a", "caption": "a red circle", "split": "train", "caption_id": "a#0"},
@@ -133,3 +133,38 @@ def test_iter_json_lines_numbers_lines_and_reports_malformed_json(tmp_path):
         for item in iter_json_lines(path, "give a log"):
             found.append(item)
     assert found == [(1, {"a": 1}), (3, [2, 3])]
+
+
+@pytest.mark.parametrize(("kind", "name", "value"), [
+    ("captions", "image_id", "a\x00b"), ("captions", "caption_id", "a#\n0"), ("pairs", "image_b", "b\x1b[2J"),
+    ("rankings", "ids", ["a#0", "b\x7f"]), ("images", "image_id", "\x85x"),
+])
+def test_a_control_character_in_an_id_is_refused_naming_line_and_field(tmp_path, kind, name, value):
+    """Ids become file names (explain, report) and lines; a NUL in one once reached `explain` as a path."""
+    path = tmp_path / "bad.jsonl"
+    write_lines(path, [json.dumps(GOOD[kind]), json.dumps({**GOOD[kind], "caption_id": "z", name: value})])
+    with pytest.raises(VLToolsError, match=rf"bad.jsonl: line 2: field '{name}' holds the control character"):
+        read_records(path, kind)
+
+
+def test_captions_may_hold_control_characters_but_blank_ones_are_counted_once(tmp_path, caplog):
+    path = tmp_path / "caps.jsonl"
+    write_lines(path, [json.dumps({"image_id": "a", "caption": text}) for text in ("tab\there", "", "  ", "ok")])
+    assert [r["caption"] for r in read_records(path, "captions")] == ["tab\there", "", "  ", "ok"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"{path}: 2 of 4 records have an empty or blank caption (first on line 2)"]
+
+
+@pytest.mark.parametrize(("ids", "name"), [
+    (["a", "b"], "a__b.png"), (["../../x", "y"], "_._.._x__y.png"), (["/etc/passwd"], "_etc_passwd.png"),
+    ([".hidden", "b"], "_hidden__b.png"), (["..", ".."], "_.__...png"), (["a\\b"], "a_b.png"),
+])
+def test_id_file_names_stay_inside_their_folder(tmp_path, ids, name):
+    assert id_file_name(ids, ".png") == name
+    assert (tmp_path / name).resolve().parent == tmp_path.resolve()
+
+
+def test_an_id_file_name_too_long_for_a_file_system_is_cut_and_hashed(tmp_path):
+    long = id_file_name(["é" * 300, "b"], ".png")
+    assert len(long.encode()) <= 255 and long.endswith(".png") and long != id_file_name(["é" * 300, "c"], ".png")
+    (tmp_path / long).write_bytes(b"")

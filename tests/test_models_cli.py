@@ -64,3 +64,17 @@ def test_bad_inputs_exit_1_with_one_line(world, capsys):
     err = fails(capsys, "models", "remove", "nothing")
     assert "nothing: not in the model store" in err
     assert json.loads((folder / "store/models.json").read_text()).keys() == {"sgraf"}
+
+
+def test_a_store_index_of_wrong_types_is_one_line_in_list_and_remove(tmp_path, monkeypatch, capsys):
+    """{"x": {"members": [1, null]}} once gave a TypeError traceback in `models list`."""
+    monkeypatch.setenv(ENV, str(tmp_path / "store"))
+    index = tmp_path / "store" / "models.json"
+    index.parent.mkdir()
+    index.write_text('{"x": {"members": [1, null]}}', encoding="utf-8")
+    for args in (["models", "list"], ["models", "remove", "x"]):    # match --model x: test_io_model_store
+        err = fails(capsys, *args)
+        assert err.strip().splitlines() == [
+            f"vltools: error: {index}: the model store's index entry 'x': \"members\" must be a non-empty list of "
+            f"checkpoint paths, found [1, null]; fix that entry, or delete {index} and add the models again with "
+            "`vltools models add`"]

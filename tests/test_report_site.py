@@ -281,3 +281,22 @@ def test_every_card_kind_renders_in_chromium(every_kind, tmp_path):
         assert dom.count(f'class="card {kind}"') == expected
         assert status["loaded"] == status["images"] and status["broken"] == "0" and int(status["images"]) >= expected
     assert re.findall(r'<div class="qid">([^<]*)</div>', dom) == pair_ids[:PAGE]
+
+
+def test_force_on_a_linked_report_folder_refuses_before_touching_it(tmp_path, capsys):
+    from vltools.cli import main
+
+    scores = tmp_path / "scores.json"
+    scores.write_text('{"CIDEr": 1.5}', encoding="utf-8")
+    real, link = tmp_path / "real", tmp_path / "report"
+    main(["--quiet", "report", str(real), "--scores", str(scores)])
+    assert (real / "index.html").is_file()
+    before = sorted(p.relative_to(real) for p in real.rglob("*"))
+    link.symlink_to(real)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(link), "--scores", str(scores), "--force"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err == (f"vltools: error: {link}: is a symbolic link (to {real}); give the "
+                                                 "folder itself or a new folder name\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real", "report", "scores.json"] and link.is_symlink()
+    assert sorted(p.relative_to(real) for p in real.rglob("*")) == before

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from vltools.eval.retrieval import retrieval_metrics
-from vltools.eval.semantic import user_agreement
 from vltools.io.hdf5 import write_arrays
 from vltools.io.logp import write_logp
 from vltools.io.sims import write_sims
@@ -67,6 +66,15 @@ def test_no_meteor_leaves_the_other_scores_unchanged(tmp_path, vltools_cmd):
     assert set(metrics) == set(PUBLISHED) - {"METEOR"}
     assert {name: round(value, 3) for name, value in metrics.items()} == \
         {name: value for name, value in PUBLISHED.items() if name != "METEOR"}
+
+
+def test_quiet_silences_the_java_tokenizer_too(tmp_path, vltools_cmd):
+    """pycocoevalcap's PTBTokenizer (a Java process) prints "PTBTokenizer tokenized N tokens ..." on standard
+    error; --quiet means nothing there."""
+    refs = jsonl(tmp_path / "refs.jsonl", [{"image_id": "1", "caption": "A dog runs."}])
+    predictions = jsonl(tmp_path / "predictions.jsonl", [{"image_id": "1", "caption": "A dog, running."}])
+    quiet = vltools_cmd("--quiet", "score", "caption", predictions, "--refs", refs, "--no-meteor", "--no-spice")
+    assert quiet.returncode == 0 and quiet.stderr == b"" and stdout_json(quiet)["Bleu_1"] > 0
 
 
 def test_caption_input_errors(tmp_path, vltools_cmd):
@@ -128,9 +136,10 @@ def test_retrieval_from_sims_and_rankings(tmp_path, vltools_cmd):
         assert from_rankings[key] == pytest.approx(result[key])
     mixed = jsonl(tmp_path / "mixed.jsonl", [{"image_id": images[i], "caption": "x", "split": "test"} for i in index]
                   + [{"image_id": "train_only", "caption": "y", "split": "train"}])
-    one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed), "'train_only'")
     test_split = stdout_json(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed, "--split", "test"))
     assert test_split["rsum"] == pytest.approx(result["rsum"])
+    # without --split: the split whose captions were ranked (the README's literal line on match's output)
+    assert stdout_json(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed)) == test_split
     one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", mixed, "--split", "val"), "'val'")
     assert vltools_cmd("score", "retrieval", ranks_path).returncode == 2
     one_line_error(vltools_cmd("score", "retrieval", ranks_path, "--captions", caps, "--protocol", "coco1k"),
@@ -208,7 +217,8 @@ def test_semantic_with_proxy_triplets_and_plot(tmp_path, vltools_cmd):
     oracle = tmp_path / "oracle.h5"
     write_sims(oracle, tfidf[:4] @ tfidf.T, ids[:4], ids)
     triplets = [{"query": "im0", "a": "im1", "b": "im2", "o1": 2, "o2": 1, "o3": 0},
-                {"query": "im3", "a": "im5", "b": "im4", "o1": 0, "o2": 3, "o3": 1}]
+                {"query": "im3", "a": "im5", "b": "im4", "o1": 0, "o2": 3, "o3": 1},
+                {"query": "im0", "a": "im2", "b": "im3", "o1": 0, "o2": 0, "o3": 2}]
     triplet_file = jsonl(tmp_path / "triplets.jsonl", triplets)
     plot = tmp_path / "curves.png"
     result = stdout_json(vltools_cmd("score", "semantic", oracle, "--proxy", proxy, "--R", "1,2,5,20",
@@ -217,9 +227,10 @@ def test_semantic_with_proxy_triplets_and_plot(tmp_path, vltools_cmd):
     assert result["ndcg"] == pytest.approx({"1": 100.0, "2": 100.0, "5": 100.0})
     assert result["ndcg_auc"] == pytest.approx(100.0) and result["pcc_auc"] == pytest.approx(100.0)
     relevance = tfidf @ tfidf.T
-    expected = user_agreement(np.array([relevance[0, 1], relevance[3, 5]]),
-                              np.array([relevance[0, 2], relevance[3, 4]]), np.array([[2, 1, 0], [0, 3, 1]]))
-    assert result["user_agreement"] == pytest.approx(expected[0]) and result["n_triplets"] == 2
+    # the oracle picks the more relevant image: o_chosen / (o1 + o2 + o3); the all-"neither" triplet counts as 0
+    first = 2 / 3 if relevance[0, 1] > relevance[0, 2] else 1 / 3
+    second = 0 / 4 if relevance[3, 5] > relevance[3, 4] else 3 / 4
+    assert result["user_agreement"] == pytest.approx(100 * (first + second + 0) / 3) and result["n_triplets"] == 3
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert vltools_cmd("score", "semantic", oracle, "--plot", plot, "--triplets", triplet_file).returncode == 2
     bad = jsonl(tmp_path / "bad_triplets.jsonl", [{**triplets[0], "o3": -1}])
@@ -233,3 +244,19 @@ def test_self_retrieval(tmp_path, vltools_cmd):
     result = stdout_json(vltools_cmd("score", "self-retrieval", path))
     assert result == pytest.approx({"R@1": 50.0, "R@5": 100.0, "R@50": 100.0, "R@500": 100.0, "medr": 1.0,
                                     "meanr": 1.5, "n_captions": 2, "n_images": 3})
+
+
+def test_retrieval_refuses_captions_that_give_the_sims_captions_other_images(tmp_path, capsys):
+    """--captions once overrode the sims file's /caption_image_ids silently (same ids, other images)."""
+    from vltools.cli import main
+
+    path = tmp_path / "sims.h5"
+    write_sims(path, np.eye(2, 3), ["a", "b"], ["c0", "c1", "c2"], ["a", "b", "b"])
+    swapped = jsonl(tmp_path / "swapped.jsonl", [{"image_id": i, "caption": "x", "caption_id": f"c{n}"}
+                                                 for n, i in enumerate("aab")])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["score", "retrieval", str(path), "--captions", str(swapped)])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 1 and captured.out == "" and captured.err.count("\n") == 1
+    assert ("swapped.jsonl: caption 'c1' is of image 'a', but " in captured.err
+            and "sims.h5 ranked it as a caption of 'b'" in captured.err)

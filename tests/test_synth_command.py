@@ -70,7 +70,9 @@ def test_force_replaces_an_earlier_world(tmp_path):
 
 
 def test_bad_values_exit_1_and_usage_errors_exit_2(tmp_path, vltools_cmd):
+    result = vltools_cmd("synth", tmp_path / "w", "--pairs", "3")
+    assert result.returncode == 1 and b"--pairs 3" in result.stderr and not (tmp_path / "w").exists()
     result = vltools_cmd("synth", tmp_path / "w", "--images", "3")
-    assert result.returncode == 1 and b"--images 3" in result.stderr and not (tmp_path / "w").exists()
+    assert result.returncode == 2 and b"Invalid value for '--images'" in result.stderr
     assert vltools_cmd("synth", tmp_path / "w", "--images", "many").returncode == 2
     assert vltools_cmd("synth").returncode == 2

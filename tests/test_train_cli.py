@@ -49,7 +49,7 @@ def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
     code, err = exit_with(["train", "--model", "sgr", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
                            "--val-split", "dev"], capsys)
     assert code == 1
-    assert "no captions in split 'dev' (splits present: train, val); choose another split" in err
+    assert "no captions in split 'dev' (splits present: train, val; choose one with --val-split)" in err
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -57,7 +57,8 @@ def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
     (["--set", "model.img_dim=99"], "the features give img_dim=16 but the config says model.img_dim=99"),
     (["--resume"], "m.pt.last.pt: no resume file; train without --resume first"),
     (["--set", "train.batch_size=0"], "train.batch_size must be in [1, inf), not 0"),
-    (["--lr", "nan"], "train.lr must be a finite number, not nan"),
+    (["--set", "train.lr=nan"], "train.lr must be a finite number, not nan"),
+    (["--set", "train.seed=-5"], "train.seed must be in [0, 4294967295], not -5"),
     (["--set", "model.dropout=5"], "model.dropout must be in [0.0, 1.0), not 5.0"),
 ])
 def test_bad_settings_exit_1(world, tmp_path, capsys, extra, message):
@@ -67,7 +68,7 @@ def test_bad_settings_exit_1(world, tmp_path, capsys, extra, message):
     assert code == 1 and message in err, err
 
 
-@pytest.mark.parametrize("extra", [["--batch-size", "0"], ["--lr", "-1"], ["--epochs", "0"]])
+@pytest.mark.parametrize("extra", [["--batch-size", "0"], ["--lr", "-1"], ["--epochs", "0"], ["--lr", "nan"]])
 def test_out_of_range_options_are_usage_errors(world, tmp_path, capsys, extra):
     features, captions = world
     code, err = exit_with(["train", "--model", "sgr", str(features), str(captions), "-o", str(tmp_path / "m.pt"),
@@ -139,3 +140,22 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
         torch.testing.assert_close(value, second["state_dict"][key], rtol=1e-5, atol=1e-6)
     assert first["train_state"]["iteration"] == second["train_state"]["iteration"] == 16
     assert len(first["train_state"]["rng"]) == 2  # each rank's dropout RNG, for an exact resume
+
+
+@pytest.mark.parametrize("model, setting, message", [
+    ("vse", "model.embed_size=-5", "model.embed_size must be in [1, inf), not -5"),
+    ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, inf), not 0"),
+    ("l2c", "model.num_nodes=0", "model.num_nodes must be in [1, inf), not 0"),
+    ("neuraltalk2", "model.hidden_size=0", "model.hidden_size must be in [1, inf), not 0"),
+    ("saf", "model.lambda_softmax=0", "model.lambda_softmax must be in (0.0, inf), not 0.0"),
+    ("l2c", "model.gcn_steps=-1", "model.gcn_steps must be in [0, inf), not -1"),
+    ("sco", "model.sampling=1.5", "model.sampling must be in [0.0, 1.0], not 1.5"),
+])
+def test_model_settings_are_checked_against_their_schema_before_any_input_is_read(tmp_path, capsys, model, setting,
+                                                                                  message):
+    """Such settings once failed with tracebacks from tensor construction (or saved a useless model); the inputs
+    here do not exist, so the check provably runs before anything is read or built."""
+    code, err = exit_with(["train", "--model", model, str(tmp_path / "absent.h5"), str(tmp_path / "absent.jsonl"),
+                           "-o", str(tmp_path / "m.pt"), "--set", setting], capsys)
+    assert code == 1 and err == f"vltools: error: {message}\n"
+    assert list(tmp_path.iterdir()) == []

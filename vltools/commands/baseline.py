@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import SEED_RANGE
 from vltools.data.l2c import read_pairs
 from vltools.io.progress import log
 from vltools.io.records import write_records
@@ -17,7 +18,7 @@ from vltools.text.baselines import BASELINES, baseline_descriptions
 @click.option("--split", help="Describe the pairs of this split (default: all pairs).")
 @click.option("--train-split", default="train", show_default=True,
               help="Split whose descriptions the baseline draws from.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of text-only sampling.")
+@click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of text-only sampling.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Pair descriptions JSONL (default: stdout).")
 def command(kind: str, pairs_path: str, split: str | None, train_split: str, seed: int, output: str | None) -> None:
     """One {pair_id, caption} line per pair of PAIRS [--split], in input order: most-frequent gives every pair

@@ -10,7 +10,7 @@ from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.progress import log
-from vltools.io.records import read_records
+from vltools.io.records import id_file_name, read_records
 from vltools.models import model_from_checkpoint
 from vltools.vision.embedding import ImageStore
 from vltools.vision.gradcam import overlay, pair_heatmaps, side_by_side
@@ -33,15 +33,15 @@ from vltools.vision.images import list_inputs
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,
             image_size: int | None) -> None:
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write
-    OUT/<query>__<result>.png: the two images side by side, the regions that contributed most to their
-    similarity highlighted in red."""
+    OUT/<query>__<result>.png (a "/" in an id becomes "_"): the two images side by side, the regions that
+    contributed most to their similarity highlighted in red."""
+    records = [r for r in read_records(rankings, "rankings") if r["direction"] == "i2i"][:queries]
+    if not records:
+        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images with vltools match first")
     payload = load_checkpoint(model_path)
     if payload.get("model") != "rmac":
         raise VLToolsError(f"{model_path}: explain needs an rmac checkpoint, not {payload.get('model')!r}")
     model = model_from_checkpoint(payload, model_path)
-    records = [r for r in read_records(rankings, "rankings") if r["direction"] == "i2i"][:queries]
-    if not records:
-        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images with vltools match first")
     items = {item.image_id: item for item in list_inputs([images_path])}
     pairs = [(r["query"], other) for r in records for other in r["ids"][:top]]
     missing = sorted({i for pair in pairs for i in pair if i not in items})
@@ -57,7 +57,7 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
         image_a, image_b = store.image(position[first]), store.image(position[second])
         cam_a, cam_b, similarity = pair_heatmaps(model, image_a, image_b, k)
         picture = side_by_side(overlay(image_a, cam_a), overlay(image_b, cam_b))
-        name = f"{first}__{second}.png".replace("/", "_")
+        name = id_file_name([first, second], ".png")
         with atomic_path(folder / name) as tmp:
             picture.save(tmp, format="PNG")
         log.info("%s ~ %s: similarity %.3f -> %s", first, second, similarity, folder / name)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vltools.commands.options import output_option
 from vltools.io.atomic import binary_output
 from vltools.io.parts import merge_files
 from vltools.io.progress import log
@@ -13,7 +14,8 @@ from vltools.io.progress import log
 
 @click.command("merge")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Merged features HDF5 (default: stdout).")
+@output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
+               help="Merged features HDF5 (default: standard output, never a terminal).")
 def command(files: tuple[str, ...], output: str | None) -> None:
     """Concatenate features FILES in the order given (rows of each file in its own order): shards of one
     extraction, or the splits of one dataset (`convert precomp` of train and dev).

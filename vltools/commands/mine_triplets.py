@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from vltools.commands.options import SEED_RANGE, FiniteFloat
 from vltools.data.triplets import MiningOptions, mine_round
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.embeddings import open_embeddings
@@ -27,8 +28,9 @@ from vltools.io.records import write_records
 @click.option("--pool", type=click.IntRange(min=2), default=5000, show_default=True, help="Images in the pool.")
 @click.option("--per-pair", type=click.IntRange(min=1), default=100, show_default=True,
               help="Triplets kept per (query, relevant image).")
-@click.option("--margin", type=float, default=0.1, show_default=True, help="Margin m of the loss that ranks them.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--margin", type=FiniteFloat(min=0), default=0.1, show_default=True,
+              help="Margin m of the loss that ranks them.")
+@click.option("--seed", type=SEED_RANGE, default=0, show_default=True)
 def command(proxy_path: str, embeddings: str | None, output: str | None, split: str, queries: int, relevant: int,
             pool: int, per_pair: int, margin: float, seed: int) -> None:
     """Sample a pool of images of a split (queries, relevant images from the proxy's neighbours, random others) and

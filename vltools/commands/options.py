@@ -7,6 +7,7 @@ option: `--precision` goes from this Choice straight to `vltools.devices.autocas
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import click
@@ -22,16 +23,39 @@ PRECISION_HELP = ("Compute precision of the model's forward passes: fp32, or aut
                   "meant for GPUs; its coarse steps can tie close similarity scores).")
 
 
+# what a binary output holds: its format name, or a function of the stage's parameters giving it (None: text)
+Binary = str | Callable[[dict[str, object]], str | None] | None
+
+
 class OutputOption(click.Option):
     """An option whose value is a path the stage writes (`@output_option(...)`): its lock is held for the
-    stage's whole run, and a missing or read-only folder is refused before any work (vltools.cli)."""
+    stage's whole run, and a missing or read-only folder is refused before any work (vltools.cli); a `binary`
+    output on standard output is refused before any work when that is a terminal."""
 
     is_output = True
 
+    def __init__(self, *param_decls: str, binary: Binary = None, **attrs: object) -> None:
+        super().__init__(*param_decls, **attrs)
+        self.binary = binary
 
-def output_option(*param_decls: str, **attrs: object) -> Callable:
-    """`click.option` for an extra output of a stage (e.g. `--sims PATH`), marked for `is_output_param`."""
-    return click.option(*param_decls, cls=OutputOption, **attrs)
+
+def output_option(*param_decls: str, binary: Binary = None, **attrs: object) -> Callable:
+    """`click.option` for an output of a stage (e.g. `--sims PATH`), marked for `is_output_param`; `binary`
+    names the format (e.g. "HDF5") when the output is not text, or is a function of the stage's parameters that
+    does (e.g. caption's -o is HDF5 with --logp)."""
+    return click.option(*param_decls, cls=OutputOption, binary=binary, **attrs)
+
+
+def binary_format(param: click.Parameter, values: dict[str, object]) -> str | None:
+    """The binary format that a stage run with parameter `values` writes to output `param`, None for text."""
+    binary = getattr(param, "binary", None)
+    return binary(values) if callable(binary) else binary
+
+
+def writes_stdout(name: str, value: object) -> bool:
+    """Whether output parameter `name` with `value` means standard output: `-`, or -o/--output left out (an
+    extra output left out, such as --sims, is not written)."""
+    return value == "-" or (value is None and name == "output")
 
 
 def is_output_param(param: click.Parameter | str | None) -> bool:
@@ -67,10 +91,10 @@ def device_option(help: str = DEVICE_HELP) -> Callable:
     return click.option("--device", default="auto", show_default=True, help=help)
 
 
-def precision_option() -> Callable:
+def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -> Callable:
     """`--precision fp32|bf16|fp16`, the same choices wherever a model runs."""
-    return click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-                        help=PRECISION_HELP)
+    return click.option("--precision", type=click.Choice(PRECISIONS), default=default,
+                        show_default=default is not None, help=help)
 
 
 def batch_size_option(default: int | None, help: str | None = None) -> Callable:
@@ -132,8 +156,8 @@ def block_options(images: int, captions: int) -> Callable:
 def image_run_options(func: Callable) -> Callable:
     """The options every image-extraction stage shares (devices, batching, output dtype, resume, shard)."""
     return apply([
-        click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
-                     help="Output features HDF5 (default: standard output)."),
+        output_option("-o", "--output", "output", type=click.Path(dir_okay=False), binary="HDF5",
+                      help="Output features HDF5 (default: standard output, never a terminal)."),
         click.option("--backbone", type=click.Choice(BACKBONE_NAMES), default="resnet101", show_default=True,
                      help="Torchvision network; features come from its last convolutional stage."),
         click.option("--weights", default="imagenet", show_default=True,
@@ -149,12 +173,12 @@ def image_run_options(func: Callable) -> Callable:
                                                     "no output) instead of skipping it."),
         resume_option("Continue an interrupted run with the same -o and options; images already done (in "
                       "OUT.partial/) are not recomputed."),
-        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
+        click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=60.0, show_default=True,
                      help="How often finished rows are made durable in OUT.partial/ for --resume."),
         shard_option(),
         click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
                      help="Images with more pixels are skipped as possible decompression bombs."),
-        click.option("--seed", type=int, default=0, show_default=True,
+        click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
                      help="Seed of random initialisation (--weights none)."),
     ], func)
 
@@ -166,3 +190,19 @@ def make_run(batch_size: int, workers: int, device: str, precision: str, dtype: 
     return RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype=dtype,
                       strict=strict, resume=resume, commit_seconds=checkpoint_seconds, max_pixels=max_pixels,
                       seed=seed)
+
+
+class FiniteFloat(click.FloatRange):
+    """The one type of every float option: a finite number in its range; NaN, an infinity or a value out of
+    range is a usage error (exit 2) naming the option, before any work (click's FloatRange lets NaN through)."""
+
+    name = "number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+SEED_RANGE = click.IntRange(0, 2**32 - 1)    # the type of every --seed: what numpy, torch and random all accept

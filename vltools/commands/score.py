@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 
 import click
 
 from vltools.commands.options import output_option
+from vltools.data.captions import split_of
 from vltools.data.semantic import oracle_sims
 from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
@@ -114,15 +116,25 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
 
 def _check_sims_captions(scores: str, sims: sims_io.Sims, captions: str, split: str | None) -> list[str]:
     """The image of each caption of a sims file, from --captions, which must list the same captions in the same
-    order (those of --split when given); a mismatch is an error rather than a silently ignored file."""
+    order (those of --split when given, else of the split that match ranked); a mismatch is an error rather than
+    a silently ignored file."""
     records = read_records(captions, "captions")
     ids = caption_ids(records, captions)
+    if split is None:
+        split = split_of(records, ids, sims.caption_ids)
     chosen = [n for n, record in enumerate(records) if split is None or record.get("split") == split]
     if [ids[n] for n in chosen] != list(sims.caption_ids):
         raise VLToolsError(f"{captions}: its captions{f' of split {split!r}' if split else ''} are not the "
                            f"{len(sims.caption_ids)} captions of {scores} in the same order; give the captions file "
                            "(and --split) that match ranked")
-    return [records[n]["image_id"] for n in chosen]
+    images = [records[n]["image_id"] for n in chosen]
+    if sims.caption_image_ids is not None and images != list(sims.caption_image_ids):
+        n = next(k for k, (mine, theirs) in enumerate(zip(images, sims.caption_image_ids, strict=True))
+                 if mine != theirs)
+        raise VLToolsError(f"{captions}: caption {sims.caption_ids[n]!r} is of image {images[n]!r}, but {scores} "
+                           f"ranked it as a caption of {sims.caption_image_ids[n]!r}; give the captions file match "
+                           "ranked, or drop --captions (the sims file knows each caption's image)")
+    return images
 
 
 def _matrix(path: str, captions: str | None, split: str | None) -> sims_io.Sims:
@@ -138,14 +150,22 @@ def _matrix(path: str, captions: str | None, split: str | None) -> sims_io.Sims:
     return sims_io.read_npy_sims(path, list(dict.fromkeys(images)), ids, images)
 
 
-def _captions_of(captions: str, split: str | None) -> tuple[list[str], list[str]]:
-    """Caption ids and their images' ids from a captions JSONL, in file order (only `split`'s when given)."""
+def _captions_of(captions: str, split: str | None, ranked: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """Caption ids and their images' ids from a captions JSONL, in file order: only `split`'s when given, else
+    those of the split holding every `ranked` caption id (what match ranked), else all."""
     records = read_records(captions, "captions")
     ids = caption_ids(records, captions)
+    if split is None:
+        split = split_of(records, ids, ranked)
+        if split is not None:
+            log.info("scoring the captions of split %r of %s, which were ranked (--split chooses another)", split,
+                     captions)
     if split is not None:
         chosen = [n for n, record in enumerate(records) if record.get("split") == split]
         if not chosen:
-            raise VLToolsError(f"{captions}: no captions with split {split!r}; check --split")
+            found = sorted({str(r["split"]) for r in records if "split" in r})
+            raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: "
+                               f"{', '.join(found) or 'none'}); choose one with --split")
         records = [records[n] for n in chosen]
         ids = [ids[n] for n in chosen]
     return ids, [record["image_id"] for record in records]
@@ -160,8 +180,9 @@ def _captions_of(captions: str, split: str | None) -> tuple[list[str], list[str]
                    "--fold-size images and their captions, in file order.")
 @click.option("--fold-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Images per fold for --protocol coco1k.")
-@click.option("--split", help="With --captions: score only the captions of this split (as `match --split` ranked). "
-              "A .npy matrix in the precomp layout names its images {split}_{i}, as `convert precomp` does.")
+@click.option("--split", help="With --captions: score only the captions of this split [for rankings and sims, the "
+              "split whose captions match ranked; else every caption]. A .npy matrix in the precomp layout names "
+              "its images {split}_{i}, as `convert precomp` does.")
 def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold_size: int,
               split: str | None) -> None:
     """R@1/5/10 both ways, medr, meanr, rsum and mR (rsum / 6) from SCORES: a sims HDF5 file, a plain .npy
@@ -201,9 +222,10 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
         if protocol != "full":
             raise VLToolsError(f"{scores_path}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot "
                                "be re-ranked within folds); rerun match with --sims")
-        ids_of_captions, images_of_captions = _captions_of(captions, split)
-        i2t, t2i, shortest = retrieval_eval.rankings_ranks(read_records(scores_path, "rankings"), ids_of_captions,
-                                                           images_of_captions, scores_path)
+        ranked = read_records(scores_path, "rankings")
+        ids_of_captions, images_of_captions = _captions_of(
+            captions, split, (record["query"] for record in ranked if record["direction"] == "t2i"))
+        i2t, t2i, shortest = retrieval_eval.rankings_ranks(ranked, ids_of_captions, images_of_captions, scores_path)
         if shortest < 10:
             log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)
         result = retrieval_eval.summarize(i2t, t2i)
@@ -268,7 +290,7 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
             sim_a, sim_b = semantic_eval.triplet_sims_from_rankings(rankings, annotated, model)
         agreement, used = semantic_eval.user_agreement(sim_a, sim_b, semantic_eval.triplet_counts(annotated))
         if used < len(annotated):
-            log.info("%d triplets without any annotator choice left out", len(annotated) - used)
+            log.info("%d triplets without any annotator left out", len(annotated) - used)
         result.update({"user_agreement": agreement, "n_triplets": used})
         rows.append(("user agreement", f"{_number(agreement, 1)} ({used} triplets)"))
     _emit(result, rows)

@@ -20,6 +20,7 @@ import numpy as np
 
 from vltools.errors import VLToolsError, input_error, shown_ids
 from vltools.io.caption_files import CaptionFile
+from vltools.io.progress import log, quiet_children
 
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
@@ -36,7 +37,10 @@ class CaptionScores:
 
 
 def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """One prediction per id, each with its references; the references of unpredicted ids are left out."""
+    """One prediction per id, each with its references; the references of unpredicted ids are left out.
+
+    An empty or blank reference of a predicted id is refused (BLEU and CIDEr against it mean nothing); empty
+    predictions are scored (they score 0) and counted in one warning."""
     duplicates = [i for i, texts in predictions.texts.items() if len(texts) > 1]
     if duplicates:
         first = duplicates[0]
@@ -48,6 +52,16 @@ def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple
         raise input_error(predictions.path, None, f"{len(missing)} predicted {predictions.key}s have no reference "
                           f"in {references.path}: {shown_ids(missing)}", "score against the matching reference file")
     predicted = {i: texts[0] for i, texts in predictions.texts.items()}
+    blank = [(i, k) for i in predicted for k, text in enumerate(references.texts[i]) if not text.strip()]
+    if blank:
+        item, k = blank[0]
+        raise input_error(references.path, references.where[item][k], f"empty reference for {predictions.key} "
+                          f"{item!r} ({len(blank)} empty or blank references of predicted ids)",
+                          "drop or fill the empty references: a caption metric against them is meaningless")
+    empty = [i for i, text in predicted.items() if not text.strip()]
+    if empty:
+        log.warning("%s: %d of %d predictions are empty or blank (first: %s %r); they are scored as they are",
+                    predictions.path, len(empty), len(predicted), predictions.key, empty[0])
     return predicted, {i: references.texts[i] for i in predicted}
 
 
@@ -80,7 +94,8 @@ def ptb_tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     # the tokenizer reads one sentence a line: any line break inside a caption would shift every later one
     flat = {i: [{"caption": " ".join(t.split())} for t in captions] for i, captions in texts.items()}
     try:
-        tokens = PTBTokenizer().tokenize(flat)
+        with quiet_children():  # its "PTBTokenizer tokenized N tokens" line obeys --quiet
+            tokens = PTBTokenizer().tokenize(flat)
     except OSError as exc:
         raise VLToolsError(f"PTB tokenizer failed ({exc}); pycocoevalcap writes a temporary file beside its jar, "
                            "so its folder must be writable") from exc
@@ -175,7 +190,8 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
         if reason := spice_missing():
             raise VLToolsError(f"SPICE cannot run: {reason}")
         try:
-            score, items = Spice().compute_score(gts, res)
+            with quiet_children():
+                score, items = Spice().compute_score(gts, res)
         except subprocess.CalledProcessError as exc:
             raise VLToolsError(f"SPICE's java process failed (exit {exc.returncode}); it needs about 8 GB of "
                                "memory; rerun with --no-spice to skip it") from exc

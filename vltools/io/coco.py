@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 from vltools.errors import input_error
+from vltools.io.records import check_converted
 from vltools.io.sources import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("id", "file_name")
@@ -60,9 +61,9 @@ def coco_annotations_records(data: dict, path: object, split: str | None, id_fie
                       "annotation ids must be unique")
         if names and image_key not in names:
             raise input_error(path, where, f"image_id {image_key} is not in 'images'", "the file is inconsistent")
-        records.append(_with_split({"image_id": names.get(image_key, str(image_key)),
-                                    "caption": _caption(annotation, "caption", path, where),
-                                    "caption_id": str(caption_key)}, split))
+        records.append(check_converted(_with_split({"image_id": names.get(image_key, str(image_key)),
+                                                    "caption": _caption(annotation, "caption", path, where),
+                                                    "caption_id": str(caption_key)}, split), "captions", path, where))
     return records
 
 
@@ -75,8 +76,9 @@ def coco_results_records(data: list, path: object, split: str | None) -> list[di
         image_id = str(field(result, "image_id", (int, str), path, where))
         record_unique(seen, image_id, where, path, where, f"image_id {image_id}",
                       "a results file has one caption per image")
-        records.append(_with_split({"image_id": image_id, "caption": _caption(result, "caption", path, where)},
-                                   split))
+        records.append(check_converted(_with_split({"image_id": image_id,
+                                                    "caption": _caption(result, "caption", path, where)}, split),
+                                       "captions", path, where))
     return records
 
 
@@ -92,8 +94,9 @@ def coco_refs_records(data: list, path: object, split: str | None) -> list[dict]
         for k, ref in enumerate(refs):
             if not isinstance(ref, str) or not ref.strip():
                 raise input_error(path, f"{where}.refs[{k}]", "expected a non-empty caption string")
-            records.append(_with_split({"image_id": image_id, "caption": ref.strip(),
-                                        "caption_id": f"{image_id}#{k}"}, split))
+            records.append(check_converted(_with_split({"image_id": image_id, "caption": ref.strip(),
+                                                        "caption_id": f"{image_id}#{k}"}, split), "captions", path,
+                                           f"{where}.refs[{k}]"))
     return records
 
 

@@ -12,6 +12,7 @@ from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify
 from vltools.io.records import SCHEMAS, caption_ids, detect_kind, iter_lines, json_problem, read_records
+from vltools.io.state import read_sidecar
 
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
@@ -39,7 +40,7 @@ def describe_hdf5(path: Path) -> dict:
         for name in REQUIRED_DATASETS.get(kind, ()):
             if name not in handle:
                 raise VLToolsError(f"{path}: {kind} file lacks the /{name} dataset")
-        verify(handle, finite=("regions", "global", "featmap", "mask", "emb"))
+        verify(handle, finite=("regions", "global", "featmap", "mask", "boxes", "emb", "sims", "tfidf/data", "idf"))
         count = len(handle["ids"]) if "ids" in handle else None
         if kind in ("sims", "logp"):
             count = len(decode_strings(handle["image_ids"][:]))
@@ -95,9 +96,8 @@ def describe_jsonl(path: Path) -> dict:
             splits[record["split"]] = splits.get(record["split"], 0) + 1
     if splits:
         summary["splits"] = dict(sorted(splits.items()))
-    meta = Path(f"{path}.meta.json")
-    if meta.exists():
-        summary["provenance"] = json.loads(meta.read_text(encoding="utf-8"))
+    if (meta := read_sidecar(path)) is not None:
+        summary["provenance"] = meta
     return summary
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import h5py
@@ -38,19 +40,150 @@ def is_hdf5(path: str | os.PathLike) -> bool:
         raise VLToolsError(f"{path}: no such file") from None
 
 
-def open_h5(path: str | os.PathLike, kind: str | None = None) -> h5py.File:
-    """Open a vltools HDF5 file for reading; check it is HDF5 and, if `kind` is given, of that kind."""
+REWRITE = "rerun the stage that wrote it, or restore the file from a copy"
+
+
+def from_h5py(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside h5py or HDF5 (its innermost frame is h5py's), as a damaged file's
+    metadata makes them raise KeyError, OSError, RuntimeError, TypeError or ValueError."""
+    trace = exc.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    return trace is not None and "h5py" in Path(trace.tb_frame.f_code.co_filename).parts
+
+
+def damaged(path: object, exc: BaseException, what: str = "") -> VLToolsError:
+    """The one-line error for an HDF5 file h5py cannot read: it names the file (and `what` in it: a dataset,
+    an attribute) and says it is damaged."""
+    detail = first_line(Exception(*exc.args) if isinstance(exc, KeyError) else exc)    # a KeyError's str quotes it
+    return VLToolsError(f"{path}: {what or 'the HDF5 file'} is damaged (checksum mismatch or unreadable HDF5 "
+                        f"structure: {detail}); {REWRITE}")
+
+
+def _missing(exc: BaseException) -> bool:
+    """Whether an h5py KeyError says an object or attribute is absent (not damaged): `get` and `in` rely on it."""
+    return isinstance(exc, KeyError) and any(text in str(exc) for text in ("doesn't exist", "can't locate"))
+
+
+@contextlib.contextmanager
+def reading(path: object, what: str = "") -> Iterator[None]:
+    """Turn any h5py/HDF5 error raised in the block into the one-line `damaged` error naming `path`."""
+    try:
+        yield
+    except VLToolsError:
+        raise
+    except Exception as exc:
+        if not from_h5py(exc) or _missing(exc):
+            raise
+        raise damaged(path, exc, what) from None
+
+
+class _Checked:
+    """What every object of a file opened by `open_h5` shares: its attributes' damaged storage is the one-line
+    `damaged` error naming the file."""
+
+    _vl_path: object
+
+    @property
+    def attrs(self) -> h5py.AttributeManager:
+        checked = _CheckedAttrs(self)
+        checked._vl_path = self._vl_path
+        return checked
+
+
+class _CheckedLookup(_Checked):
+    """Groups and files of `open_h5`: a damaged object header or link is the one-line `damaged` error, and what
+    they hold is checked in turn."""
+
+    def __getitem__(self, name: str) -> object:
+        with reading(self._vl_path, f"/{str(name).lstrip('/')}"):
+            return _checked(super().__getitem__(name), self._vl_path)
+
+    def __contains__(self, name: object) -> bool:
+        with reading(self._vl_path):
+            return super().__contains__(name)
+
+
+class _CheckedAttrs(h5py.AttributeManager):
+    """Attributes whose damaged storage is the one-line `damaged` error."""
+
+    _vl_path: object
+
+    def __getitem__(self, name: str) -> object:
+        with reading(self._vl_path, f"attribute {name!r}"):
+            return super().__getitem__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        with reading(self._vl_path, "its attributes"):
+            yield from list(super().__iter__())
+
+    def __contains__(self, name: object) -> bool:
+        with reading(self._vl_path):
+            return super().__contains__(name)
+
+
+class _CheckedGroup(_CheckedLookup, h5py.Group):
+    """A group of a file opened by `open_h5`."""
+
+
+class _CheckedDataset(_Checked, h5py.Dataset):
+    """A dataset of a file opened by `open_h5`: a failed read (checksum, unreadable chunk, damaged heap) is the
+    one-line `damaged` error naming the file and the dataset."""
+
+    _vl_name: str
+
+    def __getitem__(self, args: object, new_dtype: object = None) -> np.ndarray:
+        with reading(self._vl_path, self._vl_name):
+            return super().__getitem__(args, new_dtype)
+
+
+class CheckedFile(_CheckedLookup, h5py.File):
+    """A vltools HDF5 file open for reading (`open_h5`): every h5py/HDF5 error raised while it is read, on
+    lookup, read or attribute, or anywhere in its `with` block, is one line naming the file."""
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        super().__exit__(kind, exc, trace)
+        if isinstance(exc, Exception) and not isinstance(exc, VLToolsError) and from_h5py(exc) \
+                and not _missing(exc):
+            raise damaged(self._vl_path, exc) from None
+
+
+def _checked(item: object, path: object) -> object:
+    """`item` (a group or dataset h5py opened) as its checked kind."""
+    if isinstance(item, h5py.Dataset):
+        checked = _CheckedDataset(item.id, readonly=item.file.mode == "r")
+        checked._vl_name = item.name
+    elif isinstance(item, h5py.Group):
+        checked = _CheckedGroup(item.id)
+    else:
+        return item
+    checked._vl_path = path
+    return checked
+
+
+def open_h5(path: str | os.PathLike, kind: str | None = None) -> CheckedFile:
+    """Open a vltools HDF5 file for reading; check it is HDF5 and, if `kind` is given, of that kind. The one
+    way vltools reads HDF5: every later h5py/HDF5 error on it is one line naming the file (`CheckedFile`)."""
     path = Path(path)
     if not path.exists():
         raise VLToolsError(f"{path}: no such file")
     try:
-        handle = h5py.File(path, "r")
+        handle = CheckedFile(path, "r")
     except OSError as exc:
         raise VLToolsError(
             f"{path}: not a readable HDF5 file ({exc.__class__.__name__}); it may be truncated, "
             "rerun the stage that wrote it"
         ) from exc
-    found = file_kind(handle)
+    except Exception as exc:
+        if not from_h5py(exc):
+            raise
+        raise damaged(path, exc) from None
+    handle._vl_path = path
+    try:
+        found = file_kind(handle)
+    except VLToolsError:
+        handle.close()
+        raise
     if kind is not None and found != kind:
         handle.close()
         shown = found if found else "not a vltools file (no 'format' attribute)"
@@ -100,13 +233,37 @@ def create_dataset(handle: h5py.Group, name: str, data: object = None, **kwargs:
 
 def read(dataset: h5py.Dataset, selection: object = ()) -> np.ndarray:
     """`dataset[selection]`; a failed checksum or unreadable chunk is a one-line error naming file and dataset."""
-    try:
+    with reading(dataset.file.filename, dataset.name):
         return dataset[selection]
-    except OSError as exc:
-        raise VLToolsError(
-            f"{dataset.file.filename}: {dataset.name} is corrupt (checksum mismatch or unreadable data: "
-            f"{first_line(exc)}); rerun the stage that wrote it"
-        ) from None
+
+
+def first_nonfinite(values: np.ndarray, negative_infinity: bool = False) -> int | None:
+    """The first row (along the first axis) of `values` holding NaN or an infinity, or None when all are finite
+    (integers always are); `negative_infinity` allows -inf (a log-probability of 0). The one non-finite check
+    every numeric dataset a stage reads goes through, so that a NaN row is refused instead of ranked or
+    decoded silently wrong."""
+    values = np.asarray(values)
+    if values.dtype.kind not in "fc" or values.size == 0:
+        return None
+    good = np.isfinite(values)
+    if negative_infinity:
+        good |= np.isneginf(values)
+    if good.all():
+        return None
+    return int(np.flatnonzero(~good.reshape(len(good), -1).all(axis=1))[0]) if values.ndim else 0
+
+
+def refuse_nonfinite(path: object, name: str, values: np.ndarray, ids: Sequence[str] | None = None,
+                     rows: Sequence[int] | None = None, id_kind: str = "id") -> None:
+    """Refuse `values` (rows `rows` of dataset `name`; default 0..n-1) when a row holds NaN or an infinity, in
+    one line naming the file, the dataset and the first bad row by its id when `ids` (of every row) is given."""
+    bad = first_nonfinite(values)
+    if bad is None:
+        return
+    row = int(rows[bad]) if rows is not None else bad
+    where = f"{id_kind} {ids[row]!r}" if ids is not None and row < len(ids) else f"row {row}"
+    raise VLToolsError(f"{path}: {where}: /{name.lstrip('/')} holds NaN or infinite values; the file is corrupt "
+                       "or was computed from bad input, rerun the stage that wrote it")
 
 
 def verify(handle: h5py.File, finite: tuple[str, ...] = (), block_bytes: int = 1 << 26) -> None:
@@ -120,17 +277,13 @@ def verify(handle: h5py.File, finite: tuple[str, ...] = (), block_bytes: int = 1
             continue
         row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
         step = max(1, block_bytes // row_bytes)
-        check = dataset.name.lstrip("/") in finite and dataset.dtype.kind == "f"
+        check = dataset.name.lstrip("/") in finite
         for start in range(0, dataset.shape[0], step):
             block = read(dataset, slice(start, start + step))
-            if check and not np.isfinite(block).all():
-                row = start + int(np.argwhere(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0][0])
-                where = f"row {row}"
-                if "ids" in handle and handle["ids"].shape[0] > row:
-                    where = f"id {decode_strings(read(handle['ids'], slice(row, row + 1)))[0]!r} (row {row})"
-                raise VLToolsError(f"{handle.filename}: {dataset.name} {where} holds NaN or infinite values; "
-                                   "the file is corrupt or was computed from bad input, rerun the stage that "
-                                   "wrote it")
+            bad = first_nonfinite(block) if check else None
+            if bad is not None:
+                ids = decode_strings(read(handle["ids"])) if "ids" in handle else None
+                refuse_nonfinite(handle.filename, dataset.name, block, ids, range(start, start + len(block)))
 
 
 def write_arrays(path: str | os.PathLike | None, kind: str, arrays: dict[str, object],

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vltools.errors import input_error
-from vltools.io.hdf5 import decode_strings, open_h5, write_arrays
+from vltools.io.hdf5 import decode_strings, first_nonfinite, open_h5, write_arrays
 from vltools.io.sims import caption_image_index
 
 
@@ -58,6 +58,7 @@ def read_logp(path: str | os.PathLike) -> LogP:
     if logp.ndim != 2 or logp.shape != (len(index), len(image_ids)):
         raise input_error(path, "/logp", f"shape {logp.shape} does not match {len(index)} captions x "
                           f"{len(image_ids)} images")
-    if np.isnan(logp).any():
-        raise input_error(path, "/logp", "contains NaN", "check the model that wrote it")
+    if (bad := first_nonfinite(logp, negative_infinity=True)) is not None:
+        raise input_error(path, "/logp", f"contains NaN or +infinity (caption row {bad})",
+                          "check the model that wrote it")
     return LogP(logp, image_ids, index)

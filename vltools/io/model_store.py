@@ -18,6 +18,7 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path
+from vltools.io.state import read_state
 
 ENV = "VLTOOLS_MODELS"
 DEFAULT_DIR = Path("~/.local/share/vltools/models")
@@ -30,19 +31,32 @@ def store_dir() -> Path:
     return Path(os.environ.get(ENV) or DEFAULT_DIR).expanduser()
 
 
+def index_problem(data: object) -> str | None:
+    """What is wrong with a decoded index (`{name: {"members": [paths], "added": time}}`), naming the first bad
+    entry, or None."""
+    if not isinstance(data, dict):
+        return f"must be a JSON object {{name: {{\"members\": [checkpoint paths]}}}}, found {type(data).__name__}"
+    for name, entry in data.items():
+        if not NAME.fullmatch(name):
+            return f"has an entry with the invalid name {name!r}"
+        if not isinstance(entry, dict):
+            return f"entry {name!r} must be an object with \"members\", found {json.dumps(entry)[:60]}"
+        members = entry.get("members")
+        if not isinstance(members, list) or not members or not all(isinstance(m, str) and m for m in members):
+            return f"entry {name!r}: \"members\" must be a non-empty list of checkpoint paths, found " \
+                   f"{json.dumps(members)[:60]}"
+        if not isinstance(entry.get("added", ""), str):
+            return f"entry {name!r}: \"added\" must be a time string, found {json.dumps(entry['added'])[:60]}"
+    return None
+
+
 def read_index(folder: Path | None = None) -> dict[str, dict]:
-    """The store's entries by name ({} when the store does not exist yet)."""
+    """The store's entries by name ({} when the store does not exist yet), validated (vltools.io.state)."""
     path = (folder or store_dir()) / INDEX
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise VLToolsError(f"{path}: the model store's index is not valid JSON ({exc}); fix or delete it") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) and isinstance(v.get("members"), list)
-                                             for v in data.values()):
-        raise VLToolsError(f"{path}: not a model store index ({{name: {{members: [...]}}}}); fix or delete it")
-    return data
+    return read_state(path, "the model store's index", index_problem,
+                      f"fix that entry, or delete {path} and add the models again with `vltools models add`")
 
 
 def _write_index(entries: dict[str, dict], folder: Path) -> None:
@@ -102,6 +116,12 @@ def remove_model(name: str) -> dict:
     return entry
 
 
+# how to get the models a new user asks for by name (one sentence, after the store's registered names)
+FETCH_HINT = ("the released SGRAF models (sgraf, sgraf-f30k, sgraf-coco, sgr-f30k, saf-f30k, sgr-coco, saf-coco) are "
+              "downloaded, converted and registered by bin/fetch_sgraf_models.sh of the vltools source tree (git "
+              "checkout or sdist); register your own checkpoints with `vltools models add NAME CKPT...`")
+
+
 def _names(entries: dict) -> str:
     return ", ".join(sorted(entries)) or "none (vltools models add NAME CKPT)"
 
@@ -120,8 +140,8 @@ def resolve_models(values: Sequence[str]) -> list[Path]:
             continue
         entries = read_index() if entries is None else entries
         if value not in entries:
-            raise VLToolsError(f"{value}: neither a checkpoint file nor a model in the store {store_dir()}; "
-                               f"registered: {_names(entries)}")
+            raise VLToolsError(f"{value}: neither a checkpoint file nor a model in the store {store_dir()} "
+                               f"(registered: {_names(entries)}); {FETCH_HINT}")
         for member in entries[value]["members"]:
             if not Path(member).is_file():
                 raise VLToolsError(f"{member}: checkpoint of the stored model {value!r} is missing; put it back, or "

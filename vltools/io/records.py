@@ -6,16 +6,19 @@ Every error names the file, the line number and the field, and says what to do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
+from vltools.io.progress import log
 
 
 def _is_str(value: object) -> bool:
@@ -106,9 +109,25 @@ def detect_kind(record: dict) -> str | None:
     return None
 
 
-def validate_record(record: object, schema: Schema, path: object, line: int) -> dict:
-    """Check one decoded line against `schema`; raise a one-line error naming file, line and field."""
-    where = f"line {line}"
+ID_FIELDS = ("image_id", "caption_id", "region_id", "pair_id", "image_a", "image_b", "query", "ids", "a", "b",
+             "positive", "negative")
+
+
+def control_character(value: object) -> str | None:
+    """The first control character (NUL, newline, escape, ...) of a string or list of strings, else None:
+    ids name files, HTML pages and lines, where such a character breaks or is lost."""
+    for text in value if isinstance(value, list) else [value]:
+        if isinstance(text, str):
+            for char in text:
+                if unicodedata.category(char) == "Cc":
+                    return char
+    return None
+
+
+def validate_record(record: object, schema: Schema, path: object, line: int | str) -> dict:
+    """Check one decoded line (`line`: its number, or where a converter's source record is, e.g. `images[3]`)
+    against `schema`; raise a one-line error naming file, line and field."""
+    where = f"line {line}" if isinstance(line, int) else line
     if not isinstance(record, dict):
         raise input_error(path, where, f"expected a JSON object, found {type(record).__name__}",
                           f"each line must be one {schema.name} record")
@@ -127,7 +146,31 @@ def validate_record(record: object, schema: Schema, path: object, line: int) -> 
             raise input_error(path, where, f"field '{name}' is {record[name]!r}", f"use one of {', '.join(allowed)}")
     if schema.name == "rankings" and len(record["ids"]) != len(record["scores"]):
         raise input_error(path, where, "fields 'ids' and 'scores' have different lengths")
+    for name in ID_FIELDS:
+        if (char := control_character(record.get(name))) is not None:
+            raise input_error(path, where, f"field '{name}' holds the control character {char!r}",
+                              "ids name files and lines: remove it")
     return record
+
+
+def id_file_name(ids: Sequence[str], suffix: str) -> str:
+    """The file name of what `ids` name (joined by `__`, e.g. a query and a result), kept inside any folder it is
+    joined to: path separators become `_`, a leading `.` (a hidden file, or `..`) becomes `_`, and a name too long
+    for a file system is cut and given a hash of the whole. Every stage that turns ids into file names uses it,
+    so that the stage reading them (report) finds what the stage writing them (explain) wrote."""
+    name = "__".join(ids).replace("/", "_").replace("\\", "_")
+    if name.startswith("."):
+        name = "_" + name[1:]
+    if len(name.encode("utf-8")) + len(suffix.encode("utf-8")) > MAX_NAME_BYTES:
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+        name = name.encode("utf-8")[:MAX_NAME_BYTES // 2].decode("utf-8", "ignore") + "-" + digest
+    return name + suffix
+
+
+def check_converted(record: dict, kind: str, source: object, where: str) -> dict:
+    """What a converter writes, checked against the schema `kind`'s readers use, before it is written: an error
+    names the source file and record (`where`), so what a converter cannot convert is never written."""
+    return validate_record(record, SCHEMAS[kind], source, where)
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -166,11 +209,17 @@ def iter_json_lines(path: str | os.PathLike, fix: str) -> Iterator[tuple[int, ob
                               fix) from None
 
 
+TEXT_FIELDS = {"captions": "caption", "regions": "caption", "pairs": "description"}
+MAX_NAME_BYTES = 255    # the longest file name of common file systems
+
+
 def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
-    """Stream validated records of `kind` from a JSONL file; duplicate keys are errors."""
+    """Stream validated records of `kind` from a JSONL file; duplicate keys are errors. Empty or blank captions
+    (descriptions) are kept, and counted in one warning: a metric or a vocabulary built from them may mislead."""
     schema = SCHEMAS[kind]
     seen: dict[tuple, int] = {}
     count = 0
+    blank: list[int] = []
     for number, text in iter_lines(path):
         try:
             record = json.loads(text)
@@ -191,8 +240,14 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
                 raise input_error(path, f"line {number}", f"duplicate pair_id {record['pair_id']!r} with the same "
                                   f"description (first on line {seen[key]})", "remove the repeated line")
             seen[key] = number
+        text = record.get(TEXT_FIELDS.get(kind, ""))
+        if isinstance(text, str) and not text.strip():
+            blank.append(number)
         count += 1
         yield record
+    if blank:
+        log.warning("%s: %d of %d records have an empty or blank %s (first on line %d)", path, len(blank), count,
+                    TEXT_FIELDS[kind], blank[0])
     if count == 0:
         if Path(str(path)).suffix.lower() in (".h5", ".hdf5"):
             raise input_error(path, None, "not an HDF5 file (empty, or no HDF5 signature) and no JSONL records "

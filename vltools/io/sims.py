@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import decode_strings, open_h5, write_arrays
+from vltools.io.hdf5 import decode_strings, first_nonfinite, open_h5, write_arrays
 
 PRECOMP_CAPTIONS_PER_IMAGE = 5
 
@@ -62,8 +62,9 @@ def read_sims(path: str | os.PathLike) -> Sims:
     if sims.ndim != 2 or sims.shape != (len(image_ids), len(caption_ids)):
         raise input_error(path, "/sims", f"shape {sims.shape} does not match {len(image_ids)} image ids x "
                           f"{len(caption_ids)} caption ids")
-    if not np.isfinite(sims).all():
-        raise input_error(path, "/sims", "contains NaN or infinite scores", "check the model that wrote it")
+    if (bad := first_nonfinite(sims)) is not None:
+        raise input_error(path, "/sims", f"contains NaN or infinite scores (row of image {image_ids[bad]!r})",
+                          "check the model that wrote it")
     _unique(image_ids, path, "image_ids")
     _unique(caption_ids, path, "caption_ids")
     if caption_image_ids is not None and len(caption_image_ids) != len(caption_ids):
@@ -105,8 +106,9 @@ def read_npy_sims(path: str | os.PathLike, image_ids: list[str] | None = None, c
                           f"{len(caption_ids or ())} captions of the captions file",
                           "give the captions (and --split) the matrix was computed for")
     matrix = np.asarray(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
-    if not np.isfinite(matrix).all():
-        raise input_error(path, None, "contains NaN or infinite scores", "check the model that wrote it")
+    if (bad := first_nonfinite(matrix)) is not None:
+        raise input_error(path, None, f"contains NaN or infinite scores (row {bad}, image {image_ids[bad]!r})",
+                          "check the model that wrote it")
     return Sims(matrix, list(image_ids), list(caption_ids or ()), list(caption_image_ids or ()) or None)
 
 

@@ -19,7 +19,8 @@ from vltools.errors import VLToolsError, input_error
 from vltools.io.caption_files import CaptionFile, read_caption_file
 from vltools.io.describe import describe
 from vltools.io.proxy import read_proxy
-from vltools.io.records import caption_ids, iter_json_lines, iter_lines, read_records
+from vltools.io.records import caption_ids, id_file_name, iter_json_lines, iter_lines, read_records
+from vltools.io.state import read_sidecar
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
 
@@ -183,7 +184,7 @@ def _i2i_card(record: dict, top_k: int, heatmaps: dict[str, Path]) -> dict:
     results = []
     for rank, (item, score) in enumerate(zip(record["ids"][:top_k], record["scores"], strict=False), 1):
         result = {"rank": rank, "id": item, "image": {"image": item}, "score": score}
-        heatmap = heatmaps.get(f"{query}__{item}") or heatmaps.get(f"{query}/{item}")
+        heatmap = heatmaps.get(id_file_name([query, item], "")) or heatmaps.get(f"{query}/{item}")
         if heatmap is not None:
             result["heatmap"] = {"file": str(heatmap)}
         results.append(result)
@@ -268,8 +269,7 @@ def file_summary(path: str | os.PathLike) -> dict:
         summary = describe(path)
     except VLToolsError:
         summary = {"path": str(path), "kind": "file"}
-        meta = Path(f"{path}.meta.json")
-        if meta.exists():
-            summary["provenance"] = json.loads(meta.read_text(encoding="utf-8"))
+        if (meta := read_sidecar(path)) is not None:
+            summary["provenance"] = meta
     modified = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.timezone.utc)
     return {**summary, "bytes": stat.st_size, "modified": modified.isoformat(timespec="seconds")}

@@ -2,7 +2,8 @@
 
 Eleven tab-separated columns, optionally under a header row: img1ObservationURL, img1ImgURL, img1Species,
 img1Selection, the same four for img2, split, annN, description. iNaturalist image URLs end in
-`photos/<id>/medium.jpg`, so their basenames are not unique: image ids default to the URL path.
+`photos/<id>/medium.jpg`, so their basenames are not unique: image ids default to the URL path. Cells are
+split on tabs only (no quoting): a quote is text, as in the dataset's descriptions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from vltools.errors import VLToolsError, input_error
+from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED
 
 COLUMNS = ("img1ObservationURL", "img1ImgURL", "img1Species", "img1Selection",
@@ -44,7 +46,7 @@ def read_birds_to_words(path: str | os.PathLike, names: str = "path") -> list[di
     records = []
     owner: dict[str, str] = {}
     with open(path, encoding="utf-8", newline="") as stream:
-        reader = csv.reader(stream, delimiter="\t")
+        reader = csv.reader(stream, delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             for row in reader:
                 where = f"line {reader.line_num}"
@@ -66,8 +68,9 @@ def read_birds_to_words(path: str | os.PathLike, names: str = "path") -> list[di
                     if owner.setdefault(image, url) != url:
                         raise input_error(path, where, f"image name {image!r} is shared by {owner[image]} and {url}",
                                           "use --image-names path or url")
-                records.append({"pair_id": pair_id(url_a, url_b), "image_a": image_a, "image_b": image_b,
-                                "description": cells["description"], "split": cells["split"] or UNASSIGNED})
+                records.append(check_converted({"pair_id": pair_id(url_a, url_b), "image_a": image_a,
+                                                "image_b": image_b, "description": cells["description"],
+                                                "split": cells["split"] or UNASSIGNED}, "pairs", path, where))
         except UnicodeDecodeError as exc:
             raise input_error(path, f"line {reader.line_num + 1}", f"not UTF-8 text ({exc.reason})") from None
         except csv.Error as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.progress import log
+from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED, numbered_lines, split_assignments
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".txt")
@@ -55,11 +56,11 @@ def read_cub(root: str | os.PathLike, split_files: dict[str, str | os.PathLike] 
         captions = [(number, text.strip()) for number, text in numbered_lines(path) if text.strip()]
         if not captions:
             raise input_error(path, None, "no captions", "each image's file holds its captions, one a line")
-        for k, (_, caption) in enumerate(captions):
+        for k, (number, caption) in enumerate(captions):
             record = {"image_id": image_id, "caption": caption, "caption_id": f"{image_id}#{k}"}
             if split is not None:
                 record["split"] = split
-            records.append(record)
+            records.append(check_converted(record, "captions", path, f"line {number}"))
     if not records:
         raise VLToolsError(f"{root}: no captions left after dropping unassigned images; check the split lists")
     return records

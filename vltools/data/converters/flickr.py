@@ -6,6 +6,7 @@ import os
 
 from vltools.errors import input_error
 from vltools.io.progress import log
+from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED, numbered_lines, record_unique, split_assignments
 
 
@@ -27,6 +28,7 @@ def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:
             raise input_error(path, where, f"empty caption for {caption_id}", "fix or remove that line")
         record_unique(seen, caption_id, f"line {number}", path, where, f"caption id {caption_id!r}",
                       "caption ids must be unique")
+        check_converted({"image_id": name, "caption": caption, "caption_id": caption_id}, "captions", path, where)
         entries.append((name, caption_id, caption))
     if not entries:
         raise input_error(path, None, "empty file: no captions", "give a Flickr token file")

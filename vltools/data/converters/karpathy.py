@@ -6,10 +6,12 @@ Layout: `{"images": [{"filename", "imgid", "split", "sentences": [{"tokens", "ra
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection
 
 from vltools.errors import input_error
+from vltools.io.records import check_converted
 from vltools.io.sources import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("filename", "cocoid", "imgid", "filepath")
@@ -29,7 +31,11 @@ def karpathy_caption(sentence: dict, text_field: str, path: object, where: str) 
     """The caption text: `raw` stripped, or the `tokens` joined by spaces."""
     if text_field == "tokens":
         tokens = json_list(field(sentence, "tokens", list, path, where), path, where, "tokens")
-        text = " ".join(str(token) for token in tokens)
+        odd = [token for token in tokens if not isinstance(token, str)]
+        if odd:
+            raise input_error(path, where, f"'tokens' holds {json.dumps(odd[0])[:40]}, not a string",
+                              "fix that sentence, or convert with --text raw")
+        text = " ".join(tokens)
     else:
         text = str(field(sentence, "raw", str, path, where)).strip()
     if not text:
@@ -67,8 +73,9 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
             caption_id = str(field(sentence, "sentid", int, path, at))
             record_unique(seen_sentences, caption_id, f"one of {where}", path, at, f"sentid {caption_id}",
                           "sentids must be unique")
-            records.append({"image_id": image_id, "caption": karpathy_caption(sentence, text_field, path, at),
-                            "split": split, "caption_id": caption_id})
+            records.append(check_converted({"image_id": image_id,
+                                            "caption": karpathy_caption(sentence, text_field, path, at),
+                                            "split": split, "caption_id": caption_id}, "captions", path, at))
     if not records:
         raise input_error(path, None, "no captions" + (f" in splits {', '.join(sorted(splits))}" if splits else ""),
                           "check the file and --only-split")

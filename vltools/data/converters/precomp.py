@@ -21,7 +21,7 @@ from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import atomic_path, check_parent
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.progress import log, progress
-from vltools.io.records import iter_records
+from vltools.io.records import check_converted, iter_records
 from vltools.io.sources import features_attrs, numbered_lines
 
 CHUNK_BYTES = 64 << 20
@@ -126,11 +126,14 @@ def count_id_runs(path: str | os.PathLike) -> int:
     return sum(1 for i, image_id in enumerate(ids) if i == 0 or image_id != ids[i - 1])
 
 
-def precomp_caption_records(captions: Sequence[str], image_ids: Sequence[str], split: str) -> list[dict]:
-    """Captions JSONL records: caption line i belongs to image i // per_image; caption_id = `{image_id}#{k}`."""
+def precomp_caption_records(captions: Sequence[str], image_ids: Sequence[str], split: str,
+                            source: object) -> list[dict]:
+    """Captions JSONL records: caption line i belongs to image i // per_image; caption_id = `{image_id}#{k}`.
+    Each is checked as a captions record, naming its line of `source` (the _caps.txt)."""
     per_image = len(captions) // len(image_ids)
-    return [{"image_id": image_ids[i // per_image], "caption": caption, "split": split,
-             "caption_id": f"{image_ids[i // per_image]}#{i % per_image}"} for i, caption in enumerate(captions)]
+    return [check_converted({"image_id": image_ids[i // per_image], "caption": caption, "split": split,
+                             "caption_id": f"{image_ids[i // per_image]}#{i % per_image}"}, "captions", source,
+                            f"line {i + 1}") for i, caption in enumerate(captions)]
 
 
 @dataclass
@@ -167,7 +170,7 @@ def read_precomp(directory: str | os.PathLike, split: str, ids: str | os.PathLik
         image_ids = read_precomp_ids(files.ids, n_images, count)
     else:
         image_ids = [f"{split}_{index}" for index in range(n_images)]
-    return PrecompSplit(files, image_ids, precomp_caption_records(captions, image_ids, split), images)
+    return PrecompSplit(files, image_ids, precomp_caption_records(captions, image_ids, split, files.captions), images)
 
 
 def write_precomp_features(images: np.ndarray, image_ids: Sequence[str], path: str | os.PathLike, source: object,

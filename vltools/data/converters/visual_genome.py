@@ -6,10 +6,12 @@ usable to clip boxes) and a splits JSON `{split: [image ids]}` (DenseCap's `dens
 
 from __future__ import annotations
 
+import math
 import os
 
 from vltools.errors import input_error
 from vltools.io.progress import log
+from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED, field, json_list, load_json, record_unique
 
 NUMBER = (int, float)
@@ -70,7 +72,7 @@ def read_visual_genome(path: str | os.PathLike, image_sizes: dict[str, tuple[int
     if clip and image_sizes is None:
         raise ValueError("clipping boxes needs the image sizes")
     records = []
-    skipped = {"empty phrase": 0, "box of no area": 0}
+    skipped = {"empty phrase": 0, "box of no area": 0, "a NaN or infinite box": 0}
     seen: dict[str, str] = {}
     for index, entry in enumerate(json_list(load_json(path), path, "top level", "images")):
         where = f"[{index}]"
@@ -99,6 +101,9 @@ def read_visual_genome(path: str | os.PathLike, image_sizes: dict[str, tuple[int
             if not phrase:
                 skipped["empty phrase"] += 1
                 continue
+            if not all(math.isfinite(value) for value in box):
+                skipped["a NaN or infinite box"] += 1
+                continue
             if box[2] <= box[0] or box[3] <= box[1]:
                 skipped["box of no area"] += 1
                 continue
@@ -107,7 +112,7 @@ def read_visual_genome(path: str | os.PathLike, image_sizes: dict[str, tuple[int
                 record["split"] = split
             if size is not None:
                 record["image_size"] = list(size)
-            records.append(record)
+            records.append(check_converted(record, "regions", path, at))
     for reason, count in skipped.items():
         if count:
             log.warning("%s: skipped %d regions with %s", path, count, reason)
