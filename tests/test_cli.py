@@ -1,6 +1,10 @@
+import contextlib
 import errno
 import json
 import os
+import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -9,6 +13,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from vltools import __version__
 from vltools.cli import STAGES, cli, guard_outputs, main
@@ -230,3 +235,155 @@ def test_a_shard_out_of_range_is_a_usage_error(names, tmp_path, capsys):
         main(argv)
     assert exc.value.code == 2
     assert "Invalid value for '--shard': need 0 <= i < n" in capsys.readouterr().err
+
+
+def _binary_outputs() -> list[tuple[tuple[str, ...], str, str]]:
+    """Every (stage path, output parameter, its option) declared binary: what a terminal on stdout must refuse."""
+    found = []
+    for names in WRITING_STAGES:
+        command = cli
+        for name in names:
+            command = command.get_command(None, name) if isinstance(command, click.Group) else command.commands[name]
+        found += [(names, param.name, param.opts[0]) for param in command.params
+                  if getattr(param, "binary", None) is not None]
+    return found
+
+
+BINARY_OUTPUTS = _binary_outputs()
+
+
+def test_every_stage_writing_hdf5_declares_it():
+    stages = {names for names, _, _ in BINARY_OUTPUTS}
+    assert {("extract-regions",), ("segment-pool",), ("concept-scores",), ("merge",), ("encode",), ("tfidf-proxy",),
+            ("caption",), ("match",), ("convert", "precomp"), ("convert", "bottom-up")} == stages
+
+
+@pytest.mark.parametrize(("names", "name", "option"), BINARY_OUTPUTS,
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_binary_output_for_a_terminal_is_refused_before_any_work(names, name, option, tmp_path, capsys,
+                                                                 monkeypatch):
+    """The check runs when the stage starts: the dummy inputs (which the stage would reject) are never read."""
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    argv = _argv(names, tmp_path, tmp_path / "out")
+    if name == "output":
+        index = argv.index(str(tmp_path / "out"))
+        del argv[index - 1:index + 1]  # -o left out: standard output
+    else:
+        argv += [option, "-"]
+    if names == ("caption",):
+        argv.append("--logp")  # caption writes HDF5 only with --logp
+    assert _run_in_process(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "vltools: error: refusing to write HDF5 to a terminal; give -o PATH or redirect standard output"]
+
+
+def test_the_terminal_is_refused_through_a_real_pty_before_the_images_are_listed(tmp_path):
+    import pty
+
+    (tmp_path / "imgs").mkdir()  # no images: listing them would be the stage's first error
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([sys.executable, "-m", "vltools", "extract-regions", str(tmp_path / "imgs")],
+                                stdout=follower, stderr=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "vltools: error: refusing to write HDF5 to a terminal; give -o PATH or redirect standard output"]
+
+
+def test_a_failed_run_removes_the_empty_file_the_shell_redirected_to_and_names_an_older_one(tmp_path):
+    (tmp_path / "caps.jsonl").write_text("{broken\n")
+    result = subprocess.run(f"{sys.executable} -m vltools inspect caps.jsonl > out.txt", shell=True, cwd=tmp_path,
+                            stderr=subprocess.PIPE, timeout=300)
+    assert result.returncode == 1 and not (tmp_path / "out.txt").exists()
+    assert result.stderr.decode().strip().endswith(
+        f"; removed the empty {tmp_path / 'out.txt'} that standard output was redirected to")
+    kept = tmp_path / "kept.txt"
+    kept.write_text("")
+    os.utime(kept, (time.time() - 3600, time.time() - 3600))  # made an hour ago, appended to: not the shell's
+    result = subprocess.run(f"{sys.executable} -m vltools inspect caps.jsonl >> kept.txt", shell=True,
+                            cwd=tmp_path, stderr=subprocess.PIPE, timeout=300)
+    assert result.returncode == 1 and kept.exists()
+    assert result.stderr.decode().strip().endswith(f"; {kept} (standard output) was left empty")
+
+
+def test_a_closed_pipe_exits_0_quietly_as_head_expects(tmp_path):
+    coco = {"images": [{"id": i, "file_name": f"{i}.jpg"} for i in range(2000)],
+            "annotations": [{"image_id": i // 5, "id": i, "caption": f"caption {i} " * 20} for i in range(10000)]}
+    (tmp_path / "coco.json").write_text(json.dumps(coco))
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m vltools convert coco coco.json | "
+                                           "head -1"], cwd=tmp_path, capture_output=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == b""
+    assert json.loads(result.stdout)["image_id"] == "0"
+
+
+def _help(*names: str) -> str:
+    result = CliRunner().invoke(cli, [*names, "--help"], terminal_width=120)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_top_level_help_lists_every_trainable_model():
+    from vltools.train import TASKS
+
+    listed = " ".join(_help().split())
+    assert all(f"{name}," in listed or f"{name})" in listed for name in TASKS)
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_every_stage_help_shows_an_example_with_its_own_options(name):
+    """The example is one line `vltools STAGE ...`; every --option in it is one the stage (or its subcommand)
+    has, so that an example cannot go stale when an option is renamed."""
+    text = _help(name)
+    lines = text.splitlines()
+    example = lines[lines.index("  Example:") + 1].strip()
+    words = shlex.split(example)
+    assert words[:2] == ["vltools", name]
+    command = cli.get_command(None, name)
+    if isinstance(command, click.Group):
+        command = command.commands[words[2]]
+    known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    assert {word for word in words if word.startswith("-") and word != "-"} <= known
+
+
+def test_help_texts_point_only_to_files_the_source_distribution_has():
+    """Paths such as bin/fetch_sgraf_models.sh or examples/sgraf/configs/ in any help or error text exist, and
+    MANIFEST.in ships their top folders in the sdist."""
+    root = Path(__file__).parent.parent
+    manifest = (root / "MANIFEST.in").read_text()
+    texts = [_help(name) for name in STAGES] + [path.read_text() for path in (root / "vltools").rglob("*.py")]
+    found = {match for text in texts for match in re.findall(r"\b((?:bin|examples)/[\w./-]*\w)", text)}
+    assert "bin/fetch_sgraf_models.sh" in found and "examples/sgraf/configs" in found
+    for path in found:
+        assert list(root.glob(path)), path
+        assert f"graft {path.split('/')[0]}" in manifest
+
+
+def test_report_help_points_to_the_stage_that_writes_heatmaps():
+    text = " ".join(_help("report").split())
+    assert "match --explain" not in text and "(vltools explain -o FOLDER)" in text
+
+
+def test_the_sigterm_handler_is_installed_for_the_call_only(tmp_path, capsys):
+    """The handler once stayed installed after an in-process call, so the test process ignored a plain kill."""
+
+    def mine(signum, frame):
+        raise AssertionError("not called")
+
+    seen = []
+    original = signal.signal(signal.SIGTERM, mine)
+    try:
+        for argv in (["--version"], ["inspect", str(tmp_path / "absent.h5")]):
+            with contextlib.suppress(SystemExit):
+                main(argv)
+            seen.append(signal.getsignal(signal.SIGTERM))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with contextlib.suppress(SystemExit):
+            main(["--version"])
+        seen.append(signal.getsignal(signal.SIGTERM))
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    assert seen == [mine, mine, signal.SIG_DFL]
+    assert "absent.h5: no such file" in capsys.readouterr().err

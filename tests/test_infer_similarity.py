@@ -62,6 +62,26 @@ def test_ensemble_is_mean_and_cache_budget_does_not_change_result(world):
             np.testing.assert_allclose(sims.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_global_vectors_once_per_block(world, monkeypatch):
+    # caption globals once per caption block (not once per image block), image globals once per cached image block
+    features, image_ids, tokens = world
+    model = tiny_model("sgr", seed=6)
+    expected = reference(model, features, image_ids, tokens)
+    calls = {"images": 0, "captions": 0}
+    for side in calls:
+        method = getattr(model, f"global_{side}")
+
+        def counted(*args, side=side, method=method):
+            calls[side] += 1
+            return method(*args)
+
+        monkeypatch.setattr(model, f"global_{side}", counted)
+    with FeaturesReader(features) as reader:
+        sims = similarity_blocks(model, FeatureBlocks(reader, image_ids, 3), CaptionBlocks(tokens, 8))
+    assert calls == {"images": 3, "captions": 3}                  # 3 image blocks (cached), 3 caption blocks
+    np.testing.assert_allclose(sims.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_in_memory_blocks_and_training_mode_restored(world):
     features, image_ids, tokens = world
     model = tiny_model("sgr", seed=4)

@@ -182,3 +182,18 @@ def test_atomic_folder_lands_whole_or_not_at_all(tmp_path):
         (staging / "index.html").write_text("three")
     assert (out / "index.html").read_text() == "three"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_atomic_folder_refuses_a_symbolic_link_before_touching_anything(tmp_path):
+    """Replacing a linked folder once renamed the link, then failed ("Cannot call rmtree on a symbolic link")
+    and left `.OUT.old-PID` behind."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "index.html").write_text("earlier")
+    (tmp_path / "site").symlink_to(real)
+    for force in (True, False):
+        with pytest.raises(VLToolsError, match=rf"site: is a symbolic link \(to {real}\); give the folder itself"):
+            with atomic_folder(tmp_path / "site", force, lambda p: True, "site", "index.html"):
+                pytest.fail("the block must not run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real", "site"]
+    assert (tmp_path / "site").is_symlink() and (real / "index.html").read_text() == "earlier"

@@ -170,3 +170,30 @@ def test_a_5000_word_caption_stays_within_the_memory_bound(world, tmp_path):
     _, baseline, _, with_long = map(int, result.stdout.split())
     assert with_long - baseline < LONG_CAPTION_MARGIN_MB, result.stdout
     assert len(read_records(tmp_path / "long.rankings.jsonl", "rankings")) == 6 + 19  # one per image and caption
+
+
+def test_captions_without_splits_go_through_match_score_and_report(world, tmp_path):
+    """The user's own captions (no split field) are matched whole; score reads match's rankings of a file with
+    splits (the test split by default) with the README's literal command, no --split needed."""
+    folder, features, captions, models = world
+    bare = tmp_path / "bare.jsonl"
+    write_records(bare, [{k: v for k, v in r.items() if k != "split"} for r in read_records(captions, "captions")
+                         if r["split"] == "test"])
+    ranks = tmp_path / "ranks.jsonl"
+    run("match", "--model", str(models["vse"]), str(features), str(bare), "-o", str(ranks))
+    assert sum(json.loads(line)["direction"] == "t2i" for line in ranks.read_text().splitlines()) == 18
+    scored = json.loads(run("score", "retrieval", str(ranks), "--captions", str(bare)).splitlines()[0])
+    assert scored["n_images"] == 6 and scored["n_captions"] == 18
+    run("report", str(tmp_path / "site"), "--rankings", str(ranks), "--captions", str(bare), "--sample", "0")
+    assert (tmp_path / "site" / "index.html").is_file()
+    split_ranks = tmp_path / "split_ranks.jsonl"
+    run("match", "--model", str(models["vse"]), str(features), str(captions), "-o", str(split_ranks))
+    assert json.loads(run("score", "retrieval", str(split_ranks), "--captions", str(captions)).splitlines()[0]) == \
+        scored
+
+
+def test_a_split_with_no_captions_names_match_own_option(world, capsys):
+    folder, features, captions, models = world
+    err = fails(capsys, "match", "--model", str(models["vse"]), str(features), str(captions), "--split", "val")
+    assert err.strip().endswith("no captions in split 'val' (splits present: test, train; choose one with --split)")
+    assert "--train-split" not in err

@@ -417,3 +417,78 @@ def test_given_global_vectors_of_a_larger_block_give_the_same_scores(name):
         reference = ref_similarity(model, img_emb[2:3], [5], cap_emb[pick], lengths[pick])
     torch.testing.assert_close(given, direct, atol=1e-6, rtol=0)
     torch.testing.assert_close(given, reference, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_block_kernel_equals_per_caption_computation_at_official_sizes(name, monkeypatch):
+    # official sizes (36 regions of 2048, embed 1024, sim 256, 3 SGR steps); ragged captions (2 to 57 tokens, two of
+    # the same length, so one length group has two captions) and padded regions; non-zero biases (the released
+    # init zeroes them, which would hide a dropped bias term)
+    torch.manual_seed(0)
+    model = build_model(name, {}, VOCAB).eval()
+    with torch.no_grad():
+        for key, param in model.named_parameters():
+            if key.endswith(".bias"):
+                param.uniform_(-0.2, 0.2)
+        if name == "saf":
+            model.sim_enc.SAF_module.bn.running_mean.fill_(0.3)
+            model.sim_enc.SAF_module.bn.running_var.fill_(2.0)
+    gen = torch.Generator().manual_seed(11)
+    regions = torch.randn(3, 36, 2048, generator=gen)
+    num_regions = torch.tensor([36, 20, 7])
+    lengths = torch.tensor([13, 2, 57, 13, 30])
+    tokens = torch.randint(4, VOCAB, (5, 57), generator=gen) * (torch.arange(57) < lengths[:, None])
+    img_emb, cap_emb = encode(model, regions, tokens, lengths, num_regions)
+    cap_emb = fill_padding(cap_emb, lengths)
+    calls = []
+    kernel = sgraf_module.EncoderSimilarity.block_scores
+
+    def spy(self, *args):
+        calls.append(args[2].shape)
+        return kernel(self, *args)
+
+    def scores() -> dict[str, torch.Tensor]:
+        monkeypatch.setattr(sgraf_module.EncoderSimilarity, "block_scores", spy)
+        with torch.inference_mode():
+            block = model.similarity(img_emb, cap_emb, lengths)
+            monkeypatch.setattr(sgraf_module, "CACHE_ELEMENTS", 1)      # passes of one image x one caption
+            one_by_one = model.similarity(img_emb, cap_emb, lengths)
+            monkeypatch.setattr(sgraf_module, "BLOCK_KERNEL", False)    # the general path (training's)
+            general = model.similarity(img_emb, cap_emb, lengths)
+        monkeypatch.undo()
+        reference = ref_similarity(model, img_emb, num_regions.tolist(), cap_emb, lengths)
+        return {"block": block, "one_by_one": one_by_one, "general": general, "reference": reference}
+
+    found = scores()
+    assert len(calls) == 2                                              # the kernel ran, and only where enabled
+    torch.testing.assert_close(found["block"], found["reference"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(found["block"], found["general"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(found["one_by_one"], found["block"], atol=1e-6, rtol=0)
+    # at random init the scores lie within 1e-3 of each other, so 1e-5 is a weak check: rescale the score head so
+    # that its logits z become 3 (z - mean z) / std z (scores spread over (0, 1)); rounding is amplified as much
+    # (about 40x here), a wrong node moves the scores by 1e-2
+    with torch.no_grad():
+        head = model.sim_enc.sim_eval_w
+        logits = torch.logit(found["general"].double())
+        scale = 3 / logits.std().item()
+        head.weight.mul_(scale)
+        head.bias.sub_(logits.mean().item()).mul_(scale)
+    found = scores()
+    assert found["block"].std() > 0.1
+    torch.testing.assert_close(found["block"], found["reference"], atol=1e-4, rtol=0)
+    torch.testing.assert_close(found["block"], found["general"], atol=1e-4, rtol=0)
+
+
+def test_block_kernel_only_without_gradients_autocast_or_training():
+    model = make_model("sgr")
+    regions, tokens, lengths = make_inputs()
+    img_emb, cap_emb = encode(model, regions, tokens, lengths)
+    sim = model.sim_enc
+    with torch.no_grad():
+        assert sim.inference_kernel(img_emb, lengths)
+        assert not sim.inference_kernel(img_emb, torch.tensor([3, 0]))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not sim.inference_kernel(img_emb, lengths)
+        assert not model.train().sim_enc.inference_kernel(img_emb, lengths)
+    model.eval()
+    assert not sim.inference_kernel(img_emb, lengths)                # gradients on: the fused training path

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +202,59 @@ def test_inputs_that_cannot_fit_their_image_fail_with_a_reason(tmp_path):
     assert "Too many levels of symbolic links" in dataset[2]["error"]
     masked = ImageDataset(items[:1], "square", 64, mask_dir=tmp_path / "masks")[0]
     assert masked["error"] == "its mask is 50x50 but the image is 96x96; masks must have the image's size"
+
+
+def _tar(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_image_files_given_by_name_are_known_by_file_name_with_or_without_extension(tmp_path):
+    """`extract-regions imgs/*.jpg` and a single image: ids as the folder would give; no extension: by header."""
+    shutil.copy(PHOTOS / "china.jpg", tmp_path / "a.jpg")
+    shutil.copy(PHOTOS / "chelsea.png", tmp_path / "photo")  # a PNG without an extension
+    items = list_inputs([tmp_path / "a.jpg", tmp_path / "photo"])
+    assert [(item.image_id, item.path) for item in items] == [("a.jpg", tmp_path / "a.jpg"),
+                                                              ("photo", tmp_path / "photo")]
+    assert load_rgb(items[1])[1] == (300, 451)
+    (tmp_path / "sub").mkdir()
+    shutil.copy(PHOTOS / "china.jpg", tmp_path / "sub" / "a.jpg")
+    with pytest.raises(VLToolsError, match="'a.jpg' appears twice"):
+        list_inputs([tmp_path / "a.jpg", tmp_path / "sub" / "a.jpg"])
+
+
+def test_a_webdataset_tar_shard_is_read_by_member_without_extracting(tmp_path):
+    """img2dataset layout: key.jpg beside key.txt and key.json; the images are the items, ids the member names."""
+    photos = {name: (PHOTOS / name).read_bytes() for name in ("china.jpg", "chelsea.png")}
+    archive = _tar(tmp_path / "00000.tar", {"00000/000000000.jpg": photos["china.jpg"],
+                                            "00000/000000000.txt": b"a", "00000/000000000.json": b"{}",
+                                            "00000/000000001.png": photos["chelsea.png"]})
+    items = list_inputs([archive])
+    assert [item.image_id for item in items] == ["00000/000000000.jpg", "00000/000000001.png"]
+    assert all(item.path == archive for item in items)
+    for item, name in zip(items, photos, strict=True):
+        assert np.array_equal(np.asarray(load_rgb(item)[0]), np.asarray(load_rgb(PHOTOS / name)[0]))
+    assert ImageDataset(items, "shorter", 32)[1]["orig_size"] == (300, 451)
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(archive.read_bytes()[:1500])  # the first member's header survives, its bytes do not
+    with pytest.raises(BadImage, match="truncated tar archive"):
+        load_rgb(list_inputs([cut])[0])
+    with pytest.raises(VLToolsError, match="no image members"):
+        list_inputs([_tar(tmp_path / "text.tar", {"a.txt": b"caption"})])
+
+
+def test_other_files_are_one_line_naming_the_file_and_the_accepted_kinds(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(bytes([0xFF, 0xFE, 0x00, 0x81]) * 64)
+    with pytest.raises(VLToolsError, match=r"weights.bin: not an input vltools reads; give an image folder, image "
+                                           r"files, an uncompressed tar of images, a text list"):
+        list_inputs([tmp_path / "weights.bin"])
+    archive = _tar(tmp_path / "imgs.tar", {"a.jpg": (PHOTOS / "china.jpg").read_bytes()})
+    (tmp_path / "imgs.tar.gz").write_bytes(gzip.compress(archive.read_bytes()))
+    with pytest.raises(VLToolsError, match="imgs.tar.gz: a compressed file; .* decompress it first"):
+        list_inputs([tmp_path / "imgs.tar.gz"])
+    (tmp_path / "list.txt").write_text("\ufeffa.jpg\n", encoding="utf-8")  # a BOM is not part of the first name
+    assert list_inputs([tmp_path / "list.txt"])[0].image_id == "a.jpg"

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib
 import importlib.util
+import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import click
 
 from vltools import __version__
-from vltools.commands.options import is_output_param
+from vltools.commands.options import binary_format, is_output_param, writes_stdout
 from vltools.errors import VLToolsError, first_line
-from vltools.io.atomic import OUTPUT_ERRNOS, output_error, output_lock
+from vltools.io.atomic import (
+    OUTPUT_ERRNOS,
+    after_failure,
+    empty_stdout_file,
+    output_error,
+    output_lock,
+    refuse_terminal,
+)
 from vltools.io.progress import configure, log
+from vltools.train import TASKS
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
 # exists. The help is here so that `vltools --help` need not import every stage (and torch).
@@ -28,8 +38,7 @@ STAGES = {
     "extract-regions": ("extract_regions", "Region and global features of images (detector, grid or boxes)."),
     "segment-pool": ("segment_pool", "Backbone feature maps and foreground masks for L2C."),
     "merge": ("merge", "Join features files (shards of one extraction) into one."),
-    "train": ("train", "Train a model (vse, sgr, saf, neuraltalk2, adaptive-attention, l2c) and keep the best "
-              "checkpoint."),
+    "train": ("train", f"Train a model ({', '.join(TASKS)}) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
@@ -44,14 +53,51 @@ STAGES = {
     "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
 }
 
+# stage name -> one command line shown as the example at the end of the stage's --help; the files are those of the
+# synthetic world (`vltools synth world`) and of the stages before (feats.h5, vse.pt, ranks.jsonl)
+EXAMPLES = {
+    "synth": "vltools synth world --images 200",
+    "inspect": "vltools inspect world/captions.jsonl world/images.jsonl",
+    "convert": "vltools convert karpathy dataset_coco.json --restval-as train -o caps.jsonl",
+    "score": "vltools score retrieval ranks.jsonl --captions world/captions.jsonl",
+    "extract-regions": "vltools extract-regions world/images.jsonl --regions grid --backbone resnet18 -o feats.h5",
+    "segment-pool": "vltools segment-pool world/pair_images.jsonl --masks world/pair_masks -o maps.h5",
+    "merge": "vltools merge feats.0.h5 feats.1.h5 -o feats.h5",
+    "train": "vltools train --model vse feats.h5 world/captions.jsonl --epochs 2 -o vse.pt",
+    "encode": "vltools encode world/captions.jsonl --model vse.pt -o caption_emb.h5",
+    "match": "vltools match --model vse.pt feats.h5 world/captions.jsonl --sims sims.h5 -o ranks.jsonl",
+    "report": "vltools report site --rankings ranks.jsonl --captions world/captions.jsonl --images world/images.jsonl",
+    "plot": "vltools plot vse.pt.log.jsonl -o curves.png",
+    "models": "vltools models add my-vse vse.pt",
+    "concepts": "vltools concepts world/captions.jsonl -k 64 -o concepts.json",
+    "concept-scores": "vltools concept-scores world/images.jsonl --model concepts.pt -o concept_scores.h5",
+    "caption": "vltools caption --model neuraltalk2.pt feats.h5 world/captions.jsonl --split test -o generated.jsonl",
+    "tfidf-proxy": "vltools tfidf-proxy world/captions.jsonl --k 8 -o proxy.h5",
+    "mine-triplets": "vltools mine-triplets proxy.h5 -o triplets.jsonl",
+    "baseline": "vltools baseline most-frequent world/pairs.jsonl --split test -o generated.jsonl",
+    "explain": "vltools explain ranks.jsonl --model rmac.pt --images world/images.jsonl --queries 4 -o figure3",
+}
 
-def _locking(callback: Callable, outputs: frozenset[str]) -> Callable:
-    """Wrap a stage's callback so it holds the lock of each output (parameters named `outputs`; see
+
+def with_example(command: click.Command, example: str) -> click.Command:
+    """Put `example` first in the epilog of `command`'s --help (once), kept on one line."""
+    shown = f"\b\nExample:\n  {example}"
+    if not (command.epilog or "").startswith(shown):
+        command.epilog = shown + (f"\n\n{command.epilog}" if command.epilog else "")
+    return command
+
+
+def _locking(callback: Callable, outputs: dict[str, click.Parameter]) -> Callable:
+    """Wrap a stage's callback so it holds the lock of each output (the parameters `outputs`; see
     vltools.io.atomic) for its whole run: a second process writing the same output stops at once, before any
-    work, and a missing or read-only folder is reported before the work too."""
+    work, and a missing or read-only folder, or binary data for a terminal, is reported before the work too."""
 
     @functools.wraps(callback)
     def run(*args: object, **kwargs: object) -> object:
+        for name, param in outputs.items():
+            what = binary_format(param, kwargs)
+            if what is not None and writes_stdout(name, kwargs.get(name)):
+                refuse_terminal(what)
         with contextlib.ExitStack() as stack:
             for name, value in kwargs.items():
                 if name in outputs and isinstance(value, str):
@@ -69,8 +115,12 @@ def guard_outputs(command: click.Command) -> click.Command:
             guard_outputs(sub)
     elif command.callback is not None and not getattr(command.callback, "locks_output", False):
         command.callback = _locking(command.callback,
-                                    frozenset(p.name for p in command.params if p.name and is_output_param(p)))
+                                    {p.name: p for p in command.params if p.name and is_output_param(p)})
     return command
+
+
+class ClosedPipe(Exception):
+    """The reader of standard output closed it (`vltools ... | head`): the run ends quietly with status 0."""
 
 
 class StageGroup(click.Group):
@@ -83,7 +133,18 @@ class StageGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.list_commands(ctx):
             return None
-        return guard_outputs(importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command)
+        command = importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command
+        return guard_outputs(with_example(command, EXAMPLES[name]))
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the stage; a closed standard output (EPIPE) becomes ClosedPipe, which click does not turn into
+        exit status 1."""
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise ClosedPipe from exc
+            raise
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -112,32 +173,59 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
+@contextlib.contextmanager
+def _terminating() -> Iterator[None]:
+    """SIGTERM unwinds the run like Ctrl-C while the CLI runs; the previous handler is put back when it returns,
+    so that a process calling `main` in-process (a test suite) still dies on a plain `kill` afterwards."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:    # not the main thread (e.g. called from a test's thread): signals cannot be handled there
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The `vltools` entry point: `_main` with the SIGTERM handler installed for the call only."""
+    with _terminating():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     """Run the CLI; user errors print one line on stderr and exit 1 (`--debug` shows the traceback).
 
-    An OSError that escaped the stage (a file it could not read or write) is one line naming the file."""
+    An OSError that escaped the stage (a file it could not read or write) is one line naming the file. A closed
+    pipe on standard output (`vltools ... | head`) ends the run quietly with status 0, as `head` expects. When a
+    run fails, the empty file that standard output was redirected to is removed or named (`after_failure`)."""
     args = sys.argv[1:] if argv is None else argv
-    with contextlib.suppress(ValueError):  # not the main thread (e.g. called from a test's thread)
-        signal.signal(signal.SIGTERM, _terminate)
+    empty = empty_stdout_file()
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
     except Terminated:
-        print("vltools: terminated", file=sys.stderr)
+        print(f"vltools: terminated{after_failure(empty)}", file=sys.stderr)
         sys.exit(143)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        print("vltools: interrupted", file=sys.stderr)
+        print(f"vltools: interrupted{after_failure(empty)}", file=sys.stderr)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
+        note = after_failure(empty)
+        if note:
+            print(f"vltools: {note.removeprefix('; ')}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except VLToolsError as exc:
         if "--debug" in args:
             log.exception("error")
-        print(f"vltools: error: {exc}", file=sys.stderr)
+        print(f"vltools: error: {exc}{after_failure(empty)}", file=sys.stderr)
         sys.exit(1)
-    except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(1)
+    except ClosedPipe:
+        # the reader has all it wanted; send what is still buffered nowhere, so that exiting cannot fail again
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except OSError as exc:
         if "--debug" in args:
             log.exception("error")
@@ -147,5 +235,5 @@ def main(argv: list[str] | None = None) -> None:
             message = f"{exc.filename}: {exc.strerror or first_line(exc)}"
         else:
             message = first_line(exc)
-        print(f"vltools: error: {message}", file=sys.stderr)
+        print(f"vltools: error: {message}{after_failure(empty)}", file=sys.stderr)
         sys.exit(1)

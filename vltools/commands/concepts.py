@@ -17,19 +17,21 @@ from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
               help="Concepts JSON (default: standard output).")
 @click.option("-k", "--k", "k", type=click.IntRange(min=1), default=256, show_default=True,
               help="Vocabulary size K (the most frequent concepts).")
-@click.option("--split", default="train", show_default=True, help="Build from the captions of this split.")
+@click.option("--split", help="Build from the captions of this split [train when the captions have a split field, "
+              "else every caption].")
 @click.option("--tagger", type=click.Choice(TAGGERS), default="auto", show_default=True,
               help="nltk: NLTK's POS tagger (its data must be installed); stopwords: the offline function-word "
                    "filter; auto: nltk when installed, else stopwords (with a warning).")
-def command(captions: str, output: str | None, k: int, split: str, tagger: str) -> None:
+def command(captions: str, output: str | None, k: int, split: str | None, tagger: str) -> None:
     """Write the concept vocabulary of CAPS.jsonl: nouns, verbs, adjectives and numbers of the --split captions,
     Snowball-stemmed (tenses and plurals unified), the K most frequent; the file records the tagger used."""
-    chosen = read_split(captions, split)
+    chosen = read_split(captions, split, default="train")
     used = resolve_tagger(tagger)
-    info = {"provenance": provenance(captions=str(captions), split=split,
+    info = {"provenance": provenance(captions=str(captions), split=chosen.name,
                                      captions_digest=ids_digest(chosen.caption_ids))}
     vocabulary = ConceptVocabulary.build(chosen.captions, k=k, tagger=used, info=info)
     with text_output(output) as stream:
         vocabulary.save(stream)
-    log.info("concepts: %d concepts from %d %s captions (tagger %s)%s", len(vocabulary), len(chosen), split, used,
+    log.info("concepts: %d concepts from %d %s captions (tagger %s)%s", len(vocabulary), len(chosen),
+             chosen.name or "all", used,
              f"; only {len(vocabulary)} distinct concept words, fewer than K={k}" if len(vocabulary) < k else "")

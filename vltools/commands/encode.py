@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import batch_size_option, device_option, precision_option, workers_option
+from vltools.commands.options import (
+    batch_size_option,
+    device_option,
+    output_option,
+    precision_option,
+    workers_option,
+)
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
-from vltools.data.captions import check_images, read_split
+from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.devices import resolve_device
 from vltools.infer.embed import embed_blocks, require_separable
@@ -23,10 +29,10 @@ from vltools.io.provenance import ids_digest
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
               help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder "
                    "or list).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Embeddings HDF5 (default: standard output, never a terminal).")
-@click.option("--split", default="test", show_default=True,
-              help="For captions: encode this split; for rmac with --proxy: the images of this split.")
+@output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
+               help="Embeddings HDF5 (default: standard output, never a terminal).")
+@click.option("--split", help="For captions: encode this split [test when the captions have a split field, else "
+              "every caption]; for rmac with --proxy: the images of this split [test].")
 @click.option("--captions", "captions_path", type=click.Path(dir_okay=False),
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
@@ -47,7 +53,7 @@ from vltools.io.provenance import ids_digest
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=click.IntRange(min=32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
-def command(source: str, model_path: str, output: str | None, split: str, captions_path: str | None,
+def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, batch_size: int, precision: str, device: str, proxy_path: str | None,
             first: int | None, with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...],
             image_size: int | None, workers: int) -> None:
@@ -59,8 +65,8 @@ def command(source: str, model_path: str, output: str | None, split: str, captio
     QUERIES.h5 DATABASE.h5` then ranks images for images."""
     loaded = load_model(model_path, "encodable")
     if loaded.name == "rmac":
-        options = QueryOptions(proxy_path, split, first, with_text, add_words, subtract_words, image_size, batch_size,
-                               workers)
+        options = QueryOptions(proxy_path, split or DEFAULT_SPLIT, first, with_text, add_words, subtract_words,
+                               image_size, batch_size, workers)
         ids, emb, attrs = encode_rmac(loaded, source, options, resolve_device(device))
         write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": model_path,
                                               "checkpoint_digest": loaded.digest, "source": source,
@@ -104,7 +110,8 @@ def command(source: str, model_path: str, output: str | None, split: str, captio
         blocks = CaptionBlocks(loaded.tokenize(chosen.captions), batch_size)
         write_embeddings(output, chosen.caption_ids,
                          embed_blocks(loaded.model, blocks, "captions", chosen_device, precision),
-                         {**attrs, "side": "captions", "split": split, "ids_digest": ids_digest(chosen.caption_ids)},
+                         {**attrs, "side": "captions", "split": chosen.name,
+                          "ids_digest": ids_digest(chosen.caption_ids)},
                          caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
         count = len(chosen.caption_ids)
     log.info("encoded %d %s with %s", count, "images" if hdf5_kind(source) is not None else "captions", loaded.name)

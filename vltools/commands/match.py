@@ -6,7 +6,7 @@ import click
 import numpy as np
 import torch
 
-from vltools.commands.options import block_options, device_option, output_option, precision_option
+from vltools.commands.options import FiniteFloat, block_options, device_option, output_option, precision_option
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import check_images, read_split
 from vltools.devices import resolve_device
@@ -39,12 +39,13 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
                    "Not used with two embeddings files.")
-@click.option("--split", default="test", show_default=True, help="Captions of this split are matched.")
+@click.option("--split", help="Captions of this split are matched [test when the captions have a split field, else "
+              "every caption].")
 @click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Rankings JSONL (default: standard output).")
-@output_option("--sims", "sims_path", type=click.Path(dir_okay=False),
+@output_option("--sims", "sims_path", type=click.Path(dir_okay=False), binary="HDF5",
               help="Also write the full n_images x n_captions matrix (HDF5 that `vltools score retrieval` reads).")
 @click.option("--rerank", "rerank_k", type=click.IntRange(min=1), metavar="K",
               help="Two-stage search: --first-stage proposes K candidates per query, --model reranks only those.")
@@ -56,12 +57,12 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
               help="IVF lists visited per query (FAISS IVF indexes).")
 @block_options(128, 512)
-@click.option("--image-cache-mb", type=click.FloatRange(min=0), default=2048.0, show_default=True,
+@click.option("--image-cache-mb", type=FiniteFloat(min=0), default=2048.0, show_default=True,
               help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded); "
                    "with --rerank, the encoded candidates kept between query blocks.")
 @precision_option()
 @device_option()
-def command(first: str, second: str, model_paths: tuple[str, ...], split: str, top_k: int, output: str | None,
+def command(first: str, second: str, model_paths: tuple[str, ...], split: str | None, top_k: int, output: str | None,
             sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str, nprobe: int,
             block_images: int, block_captions: int, image_cache_mb: float, precision: str, device: str) -> None:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
@@ -124,7 +125,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str, t
                    attrs={"models": ",".join(str(i.path) for i in loaded),
                           "model_names": ",".join(i.name for i in loaded),
                           "checkpoint_digests": ",".join(i.digest for i in loaded), "features": first,
-                          "captions": second, "split": split, "precision": precision,
+                          "captions": second, "split": chosen.name, "precision": precision,
                           "image_ids_digest": ids_digest(chosen.image_ids),
                           "caption_ids_digest": ids_digest(chosen.caption_ids)})
     _write_rankings(output, chosen.image_ids, chosen.caption_ids, (i2t_values, i2t_indices), (t2i_values, t2i_indices))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import output_option
 from vltools.data.semantic import build_proxy, image_texts
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
@@ -13,8 +14,8 @@ from vltools.io.records import read_records
 
 @click.command("tfidf-proxy")
 @click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Proxy HDF5 (default: standard output, never a terminal).")
+@output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
+               help="Proxy HDF5 (default: standard output, never a terminal).")
 @click.option("--images", "images_path", type=click.Path(dir_okay=False),
               help="Images JSONL: every image it lists gets a row (those without captions the zero vector), in its "
                    "order; captions naming other images are an error. Default: the images the captions name.")

@@ -107,23 +107,29 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
     row_starts = np.concatenate([[0], np.cumsum(image_sizes)]).astype(int)
     out = torch.empty(int(row_starts[-1]), int(sum(caption_sizes)), dtype=torch.float32)
     budget = image_cache_mb * 2**20
-    cache: dict[int, list[torch.Tensor]] = {}
+    # per image block: the embeddings and (SGR, SAF) global vectors; the captions' global vectors are computed
+    # once per caption block, not once per image block
+    cache: dict[int, tuple[list[torch.Tensor], list[torch.Tensor | None]]] = {}
     cached_bytes = 0
     column = 0
     with evaluating(models), torch.inference_mode(), autocast(device, precision):
         for caption_index in progress(range(len(captions)), total=len(captions), desc=desc, unit="caption blocks"):
             caption_embs, lengths = encode_captions(models, captions[caption_index], device)
+            caption_globals = global_vectors(models, caption_embs, "captions", lengths)
             width = caption_sizes[caption_index]
             for image_index in range(len(images)):
-                image_embs = cache.get(image_index)
-                if image_embs is None:
+                entry = cache.get(image_index)
+                if entry is None:
                     image_embs = encode_images(models, images[image_index], device)
-                    size = sum(e.numel() * e.element_size() for e in image_embs)
+                    entry = (image_embs, global_vectors(models, image_embs, "images"))
+                    size = sum(e.numel() * e.element_size() for e in [*entry[0], *entry[1]] if e is not None)
                     if cached_bytes + size <= budget:
-                        cache[image_index] = image_embs
+                        cache[image_index] = entry
                         cached_bytes += size
+                image_embs, image_globals = entry
                 rows = slice(row_starts[image_index], row_starts[image_index + 1])
-                sims = ensemble_similarity(models, image_embs, caption_embs, lengths)
+                sims = ensemble_similarity(models, image_embs, caption_embs, lengths,
+                                           list(zip(image_globals, caption_globals, strict=True)))
                 out[rows, column:column + width] = sims.cpu()
             column += width
     return out

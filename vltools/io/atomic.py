@@ -284,6 +284,15 @@ def spool_folder() -> Iterator[Path]:
         yield Path(folder)
 
 
+def refuse_terminal(what: str) -> None:
+    """Refuse binary data (`what`, e.g. HDF5) for standard output when it is a terminal, which it would garble.
+
+    The CLI calls it when a stage starts, before any work (vltools.cli); `binary_output` calls it again for
+    library callers."""
+    if sys.stdout.isatty():
+        raise VLToolsError(f"refusing to write {what} to a terminal; give -o PATH or redirect standard output")
+
+
 @contextlib.contextmanager
 def binary_output(path: str | os.PathLike | None, what: str = "HDF5") -> Iterator[Path]:
     """Yield a file path to write a binary file to; it lands atomically at `path` or on stdout.
@@ -295,8 +304,7 @@ def binary_output(path: str | os.PathLike | None, what: str = "HDF5") -> Iterato
         with atomic_path(path) as tmp:
             yield tmp
         return
-    if sys.stdout.isatty():
-        raise VLToolsError(f"refusing to write {what} to a terminal; give -o PATH or redirect standard output")
+    refuse_terminal(what)
     with spool_folder() as folder:
         spool = folder / "out"
         try:
@@ -309,6 +317,60 @@ def binary_output(path: str | os.PathLike | None, what: str = "HDF5") -> Iterato
         with open(spool, "rb") as src:
             shutil.copyfileobj(src, sys.stdout.buffer, length=1 << 20)
         sys.stdout.buffer.flush()
+
+
+def _stdout_file() -> os.stat_result | None:
+    """The status of standard output when it is a regular file (`> out.h5`), else None."""
+    try:
+        if sys.stdout.fileno() != 1:
+            return None
+        info = os.fstat(1)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
+def _process_start() -> float | None:
+    """When this process started (seconds since the epoch, to about a second; Linux), else None."""
+    try:
+        ticks = _start_time(os.getpid())
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, TypeError, ValueError):
+        return None
+
+
+def empty_stdout_file() -> tuple[int, int] | None:
+    """(device, inode) of standard output when it is an empty regular file at the start of a run (the shell's
+    `> out.h5`), to be passed to `after_failure`; else None."""
+    info = _stdout_file()
+    return (info.st_dev, info.st_ino) if info is not None and info.st_size == 0 else None
+
+
+def after_failure(empty: tuple[int, int] | None) -> str:
+    """What a failed run did about the empty file standard output was redirected to (`empty` from
+    `empty_stdout_file`), as words to append to its error line ("" when there is none).
+
+    A redirected file is created by the shell, not by vltools, so a failed run would leave it empty, and make
+    would take it for up to date. It is removed when this run can tell it is the file the shell made for it:
+    still empty, still the same file under its name, and created or truncated when this process started (within
+    2 s); otherwise it is kept and the error says so."""
+    info = _stdout_file()
+    if empty is None or info is None or (info.st_dev, info.st_ino) != empty or info.st_size:
+        return ""
+    try:
+        name = os.readlink("/proc/self/fd/1")
+        same = os.stat(name)
+    except OSError:  # no /proc, or a file with no name (deleted): nothing a user would find
+        return ""
+    started = _process_start()
+    if (same.st_dev, same.st_ino) != empty or started is None or same.st_mtime < started - 2.0:
+        return f"; {name} (standard output) was left empty"
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+        return f"; removed the empty {name} that standard output was redirected to"
+    return f"; {name} (standard output) was left empty"
 
 
 @contextlib.contextmanager
@@ -330,6 +392,9 @@ def atomic_folder(out: str | os.PathLike, force: bool, replaceable: Callable[[Pa
     earlier `what` (`mark` names how that is recognised, for the error). Holds the output lock of `out`
     meanwhile and removes the staging folders of killed earlier runs, as `atomic_path` does for files."""
     out = Path(out)
+    if out.is_symlink():    # replacing it would replace the link, then fail to remove the folder behind it
+        raise VLToolsError(f"{out}: is a symbolic link (to {os.readlink(out)}); give the folder itself or a new "
+                           "folder name")
     if out.exists() and not out.is_dir():
         raise VLToolsError(f"{out}: exists and is not a folder; give a new folder name")
     replacing = out.exists() and any(out.iterdir())

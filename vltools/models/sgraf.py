@@ -19,7 +19,10 @@ logits (`GraphReasoning`), the attended image's l2norm moved past the local line
 steps over the large [images, captions, words, embed] tensors (attend, subtract the word, square, project)
 are one autograd function with a hand-written backward (`LocalSimilarity`), which keeps fewer of those
 tensors and passes over them fewer times; its gradients equal autograd's to float rounding.  SAF's BatchNorm in
-training normalises each caption on its own, as the per-caption loop of the released code does.
+training normalises each caption on its own, as the per-caption loop of the released code does.  Inference (eval
+mode, no gradients, fp32) runs `EncoderSimilarity.block_scores`, the same computation arranged for the CPU's
+caches: captions grouped by exact length (no padding, no masks), passes small enough to stay in cache, reused
+buffers, the attended image's norm from the regions' Gram matrix, no concatenation.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from vltools.errors import VLToolsError
 
 # cap on the elements of one [images, captions, words, embed] intermediate (fp32: 4 bytes each)
 CHUNK_ELEMENTS = 1 << 25
+# inference on the CPU: elements of the [rows, embed] intermediate of one pass of the kernel (fp32: 4 MB), small
+# enough to stay in the cache between the products that write and read it (see `EncoderSimilarity.block_scores`)
+CACHE_ELEMENTS = 1 << 20
+# False: inference takes the general path that training uses (benchmarks/match_sgraf.py's baseline)
+BLOCK_KERNEL = True
 
 
 def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
@@ -68,6 +76,27 @@ def _l2norm_temp(x: torch.Tensor) -> torch.Tensor:
 
 def _relu(x: torch.Tensor) -> torch.Tensor:
     return torch.relu_(x) if _scratch(x) else torch.relu(x)
+
+
+class _Workspace:
+    """Named flat buffers reused by every pass of one `block_scores` call (grown when a pass needs more).
+
+    A fresh multi-megabyte tensor per product is a fresh mapping of zeroed pages on the CPU, and writing it
+    first costs page faults: the attended-image product [16, 1000, 36] x [16, 36, 1024] ran at 17 GFLOP/s into
+    a fresh tensor and at 53 GFLOP/s into a reused one (one thread, AMD EPYC).
+    """
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.like = like
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def take(self, name: str, *shape: int) -> torch.Tensor:
+        size = math.prod(shape)
+        flat = self.buffers.get(name)
+        if flat is None or flat.numel() < size:
+            flat = self.like.new_empty(size)
+            self.buffers[name] = flat
+        return flat[:size].view(shape)
 
 
 def length_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
@@ -390,6 +419,113 @@ class EncoderSimilarity(nn.Module):
         """Global captions [Bc, E] (TextSA over each caption's real words)."""
         return self.t_global_w(cap_emb, cap_lengths.to(device=cap_emb.device, dtype=torch.long))
 
+    def inference_kernel(self, img_emb: torch.Tensor, lengths: torch.Tensor) -> bool:
+        """Whether `forward` runs `block_scores`: eval mode, no gradients, no autocast, every caption non-empty
+        (and `BLOCK_KERNEL` on)."""
+        return (BLOCK_KERNEL and not self.training and not torch.is_grad_enabled() and img_emb.dtype == torch.float32
+                and not torch.is_autocast_enabled(img_emb.device.type) and bool((lengths > 0).all()))
+
+    def block_scores(self, img_emb: torch.Tensor, img_glo: torch.Tensor, cap_emb: torch.Tensor,
+                     lengths: torch.Tensor, cap_glo: torch.Tensor) -> torch.Tensor:
+        """Inference scores [Bi, Bc]: what `nodes` + `score` compute, with nothing done between the products
+        that a profile showed to cost (padding, copies, concatenation, masks, fresh allocations).
+
+        - Captions are grouped by exact length, so no group has padded words: no word or node mask, and no
+          product over padding (a block's longest caption no longer sets every caption's length).
+        - Each group is scored in passes of a few images x captions whose [rows, embed] intermediate fits in
+          `CACHE_ELEMENTS` (on the CPU), written into buffers reused by every pass.
+        - The attended image's norm comes from the image's region Gram matrix G = V V^T, computed once per
+          block: |u|^2 = alpha^T G alpha.  Knowing it before u is formed, one product writes u - n t into a
+          buffer holding n t (beta = -1), instead of a product, a norm pass and a subtraction pass.
+        - The local nodes are written (bias, division by n^2) straight into the graph's node buffer, after the
+          global node: no concatenation.  The graph's edge logits take u . n_k as the product's initial value
+          (no bias copy) and drop the constant c (softmax does not see it).
+        Equal to the general path to float rounding (tests/test_models_sgraf.py).
+        """
+        n_img, n_reg, dim = img_emb.shape
+        out = img_emb.new_empty(n_img, cap_emb.size(0))
+        work = _Workspace(img_emb)
+        gram = torch.bmm(img_emb, img_emb.transpose(1, 2))                       # [Bi, K, K]
+        budget = min(CHUNK_ELEMENTS, CACHE_ELEMENTS if img_emb.device.type == "cpu" else CHUNK_ELEMENTS)
+        rows = max(1, budget // dim)
+        order = torch.argsort(lengths, stable=True)
+        sorted_lengths = lengths[order].tolist()
+        graph = self._graph_maps()
+        start = 0
+        while start < len(order):
+            n_word = sorted_lengths[start]
+            stop = start + 1
+            while stop < len(order) and sorted_lengths[stop] == n_word:
+                stop += 1
+            per_chunk = max(1, rows // n_word)
+            for first in range(start, stop, per_chunk):
+                idx = order[first:min(stop, first + per_chunk)]
+                words = cap_emb[idx, :n_word].reshape(-1, dim)                   # [g * L, E], once per chunk
+                step = max(1, rows // words.size(0))
+                for i in range(0, n_img, step):
+                    part = slice(i, min(n_img, i + step))
+                    nodes = self._block_nodes(img_emb[part], gram[part], img_glo[part], words, len(idx),
+                                              cap_glo[idx], work)
+                    out[part].index_copy_(1, idx, self._block_vectors_score(nodes, graph, work))
+            start = stop
+        return out
+
+    def _graph_maps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per SGR step, (M^T, u) of `GraphReasoning._query_map` (c is dropped: constant along the softmax)."""
+        if self.module_name != "SGR":
+            return []
+        return [step._query_map()[:2] for step in self.SGR_module]
+
+    def _block_nodes(self, img: torch.Tensor, gram: torch.Tensor, img_glo: torch.Tensor, words: torch.Tensor,
+                     n_cap: int, cap_glo: torch.Tensor, work: _Workspace) -> torch.Tensor:
+        """l2-normalised nodes [b, g, 1 + L, S] of b images against g captions of L words each (no padding)."""
+        n_img, n_reg, dim = img.shape
+        n_rows = words.size(0)
+        n_word = n_rows // n_cap
+        loc, glo = self.sim_tranloc_w, self.sim_tranglo_w
+        sim_dim = loc.out_features
+        # attention: a = leaky_relu(v . t), l2norm over each caption's words, softmax(lambda a) over regions
+        logits = torch.mm(img.reshape(-1, dim), words.t(), out=work.take("logits", n_img * n_reg, n_rows))
+        logits = F.leaky_relu_(logits, 0.1).view(n_img * n_reg, n_cap, n_word)
+        logits.div_(torch.linalg.vector_norm(logits, dim=-1, keepdim=True).add_(1e-8)).mul_(self.lambda_softmax)
+        alpha = logits.view(n_img, n_reg, n_rows).softmax(dim=1)                  # [b, K, g * L]
+        # |u|^2 = alpha^T G alpha, then d = u - n t in one product, squared in place, mapped to S
+        norm = torch.bmm(gram, alpha).mul_(alpha).sum(1).clamp_(min=0).sqrt_().add_(1e-8).unsqueeze(2)
+        diff = torch.mul(words, norm, out=work.take("diff", n_img, n_rows, dim))
+        diff.baddbmm_(alpha.transpose(1, 2), img, beta=-1).square_()
+        local = torch.mm(diff.view(-1, dim), loc.weight.t(), out=work.take("local", n_img * n_rows, sim_dim))
+        nodes = work.take("nodes", n_img, n_cap, n_word + 1, sim_dim)
+        torch.addcdiv(loc.bias, local.view(n_img, n_cap, n_word, sim_dim), norm.square_().view(n_img, n_cap, n_word, 1),
+                      out=nodes[:, :, 1:])
+        gap = (img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).square_()           # [b, g, E]
+        nodes[:, :, 0] = F.linear(gap, glo.weight, glo.bias)
+        return nodes.div_(torch.linalg.vector_norm(nodes, dim=-1, keepdim=True).add_(1e-8))
+
+    def _block_vectors_score(self, nodes: torch.Tensor, graph: list[tuple[torch.Tensor, torch.Tensor]],
+                             work: _Workspace) -> torch.Tensor:
+        """Scores [b, g] of the nodes [b, g, N, S] of `_block_nodes` (SGR steps or SAF, then the score head)."""
+        n_img, n_cap, n_node, dim = nodes.shape
+        flat = nodes.view(-1, n_node, dim)
+        if self.module_name == "SGR":
+            rows = flat.view(-1, dim)
+            for step, (m_t, u) in zip(self.SGR_module[:-1], graph[:-1], strict=True):
+                query = torch.mm(rows, m_t.t(), out=work.take("query", *rows.shape)).view_as(flat)
+                # logits_ik = (n_i M + u) . n_k: u . n_k enters as the product's initial value
+                logits = torch.baddbmm(torch.mv(rows, u).view(-1, 1, n_node), query, flat.transpose(1, 2))
+                mixed = torch.bmm(logits.softmax(dim=-1), flat, out=work.take("mixed", *flat.shape))
+                torch.addmm(step.sim_graph_w.bias, mixed.view(-1, dim), step.sim_graph_w.weight.t(), out=rows)
+                rows.relu_()
+            last, (m_t, u) = self.SGR_module[-1], graph[-1]
+            query = torch.addmm(u, flat[:, 0], m_t.t())
+            edges = torch.bmm(flat, query.unsqueeze(2)).squeeze(2).softmax(dim=-1)
+            vec = torch.relu_(last.sim_graph_w(torch.bmm(edges.unsqueeze(1), flat).squeeze(1)))
+        else:
+            saf = self.SAF_module
+            logits = saf.attn_sim_w(flat).view(-1, 1, n_node)
+            beta = l1norm(torch.sigmoid_(saf.bn(logits)), dim=-1)
+            vec = l2norm(torch.bmm(beta, flat).squeeze(1))
+        return torch.sigmoid_(self.sim_eval_w(vec)).view(n_img, n_cap)
+
     def forward(self, img_emb: torch.Tensor, cap_emb: torch.Tensor, cap_lengths: torch.Tensor,
                 img_glo: torch.Tensor | None = None, cap_glo: torch.Tensor | None = None) -> torch.Tensor:
         """Scores [Bi, Bc] of every image against every caption, captions grouped by length in chunks.
@@ -400,6 +536,8 @@ class EncoderSimilarity(nn.Module):
         img_glo = self.global_images(img_emb) if img_glo is None else img_glo
         lengths = cap_lengths.to(device=cap_emb.device, dtype=torch.long)
         cap_glo = self.global_captions(cap_emb, lengths) if cap_glo is None else cap_glo
+        if self.inference_kernel(img_emb, lengths):
+            return self.block_scores(img_emb, img_glo, cap_emb, lengths, cap_glo)
         order = torch.argsort(lengths, descending=True, stable=True)
         sorted_lengths = lengths[order].tolist()
         parts, all_stats = [], []

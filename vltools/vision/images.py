@@ -6,9 +6,12 @@ broken files (zero-byte, truncated, corrupt, not an image, decompression bombs) 
 
 from __future__ import annotations
 
+import codecs
 import functools
+import io
 import math
 import os
+import tarfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vltools.errors import VLToolsError, input_error
+from vltools.io.progress import log
 from vltools.io.records import iter_records
 from vltools.vision.masks import load_mask
 
@@ -27,15 +31,31 @@ DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
 EXIF_ORIENTATION = 0x0112
 SWAPPING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that rotate by 90 degrees
 RESIZE_MODES = ("shorter", "square", "longer")
+ACCEPTED = ("an image folder, image files, an uncompressed tar of images, a text list of image paths or an images "
+            "JSONL")
+HEAD_BYTES = 1 << 16  # bytes read to tell a text list from a binary file
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd
+
+
+@dataclass(frozen=True)
+class TarMember:
+    """Where an image lies inside an uncompressed tar archive: its member name and its bytes' offset and size,
+    so that any process reads it by one seek, without scanning the archive."""
+
+    name: str
+    offset: int
+    size: int
 
 
 @dataclass(frozen=True)
 class ImageItem:
-    """One input image: its id (a string), its file, and optional boxes in original-image pixels."""
+    """One input image: its id (a string), its file (or the tar archive holding it, with `member`), and optional
+    boxes in original-image pixels."""
 
     image_id: str
     path: Path
     boxes: tuple[tuple[float, float, float, float], ...] | None = None
+    member: TarMember | None = None
 
 
 class BadImage(Exception):
@@ -53,7 +73,7 @@ def _folder_items(folder: Path) -> list[ImageItem]:
 
 def _list_items(list_file: Path) -> list[ImageItem]:
     items = []
-    with open(list_file, encoding="utf-8") as stream:
+    with open(list_file, encoding="utf-8-sig") as stream:
         for line in stream:
             name = line.strip()
             if name:
@@ -72,19 +92,83 @@ def _jsonl_items(jsonl: Path) -> list[ImageItem]:
     return items
 
 
-def _is_jsonl(path: Path) -> bool:
-    if path.suffix.lower() in (".jsonl", ".json"):
-        return True
-    with open(path, encoding="utf-8", errors="replace") as stream:
-        for line in stream:
-            if line.strip():
-                return line.lstrip().startswith("{")
-    return False
+def _tar_items(archive: Path) -> list[ImageItem]:
+    """The image members of an uncompressed tar (a webdataset / img2dataset shard: `key.jpg` beside `key.txt`
+    and `key.json`, which are not images and are skipped); ids are the member names, in archive order."""
+    try:
+        tar = tarfile.open(archive, "r:")
+    except tarfile.ReadError as exc:
+        raise input_error(archive, None, f"not a readable tar archive ({exc})",
+                          "give an uncompressed .tar of images") from None
+    items = []
+    with tar:
+        try:
+            for info in tar:
+                if info.isreg() and Path(info.name).suffix.lower() in IMAGE_EXTENSIONS:
+                    items.append(ImageItem(info.name, archive, member=TarMember(info.name, info.offset_data,
+                                                                                info.size)))
+        except tarfile.ReadError as exc:  # a download cut short: its members so far are used, the cut one fails
+            log.warning("%s: truncated tar archive (%s); the images after its last complete header are missing",
+                        archive, exc)
+    if not items:
+        raise input_error(archive, None, "no image members in this tar archive",
+                          f"give a tar holding {', '.join(sorted(IMAGE_EXTENSIONS))} files")
+    return items
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as stream:
+        return stream.read(HEAD_BYTES)
+
+
+def _text(head: bytes) -> str | None:
+    """`head` as text when it is UTF-8 without NUL bytes (a multi-byte character cut at the end is allowed)."""
+    if b"\0" in head:
+        return None
+    try:
+        return codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+
+
+def _is_image(path: Path) -> bool:
+    """Whether Pillow recognises the file's header as an image (for image files without an image extension)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path):
+                return True
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        return False
+
+
+def _file_items(path: Path) -> list[ImageItem]:
+    """Items of one file argument, by its kind: an image (by extension, else by its header; id = file name), an
+    `images` JSONL, a tar archive of images, or a text list of paths; anything else is a one-line error."""
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_EXTENSIONS:
+        return [ImageItem(path.name, path)]
+    if suffix in (".jsonl", ".json"):
+        return _jsonl_items(path)
+    head = _head(path)
+    text = _text(head)
+    if text is not None:
+        return _jsonl_items(path) if text.lstrip("\ufeff").lstrip().startswith("{") else _list_items(path)
+    if head.startswith(COMPRESSED_MAGIC):
+        raise input_error(path, None, "a compressed file; vltools reads uncompressed tar archives of images",
+                          "decompress it first (gunzip, bunzip2, unxz or unzstd)")
+    if tarfile.is_tarfile(path):
+        return _tar_items(path)
+    if _is_image(path):
+        return [ImageItem(path.name, path)]
+    raise input_error(path, None, "not an input vltools reads", f"give {ACCEPTED}")
 
 
 def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
-    """Items of every INPUT in order: a folder (recursive, ids = relative paths, sorted), a text file of
-    paths (one a line, ids = the line, relative to the list's folder) or an `images` JSONL."""
+    """Items of every INPUT in order: a folder (recursive, ids = relative paths, sorted); an image file (id = its
+    file name, as the folder holding it would give); an uncompressed tar archive (ids = member names, in archive
+    order); a text file of paths (one a line, ids = the line, relative to the list's folder); or an `images`
+    JSONL. Ids must be unique across all inputs."""
     items: list[ImageItem] = []
     for given in inputs:
         path = Path(given)
@@ -95,13 +179,14 @@ def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
                                   f"give a folder with {', '.join(sorted(IMAGE_EXTENSIONS))} files")
             items.extend(found)
         elif path.is_file():
-            items.extend(_jsonl_items(path) if _is_jsonl(path) else _list_items(path))
+            items.extend(_file_items(path))
         else:
-            raise VLToolsError(f"{path}: no such file or folder; give an image folder, a list of paths or a JSONL")
+            raise VLToolsError(f"{path}: no such file or folder; give {ACCEPTED}")
     seen: set[str] = set()
     for item in items:
         if item.image_id in seen:
-            raise VLToolsError(f"image id {item.image_id!r} appears twice in the inputs; ids must be unique")
+            raise VLToolsError(f"image id {item.image_id!r} appears twice in the inputs; ids must be unique (image "
+                               "files given by name are known by their file name: give their folder instead)")
         seen.add(item.image_id)
     if not items:
         raise VLToolsError(f"{', '.join(map(str, inputs))}: no images listed")
@@ -146,23 +231,40 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB") if image.mode != "RGB" else image
 
 
-def load_rgb(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS,
+def _member_bytes(item: ImageItem) -> bytes:
+    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker)."""
+    with open(item.path, "rb") as stream:
+        stream.seek(item.member.offset)
+        return stream.read(item.member.size)
+
+
+def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
              plan: Callable[[int, int], tuple[int, int]] | None = None) -> tuple[Image.Image, tuple[int, int]]:
-    """Decode `path` upright (EXIF orientation applied) as RGB; return it and its original (h, w).
+    """Decode an image file, or an item (a file or a tar member), upright (EXIF orientation applied) as RGB;
+    return it and its original (h, w).
 
     `plan` maps the upright (h, w) to the size the image will be resized to; it lets JPEG decoding shrink
     by DCT scaling when the image is downsized anyway. The original size returned is always that of the
     full-resolution, upright image.
     Raises BadImage with the reason for anything unusable.
     """
-    if path.stat().st_size == 0:
+    if isinstance(source, ImageItem) and source.member is not None:
+        data = _member_bytes(source)
+        if len(data) < source.member.size:
+            raise BadImage(f"truncated tar archive: member {source.member.name} ends early")
+        opened: Path | io.BytesIO = io.BytesIO(data)
+        empty = not data
+    else:
+        opened = source.path if isinstance(source, ImageItem) else source
+        empty = opened.stat().st_size == 0
+    if empty:
         raise BadImage("empty file (0 bytes)")
     previous = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
+            with Image.open(opened) as image:
                 w, h = image.size
                 orientation = image.getexif().get(EXIF_ORIENTATION, 1)
                 if orientation in SWAPPING_ORIENTATIONS:
@@ -245,7 +347,7 @@ class ImageDataset(torch.utils.data.Dataset):
         try:
             plan = None if self.ten_crop else functools.partial(resized_shape, mode=self.resize, size=self.size,
                                                                  max_size=self.max_size)
-            image, (h, w) = load_rgb(item.path, self.max_pixels, plan)
+            image, (h, w) = load_rgb(item, self.max_pixels, plan)
             mask = load_mask(self.mask_dir, item.image_id) if self.mask_dir is not None else None
         except BadImage as exc:
             return {"index": index, "error": str(exc)}
