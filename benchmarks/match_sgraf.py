@@ -16,7 +16,11 @@ Limits (`--limits`, or `--limits-only` to skip the comparison above): the floati
 and SAF per image-caption pair at the official sizes, counted analytically (`flops_per_pair`: the matrix
 products of the batched computation, per pair, for the mean caption length; per-image and per-caption
 encodings are amortised and left out), this machine's fp32 matrix-multiply rate measured in the same run
-on the shape of the dominant product, and vltools' measured time per pair against the floor FLOPs / rate.
+on the shape of the dominant product, and vltools' measured time per pair against the floor FLOPs / rate:
+the block kernel alone (`model.similarity` on encoded inputs, what the FLOPs count) and `similarity_blocks`
+with encoding, each beside the general path (`sgraf.BLOCK_KERNEL = False`, the kernel before) in the same run;
+`--profile` adds torch.profiler's top ops of one 16 x 64 block on both paths.  The CPU's model and whether it
+has native bf16 (avx512_bf16 / amx_bf16 flags) are printed; bf16 autocast is timed only where it does.
 Two-stage search (`match --rerank K`): the pieces its loop runs, measured (scoring a query against its K
 encoded candidates, per pair; encoding one image or caption, done once as a query and once as a kept
 candidate), plus the first stage (VSE encoders and the exact search), extrapolated to a 5,000 x 25,000 set
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import time
 from pathlib import Path
 
@@ -38,10 +43,11 @@ import torch
 from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
+from vltools.devices import autocast
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import ensemble_similarity, similarity_blocks
 from vltools.losses import hardest_negative_loss
-from vltools.models import build_model
+from vltools.models import build_model, sgraf
 from vltools.models.sgraf import l2norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,13 +296,16 @@ def limits(model: nn.Module, vocab_size: int, seconds_per_pair: dict[str, float]
     words = float(lengths.float().mean())
     rate = matmul_gflops()
     report: dict[str, object] = {"mean_caption_tokens": round(words, 2), "matmul_fp32_gflops": round(rate, 1)}
-    for name, measured in seconds_per_pair.items():
+    for name in ("sgr", "saf"):
         flops = flops_per_pair(name, words)
         floor = flops["total"] / (rate * 1e9)
+        measured, kernel = seconds_per_pair[name], seconds_per_pair.get(f"{name}_kernel")
         report[name] = {"mflops_per_pair": round(flops["total"] / 1e6, 2),
                         "mflops_by_part": {k: round(v / 1e6, 3) for k, v in flops.items() if k != "total"},
                         "seconds_per_pair": measured, "floor_seconds_per_pair": floor,
                         "ratio_to_floor": round(measured / floor, 2)}
+        if kernel is not None:
+            report[name].update(kernel_seconds_per_pair=kernel, kernel_ratio_to_floor=round(kernel / floor, 2))
     n_images, n_captions = 5000, 25000
     exhaustive = n_images * n_captions * seconds_per_pair["sgr"]
     first = first_stage_seconds(n_images, n_captions, vocab_size)
@@ -315,17 +324,84 @@ def limits(model: nn.Module, vocab_size: int, seconds_per_pair: dict[str, float]
     return report
 
 
-def seconds_per_pair_now(vocab_size: int, n_img: int = 50, n_cap: int = 250) -> dict[str, float]:
-    """vltools' fp32 time per pair for SGR and SAF (random official-size weights, real captions)."""
-    regions = torch.randn(n_img, 36, 2048)
+def seconds_per_pair_now(vocab_size: int, n_img: int = 50, n_cap: int = 250, general: bool = False,
+                         precision: str = "fp32") -> dict[str, float]:
+    """vltools' time per pair for SGR and SAF (random official-size weights, real captions): `sgr` / `saf`,
+    `similarity_blocks` end to end on n_img x n_cap, encoding included (as this benchmark has always measured it,
+    at 50 x 250: the caption GRU and self-attention are then amortised over 50 images only); `sgr_kernel` /
+    `saf_kernel`,
+    the similarity of the same block from its embeddings and global vectors (what the FLOP count covers).
+    `general`: with the block kernel off (`sgraf.BLOCK_KERNEL`), the general path every inference took before."""
+    regions = torch.randn(n_img, 36, 2048, generator=torch.Generator().manual_seed(5))
+    tokens, lengths = real_captions(n_cap)
+    result = {}
+    kernel, sgraf.BLOCK_KERNEL = sgraf.BLOCK_KERNEL, not general
+    try:
+        for name in ("sgr", "saf"):
+            torch.manual_seed(0)
+            model = build_model(name, {}, vocab_size).eval()
+            vltools_match(model, regions[:8], tokens[:40], lengths[:40], precision)    # warm-up
+            start = clock()
+            vltools_match(model, regions, tokens, lengths, precision)
+            result[name] = (clock() - start) / (n_img * n_cap)
+            with torch.inference_mode(), autocast(torch.device("cpu"), precision):
+                img, cap = model.encode_images(regions), model.encode_captions(tokens, lengths)
+                globals_ = model.global_images(img), model.global_captions(cap, lengths)
+                best = float("inf")
+                for _ in range(2):   # the better of two: other jobs' load only ever adds time
+                    start = clock()
+                    model.similarity(img, cap, lengths, *globals_)
+                    best = min(best, clock() - start)
+                result[f"{name}_kernel"] = best / (n_img * n_cap)
+    finally:
+        sgraf.BLOCK_KERNEL = kernel
+    return result
+
+
+def cpu_description() -> dict[str, object]:
+    """The CPU's model name and whether it computes bf16 natively (AVX512-BF16 or AMX flags in /proc/cpuinfo)."""
+    info = {"model": platform.processor() or platform.machine(), "bf16_flags": [], "native_bf16": False}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["model"] = value.strip()
+        elif key.strip() == "flags":
+            info["bf16_flags"] = sorted(set(value.split()) & {"avx512_bf16", "amx_bf16", "amx_tile"})
+            break
+    info["native_bf16"] = bool(set(info["bf16_flags"]) & {"avx512_bf16", "amx_bf16"})
+    return info
+
+
+def profile_block(vocab_size: int, n_img: int = 16, n_cap: int = 64, rows: int = 8) -> dict[str, list]:
+    """torch.profiler's top ops (self CPU time) of one official-size block, general path and block kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    regions = torch.randn(n_img, 36, 2048, generator=torch.Generator().manual_seed(6))
     tokens, lengths = real_captions(n_cap)
     result = {}
     for name in ("sgr", "saf"):
+        torch.manual_seed(0)
         model = build_model(name, {}, vocab_size).eval()
-        vltools_match(model, regions[:8], tokens[:40], lengths[:40])    # warm-up
-        start = clock()
-        vltools_match(model, regions, tokens, lengths)
-        result[name] = (clock() - start) / (n_img * n_cap)
+        with torch.inference_mode():
+            img, cap = model.encode_images(regions), model.encode_captions(tokens, lengths)
+            globals_ = model.global_images(img), model.global_captions(cap, lengths)
+            for label, kernel in (("general", False), ("block", True)):
+                sgraf.BLOCK_KERNEL = kernel
+                model.similarity(img, cap, lengths, *globals_)
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    model.similarity(img, cap, lengths, *globals_)
+                events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+                total = sum(e.self_cpu_time_total for e in events)
+                top = [(e.key, round(e.self_cpu_time_total / 1e3, 1), round(100 * e.self_cpu_time_total / total, 1))
+                       for e in events[:rows]]
+                result[f"{name}_{label}"] = {"total_ms": round(total / 1e3, 1), "top_ms_percent": top}
+                print(f"profile {name} {label}, {n_img} x {n_cap} block: {total / 1e3:.0f} ms; "
+                      + ", ".join(f"{k} {ms:.0f} ms ({pc}%)" for k, ms, pc in top), flush=True)
+            sgraf.BLOCK_KERNEL = True
     return result
 
 
@@ -337,6 +413,10 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true", help="also report FLOPs per pair against the measured "
                         "matmul rate and the two-stage search extrapolated to 5K x 25K")
     parser.add_argument("--limits-only", action="store_true", help="only the --limits part")
+    parser.add_argument("--profile", action="store_true", help="with --limits: torch.profiler's top ops of one "
+                        "16 x 64 block, general path and block kernel")
+    parser.add_argument("--limits-size", default="50x250", help="IMAGESxCAPTIONS on which --limits times a pair "
+                        "(encoding is amortised over the images: the larger, the closer to a full run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="how --limits times things: wall seconds, or this process's CPU seconds (a shared machine "
@@ -348,14 +428,46 @@ def main() -> None:
     torch.manual_seed(0)
     vocab_size = len(load_vocabulary(VOCAB))
     model = build_model("sgr", {}, vocab_size).eval()
-    report: dict[str, object] = {"threads": torch.get_num_threads(), "torch": torch.__version__, "clock": args.clock}
+    cpu = cpu_description()
+    report: dict[str, object] = {"threads": torch.get_num_threads(), "torch": torch.__version__, "clock": args.clock,
+                                 "cpu": cpu}
+    print(f"CPU: {cpu['model']}; torch threads: {torch.get_num_threads()}; clock: {args.clock}; native bf16: "
+          f"{'yes (' + ', '.join(cpu['bf16_flags']) + ')' if cpu['native_bf16'] else 'no (no avx512_bf16 / amx_bf16)'}",
+          flush=True)
     if args.limits or args.limits_only:
-        report["limits"] = limits(model, vocab_size, seconds_per_pair_now(vocab_size))
+        if args.profile:
+            report["profile"] = profile_block(vocab_size)
+        size = [int(n) for n in args.limits_size.split("x")]
+        general = seconds_per_pair_now(vocab_size, *size, general=True)
+        report["limits"] = limits(model, vocab_size, seconds_per_pair_now(vocab_size, *size))
+        report["limits"]["size"] = args.limits_size
+        floor_rate = report["limits"]["matmul_fp32_gflops"]
         for name in ("sgr", "saf"):
             row = report["limits"][name]
-            print(f"{name}: {row['mflops_per_pair']} MFLOP per pair; {row['seconds_per_pair'] * 1e3:.3f} ms per pair "
-                  f"vs floor {row['floor_seconds_per_pair'] * 1e3:.3f} ms at {report['limits']['matmul_fp32_gflops']} "
-                  f"GFLOP/s: {row['ratio_to_floor']}x the floor", flush=True)
+            floor = row["floor_seconds_per_pair"]
+            for part, key in (("", name), ("kernel_", f"{name}_kernel")):
+                row[f"general_{part}seconds_per_pair"] = general[key]
+                row[f"general_{part}ratio_to_floor"] = round(general[key] / floor, 2)
+                row[f"{part}speedup_over_general"] = round(general[key] / row[f"{part}seconds_per_pair"], 2)
+            print(f"{name}: {row['mflops_per_pair']} MFLOP per pair, floor {floor * 1e3:.3f} ms at {floor_rate} "
+                  f"GFLOP/s; block kernel {row['kernel_seconds_per_pair'] * 1e3:.3f} ms per pair = "
+                  f"{row['kernel_ratio_to_floor']}x the floor (general path, before: "
+                  f"{general[name + '_kernel'] * 1e3:.3f} ms = "
+                  f"{row['general_kernel_ratio_to_floor']}x; {row['kernel_speedup_over_general']}x faster); with "
+                  f"encoding ({args.limits_size} through similarity_blocks): {row['seconds_per_pair'] * 1e3:.3f} ms = "
+                  f"{row['ratio_to_floor']}x (before: {general[name] * 1e3:.3f} ms = {row['general_ratio_to_floor']}x)",
+                  flush=True)
+        if cpu["native_bf16"]:
+            bf16 = seconds_per_pair_now(vocab_size, precision="bf16")
+            for name in ("sgr", "saf"):
+                row = report["limits"][name]
+                kernel = bf16[f"{name}_kernel"]
+                row["bf16_seconds_per_pair"], row["bf16_kernel_seconds_per_pair"] = bf16[name], kernel
+                print(f"{name} bf16 autocast (the general path: the block kernel is fp32 only): {kernel * 1e3:.3f} ms "
+                      f"per pair, {row['kernel_seconds_per_pair'] / kernel:.2f}x the fp32 block kernel's speed "
+                      f"({bf16[name] * 1e3:.3f} ms with encoding)", flush=True)
+        else:
+            print("bf16 not measured: this CPU has no native bf16 (its bf16 products are emulated)", flush=True)
         big = report["limits"]["5Kx25K"]
         for k, row in big["rerank"].items():
             print(f"5K x 25K, --rerank {k}: about {row['estimated_rerank_s']} s vs exhaustive about "
