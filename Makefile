@@ -22,9 +22,13 @@ browser:
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1; } || \
 		echo "make: chromium is not installed; the report's browser test will be skipped" >&2
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them (its module
+# fixtures built once); most tests wait on subprocesses and file I/O, so two processes on two cores halve the time.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -20,9 +20,8 @@ from vltools.commands.options import (
 )
 from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.devices import autocast, resolve_device
-from vltools.errors import VLToolsError
 from vltools.infer import runner
-from vltools.infer.caption import caption_batches, logp_matrix
+from vltools.infer.caption import caption_batches, images_to_caption, logp_matrix, split_records
 from vltools.infer.loader import load_model
 from vltools.infer.pairs import describe_batches
 from vltools.infer.runner import records_writer, shard_ids
@@ -31,21 +30,7 @@ from vltools.io.features import FeaturesReader
 from vltools.io.logp import write_logp
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, provenance
-from vltools.io.records import caption_ids, read_records
-
-
-def _split_records(captions: str, split: str | None) -> list[dict]:
-    records = read_records(captions, "captions")
-    if split is None:
-        if not records:
-            raise VLToolsError(f"{captions}: no captions")
-        return records
-    chosen = [r for r in records if r.get("split") == split]
-    if not chosen:
-        found = sorted({str(r.get("split")) for r in records})
-        raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: {', '.join(found)}); "
-                           "choose one of them with --split")
-    return chosen
+from vltools.io.records import caption_ids
 
 
 @click.command("caption")
@@ -109,11 +94,9 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         raise click.UsageError("--resume needs -o OUT.jsonl and works when captioning (not with --logp)")
     loaded = load_model(model_path, "captioner")
     chosen = resolve_device(device)
-    records = _split_records(captions, split) if captions is not None else None
+    records = split_records(captions, split) if captions is not None else None
     with FeaturesReader(features) as reader, autocast(chosen, precision):
-        image_ids = list(dict.fromkeys(r["image_id"] for r in records)) if records is not None else list(reader.ids)
-        if records is not None:
-            reader.require(image_ids, captions)
+        image_ids = images_to_caption(reader, records, captions)
         if logp:
             matrix = logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
                                  block_captions, chosen)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import FiniteFloat, image_run_options, make_run
-from vltools.infer.bottom_up import DEFAULT_WEIGHTS, BottomUpExtractor
-from vltools.infer.extract import RegionExtractor, extract
-from vltools.infer.runner import check_output
-from vltools.vision.images import list_inputs, parse_shard, shard_items
+from vltools.infer.bottom_up import DEFAULT_WEIGHTS
+from vltools.infer.regions import REGION_KINDS, RegionOptions, extract_regions
 
 
 @click.command("extract-regions")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--regions", type=click.Choice(("detector", "grid", "boxes", "none", "bottom-up")), default="detector",
+@click.option("--regions", type=click.Choice(REGION_KINDS), default="detector",
               show_default=True, help="detector: Faster R-CNN boxes; grid: last-stage cells; boxes: the JSONL's "
                                       "'boxes' (original pixels); none: only --global; bottom-up: the bottom-up-"
                                       "attention features (Visual Genome detector, 2048-d, with labels and "
@@ -50,25 +48,8 @@ def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, imag
     of image paths; or an `images` JSONL with image_id, path and optional boxes) as a features HDF5.
 
     Bad images are skipped, listed on standard error and in the output's /failed dataset."""
-    variable = min_regions is not None or max_regions is not None
-    if variable and num_regions is not None:
-        raise click.UsageError("give either --num-regions (fixed K) or --min-regions/--max-regions (variable K)")
-    if regions == "bottom-up" and (global_pool or image_size or (backbone, weights) != ("resnet101", "imagenet")):
-        raise click.UsageError("--regions bottom-up takes no --global, --image-size, --backbone or --weights: its "
-                               "detector is one network that resizes images as released")
-    if detector_vocab and regions != "bottom-up":
-        raise click.UsageError("--detector-vocab names the bottom-up detector's classes; it needs --regions bottom-up")
-    check_output(output, bool(run["resume"]))
-    all_items = list_inputs(inputs)
-    items = shard_items(all_items, parse_shard(shard))
-    if regions == "bottom-up":
-        extractor: RegionExtractor | BottomUpExtractor = BottomUpExtractor(
-            make_run(**run), detector_weights or DEFAULT_WEIGHTS, None if variable else num_regions or 36,
-            min_regions or 10, max_regions or 100, score_threshold, detector_vocab)
-    else:
-        extractor = RegionExtractor(
-            all_items, make_run(**run), backbone=backbone, weights=weights, regions=regions, global_pool=global_pool,
-            image_size=image_size, crop_size=crop_size, num_regions=None if variable else num_regions or 36,
-            min_regions=min_regions or 10, max_regions=max_regions or 100, score_threshold=score_threshold,
-            detector_weights=detector_weights or "coco")
-    extract(extractor, all_items, items, output, shard)
+    options = RegionOptions(regions, global_pool, image_size, crop_size, num_regions, min_regions, max_regions,
+                            score_threshold, detector_weights, detector_vocab, backbone, weights)
+    if problem := options.problem():
+        raise click.UsageError(problem)
+    extract_regions(inputs, output, options, make_run(**run), shard)

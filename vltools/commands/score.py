@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
 
 import click
 
 from vltools.commands.options import output_option
-from vltools.data.captions import split_of
+from vltools.data.retrieval import is_matrix, score_retrieval
 from vltools.data.semantic import oracle_sims
-from vltools.errors import VLToolsError
 from vltools.eval import caption as caption_eval
-from vltools.eval import retrieval as retrieval_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.infer.loader import hdf5_kind
@@ -25,7 +22,7 @@ from vltools.io.hdf5 import is_hdf5
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
 from vltools.io.proxy import read_proxy_file
-from vltools.io.records import caption_ids, read_records, write_records
+from vltools.io.records import read_records, write_records
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
 
@@ -114,63 +111,6 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
-def _check_sims_captions(scores: str, sims: sims_io.Sims, captions: str, split: str | None) -> list[str]:
-    """The image of each caption of a sims file, from --captions, which must list the same captions in the same
-    order (those of --split when given, else of the split that match ranked); a mismatch is an error rather than
-    a silently ignored file."""
-    records = read_records(captions, "captions")
-    ids = caption_ids(records, captions)
-    if split is None:
-        split = split_of(records, ids, sims.caption_ids)
-    chosen = [n for n, record in enumerate(records) if split is None or record.get("split") == split]
-    if [ids[n] for n in chosen] != list(sims.caption_ids):
-        raise VLToolsError(f"{captions}: its captions{f' of split {split!r}' if split else ''} are not the "
-                           f"{len(sims.caption_ids)} captions of {scores} in the same order; give the captions file "
-                           "(and --split) that match ranked")
-    images = [records[n]["image_id"] for n in chosen]
-    if sims.caption_image_ids is not None and images != list(sims.caption_image_ids):
-        n = next(k for k, (mine, theirs) in enumerate(zip(images, sims.caption_image_ids, strict=True))
-                 if mine != theirs)
-        raise VLToolsError(f"{captions}: caption {sims.caption_ids[n]!r} is of image {images[n]!r}, but {scores} "
-                           f"ranked it as a caption of {sims.caption_image_ids[n]!r}; give the captions file match "
-                           "ranked, or drop --captions (the sims file knows each caption's image)")
-    return images
-
-
-def _matrix(path: str, captions: str | None, split: str | None) -> sims_io.Sims:
-    """A sims HDF5 file, or a plain .npy matrix with ids from --captions (and --split) or the precomp layout."""
-    if is_hdf5(path):
-        sims = sims_io.read_sims(path)
-        if captions is not None:
-            sims.caption_image_ids = _check_sims_captions(path, sims, captions, split)
-        return sims
-    if captions is None:
-        return sims_io.read_npy_sims(path, prefix=f"{split}_" if split else "")
-    ids, images = _captions_of(captions, split)
-    return sims_io.read_npy_sims(path, list(dict.fromkeys(images)), ids, images)
-
-
-def _captions_of(captions: str, split: str | None, ranked: Iterable[str] = ()) -> tuple[list[str], list[str]]:
-    """Caption ids and their images' ids from a captions JSONL, in file order: only `split`'s when given, else
-    those of the split holding every `ranked` caption id (what match ranked), else all."""
-    records = read_records(captions, "captions")
-    ids = caption_ids(records, captions)
-    if split is None:
-        split = split_of(records, ids, ranked)
-        if split is not None:
-            log.info("scoring the captions of split %r of %s, which were ranked (--split chooses another)", split,
-                     captions)
-    if split is not None:
-        chosen = [n for n, record in enumerate(records) if record.get("split") == split]
-        if not chosen:
-            found = sorted({str(r["split"]) for r in records if "split" in r})
-            raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: "
-                               f"{', '.join(found) or 'none'}); choose one with --split")
-        records = [records[n] for n in chosen]
-        ids = [ids[n] for n in chosen]
-    return ids, [record["image_id"] for record in records]
-
-
 @command.command("retrieval")
 @click.argument("scores", nargs=-1, required=True, type=FILE)
 @click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image: needed for rankings JSONL; "
@@ -194,45 +134,12 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
     released SCAN / SGRAF evaluation saves). Recalls are percentages; ranks are 1-based. For rankings (top-k
     lists) an answer beyond the list counts as not found, and medr / meanr are null when they cannot be known.
     """
-    matrices = [path for path in scores if is_hdf5(path) or str(path).lower().endswith(".npy")]
-    if matrices:
-        if len(matrices) != len(scores):
-            rankings = next(path for path in scores if path not in matrices)
-            raise VLToolsError(f"{rankings}: rankings cannot join an ensemble of similarity matrices; give only "
-                               "sims HDF5 or .npy files, or one rankings JSONL")
-        parts = [(path, _matrix(path, captions, split)) for path in scores]
-        sims = sims_io.average_sims(parts)
-        if len(parts) > 1:
-            log.info("ensemble: mean of %d similarity matrices", len(parts))
-        source = scores[0]
-        if sims.caption_image_ids is None:
-            raise VLToolsError(f"{source}: no /caption_image_ids dataset; retrieval needs the image of each caption")
-        index = sims_io.caption_image_index(sims.image_ids, sims.caption_image_ids, source)
-        if protocol == "coco1k":
-            result = retrieval_eval.fold_metrics(sims.sims, index, fold_size)
-            log.info("%d folds of %d images", result["n_folds"], fold_size)
-        else:
-            result = retrieval_eval.retrieval_metrics(sims.sims, index)
-    else:
+    if not any(map(is_matrix, scores)):
         if len(scores) > 1:
             raise click.UsageError("rankings JSONL are scored one at a time; ensembles need similarity matrices")
-        scores_path = scores[0]
         if captions is None:
             raise click.UsageError("a rankings JSONL needs --captions CAPS.jsonl to know each caption's image")
-        if protocol != "full":
-            raise VLToolsError(f"{scores_path}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot "
-                               "be re-ranked within folds); rerun match with --sims")
-        ranked = read_records(scores_path, "rankings")
-        ids_of_captions, images_of_captions = _captions_of(
-            captions, split, (record["query"] for record in ranked if record["direction"] == "t2i"))
-        i2t, t2i, shortest = retrieval_eval.rankings_ranks(ranked, ids_of_captions, images_of_captions, scores_path)
-        if shortest < 10:
-            log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)
-        result = retrieval_eval.summarize(i2t, t2i)
-    result = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "mR": result["mR"],
-              "n_images": result["n_images"], "n_captions": result["n_captions"], "protocol": protocol}
-    if protocol == "coco1k":
-        result["fold_size"] = fold_size
+    result = score_retrieval(scores, captions, protocol, fold_size, split)
     _emit(result, _retrieval_rows(result))
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -20,12 +21,39 @@ from vltools.errors import VLToolsError
 from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import progress
+from vltools.io.records import read_records
 from vltools.losses import sequence_logprob
 from vltools.models.captioners import Captioner
 from vltools.text.captions import decode
 from vltools.text.vocab import Vocabulary
 
 CAPTIONERS = ("neuraltalk2", "adaptive-attention")
+
+
+def split_records(captions: str | os.PathLike, split: str | None) -> list[dict]:
+    """The caption records of `split` (every one when None) of a captions JSONL; an empty choice is an error
+    naming the splits there are."""
+    records = read_records(captions, "captions")
+    if split is None:
+        if not records:
+            raise VLToolsError(f"{captions}: no captions")
+        return records
+    chosen = [r for r in records if r.get("split") == split]
+    if not chosen:
+        found = sorted({str(r.get("split")) for r in records})
+        raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: {', '.join(found)}); "
+                           "choose one of them with --split")
+    return chosen
+
+
+def images_to_caption(reader: FeaturesReader, records: Sequence[dict] | None, captions: object = None) -> list[str]:
+    """The images a caption run covers: those `records` name, in first-mention order (each must be in the
+    features file; `captions` names their file in the error), or every image of the file in its order."""
+    if records is None:
+        return list(reader.ids)
+    image_ids = list(dict.fromkeys(r["image_id"] for r in records))
+    reader.require(image_ids, captions)
+    return image_ids
 
 
 def check_features(model: Captioner, reader: FeaturesReader) -> list[str]:

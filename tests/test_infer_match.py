@@ -1,0 +1,61 @@
+"""infer/match.py: the mode follows the files, what each mode keeps, and the refusals in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matching_helpers import make_world, save_tiny
+
+from vltools.errors import VLToolsError
+from vltools.infer.loader import load_model
+from vltools.infer.match import Search, input_kind, match_features, match_files
+from vltools.io.embeddings import write_embeddings
+from vltools.io.sims import write_sims
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("matchworld")
+    features, captions = make_world(folder)
+    return folder, features, captions, load_model(save_tiny(folder / "vse.pt", "vse", 3))
+
+
+def test_input_kind_follows_the_file_and_refuses_models_for_scored_inputs(world, tmp_path):
+    _, features, _, _ = world
+    sims = tmp_path / "s.h5"
+    write_sims(sims, np.zeros((2, 3), np.float32), ["a", "b"], ["x", "y", "z"], ["a", "a", "b"])
+    assert input_kind(sims, False) == "sims" and input_kind(features, True) == "features"
+    with pytest.raises(VLToolsError, match="already scored; drop --model"):
+        input_kind(sims, True)
+    with pytest.raises(VLToolsError, match="already scored"):
+        input_kind(sims, False, rerank_k=5)
+    with pytest.raises(VLToolsError, match="no model given"):
+        input_kind(features, False)
+
+
+def test_full_keeps_the_matrix_and_rerank_refuses_it(world):
+    _, features, captions, vse = world
+    kept = match_features(features, captions, [vse], full=True)
+    lean = match_features(features, captions, [vse], search_options=Search(top_k=2))
+    assert kept.sims.shape == (7, 21) and lean.sims is None
+    np.testing.assert_array_equal(lean.forward[1], np.argsort(-kept.sims, axis=1, kind="stable")[:, :2])
+    with pytest.raises(VLToolsError, match="--sims needs every pair scored"):
+        match_features(features, captions, [vse], full=True, rerank_k=3, first_stage=vse)
+    with pytest.raises(VLToolsError, match="--rerank K needs --first-stage"):
+        match_features(features, captions, [vse], rerank_k=3)
+
+
+def test_two_image_sets_rank_images_for_images_without_the_query(tmp_path):
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(6, 4)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    ids = [f"i{n}" for n in range(6)]
+    attrs = {"model": "rmac", "checkpoint_digest": "d", "side": "images"}
+    write_embeddings(tmp_path / "q.h5", ids[:3], [emb[:3]], attrs)
+    write_embeddings(tmp_path / "db.h5", ids, [emb], attrs)
+    found = match_files(tmp_path / "q.h5", tmp_path / "db.h5", search_options=Search(top_k=5), full=True)
+    records = list(found.rankings())
+    assert found.direction == "i2i" and found.backward is None and len(records) == 3
+    for query, record in zip(ids[:3], records, strict=True):
+        assert record["direction"] == "i2i" and query not in record["ids"] and len(record["ids"]) == 5
+    np.testing.assert_allclose(found.sims, emb[:3] @ emb.T, rtol=1e-6)

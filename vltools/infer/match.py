@@ -1,0 +1,208 @@
+"""What `match` computes, for the command and the Python API alike: ranked lists both ways (and the full matrix
+when every pair was scored) from one of four inputs.
+
+- region features + captions + matching models (cross-attention or separable; an ensemble averages them; with
+  a separable first stage, two-stage search that scores only its K candidates);
+- two sims files of earlier runs (ranked by their mean: SGRAF from the saved SGR and SAF matrices);
+- image and caption embeddings of one separable model (`encode`);
+- two image embeddings files (queries, database): images ranked for images, each query left out of its own list.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.data.captions import check_images, read_split
+from vltools.errors import VLToolsError
+from vltools.infer.embed import full_sims, require_separable
+from vltools.infer.loader import LoadedModel, check_features, hdf5_kind
+from vltools.infer.rerank import FirstStage, rerank
+from vltools.infer.similarity import similarity_blocks
+from vltools.infer.topk import EXACT, drop_self, rankings, search, topk_rows
+from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
+from vltools.io.features import FeaturesReader
+from vltools.io.provenance import ids_digest
+from vltools.io.sims import average_sims, read_sims
+
+PathLike = str | os.PathLike
+
+
+@dataclass
+class Search:
+    """How to search: results kept per query, device, precision, block sizes, cache, index (separable inputs)."""
+
+    top_k: int = 10
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    precision: str = "fp32"
+    block_images: int = 128
+    block_captions: int = 512
+    image_cache_mb: float = 2048.0
+    index: str = EXACT
+    nprobe: int = 16
+
+
+@dataclass
+class Matches:
+    """Top-k lists of each row id among the column ids (i2t, or i2i for two image sets) and of each column among
+    the rows (t2i; None for i2i); `sims` is the full rows x columns matrix when every pair was scored."""
+
+    row_ids: list[str]
+    column_ids: list[str]
+    forward: tuple[np.ndarray, np.ndarray]
+    backward: tuple[np.ndarray, np.ndarray] | None
+    sims: np.ndarray | None = None
+    caption_image_ids: list[str] | None = None
+    attrs: dict[str, str] = field(default_factory=dict)
+    direction: str = "i2t"
+
+    def rankings(self) -> Iterator[dict]:
+        """Rankings records (the rankings JSONL kind): every row's list, then every column's."""
+        yield from rankings(self.row_ids, self.column_ids, *self.forward, self.direction)
+        if self.backward is not None:
+            yield from rankings(self.column_ids, self.row_ids, *self.backward, "t2i")
+
+
+def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    (i2t_values, i2t_indices), (t2i_values, t2i_indices) = topk_rows(sims, top_k), topk_rows(sims.T, top_k)
+    return (i2t_values.numpy(), i2t_indices.numpy()), (t2i_values.numpy(), t2i_indices.numpy())
+
+
+def match_features(features: PathLike, captions: PathLike, models: Sequence[LoadedModel], split: str | None = None,
+                   search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
+                   first_stage: LoadedModel | None = None) -> Matches:
+    """The captions of `split` (see `read_split`) and the images they name, ranked both ways by the mean
+    similarity of `models`; with `rerank_k`, `first_stage` (separable) proposes that many candidates per query
+    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it)."""
+    options = search_options or Search()
+    if rerank_k is not None and first_stage is None:
+        raise VLToolsError("--rerank K needs --first-stage VSE.pt, the separable model that proposes candidates")
+    if rerank_k is not None and full:
+        raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
+    chosen = read_split(captions, split)
+    check_images(chosen, features, captions)
+    for item in models:
+        item.model.to(options.device)
+    tokens = models[0].tokenize(chosen.captions)
+    modules = [item.model for item in models]
+    sims = None
+    with FeaturesReader(features) as reader:
+        check_features(reader, models)
+        images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
+        caption_blocks = CaptionBlocks(tokens, options.block_captions)
+        if rerank_k is not None:
+            require_separable(first_stage.model, first_stage.name, first_stage.path)
+            check_features(reader, [first_stage])
+            first_stage.model.to(options.device)
+            plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
+                                                               options.block_captions), options.index, options.nprobe)
+            i2t, t2i = rerank(modules, plan, images, caption_blocks, rerank_k, options.top_k, options.device,
+                              options.precision, options.image_cache_mb)
+            forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
+            backward = (np.asarray(t2i[0]), np.asarray(t2i[1]))
+        else:
+            matrix = similarity_blocks(modules, images, caption_blocks, options.device, options.precision,
+                                       options.image_cache_mb)
+            forward, backward = _topk_both(matrix, options.top_k)
+            sims = matrix.numpy() if full else None
+    attrs = {"models": ",".join(str(i.path) for i in models), "model_names": ",".join(i.name for i in models),
+             "checkpoint_digests": ",".join(i.digest for i in models), "features": str(features),
+             "captions": str(captions), "split": chosen.name, "precision": options.precision,
+             "image_ids_digest": ids_digest(chosen.image_ids), "caption_ids_digest": ids_digest(chosen.caption_ids)}
+    return Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
+                   [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+
+
+def match_sims(first: PathLike, second: PathLike, top_k: int = 10) -> Matches:
+    """Rankings of the mean of two saved similarity matrices (the SGRAF ensemble of `match --sims` outputs of SGR
+    and SAF), without scoring any pair again."""
+    if hdf5_kind(second) != "sims":
+        raise VLToolsError(f"{second}: expected a second similarity matrix (match --sims) after {first}")
+    mean = average_sims([(path, read_sims(path)) for path in (first, second)])
+    sims = torch.from_numpy(mean.sims.astype(np.float32))
+    forward, backward = _topk_both(sims, top_k)
+    return Matches(list(mean.image_ids), list(mean.caption_ids), forward, backward, sims.numpy(),
+                   None if mean.caption_image_ids is None else list(mean.caption_image_ids),
+                   {"ensemble_of": f"{first},{second}"})
+
+
+def match_embeddings(first: PathLike, second: PathLike, search_options: Search | None = None,
+                     full: bool = False) -> Matches:
+    """Top-k search between image and caption embeddings files, or (two image embeddings files) of the database
+    images for each query image, the query left out of its own list; `full` also keeps the whole matrix."""
+    options = search_options or Search()
+    images = open_embeddings(first)
+    try:
+        if hdf5_kind(second) != "embeddings":
+            raise VLToolsError(f"{second}: expected caption embeddings (vltools encode CAPS.jsonl) after the image "
+                               f"embeddings {first}")
+        captions = open_embeddings(second)
+        try:
+            if images.side == "images" and captions.side == "images":
+                return _match_images(images, captions, options, full)
+            _check_pair(images, captions)
+            forward = search(images.emb, captions.emb, options.top_k, options.index, options.nprobe, options.device)
+            backward = search(captions.emb, images.emb, options.top_k, options.index, options.nprobe, options.device)
+            return Matches(list(images.ids), list(captions.ids), forward, backward,
+                           full_sims(images.emb, captions.emb) if full else None, captions.caption_image_ids,
+                           {"image_embeddings": str(first), "caption_embeddings": str(second),
+                            "checkpoint_digest": str(images.checkpoint_digest)})
+        finally:
+            captions.close()
+    finally:
+        images.close()
+
+
+def _match_images(queries: Embeddings, database: Embeddings, options: Search, full: bool) -> Matches:
+    """i2i: the database images ranked for each query image (the query itself left out of its own list)."""
+    check_same_model(queries, database)
+    values, indices = search(queries.emb, database.emb, options.top_k + 1, options.index, options.nprobe,
+                             options.device)
+    forward = drop_self(queries.ids, database.ids, values, indices, options.top_k)
+    return Matches(list(queries.ids), list(database.ids), forward, None,
+                   full_sims(queries.emb, database.emb) if full else None, None,
+                   {"query_embeddings": str(queries.path), "database_embeddings": str(database.path),
+                    "checkpoint_digest": str(queries.checkpoint_digest), "direction": "i2i"}, "i2i")
+
+
+def _check_pair(images: Embeddings, captions: Embeddings) -> None:
+    """Image embeddings first, caption embeddings second, both from the same checkpoint."""
+    if images.side != "images":
+        raise VLToolsError(f"{images.path}: holds {images.side or 'unknown'} embeddings; give the image embeddings "
+                           "first, then the caption embeddings")
+    if captions.side != "captions":
+        raise VLToolsError(f"{captions.path}: holds {captions.side or 'unknown'} embeddings; give caption "
+                           "embeddings (vltools encode CAPS.jsonl) second")
+    check_same_model(images, captions)
+
+
+def input_kind(first: PathLike, with_models: bool, rerank_k: int | None = None) -> str:
+    """What `match FIRST ...` was given: "sims", "embeddings" (scored or encoded already: no models) or
+    "features" (scored by models)."""
+    kind = hdf5_kind(first)
+    if kind in ("sims", "embeddings"):
+        if with_models or rerank_k:
+            what = "similarity matrices were given, which are already scored" if kind == "sims" else \
+                "embeddings were given, which are already encoded"
+            raise VLToolsError(f"{first}: {what}; drop --model/--rerank")
+        return kind
+    if not with_models:
+        raise VLToolsError("no model given; pass --model CHECKPOINT or a stored name (repeat it for an ensemble)")
+    return "features"
+
+
+def match_files(first: PathLike, second: PathLike, models: Sequence[LoadedModel] = (), split: str | None = None,
+                search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
+                first_stage: LoadedModel | None = None) -> Matches:
+    """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models)."""
+    kind = input_kind(first, bool(models), rerank_k)
+    if kind == "sims":
+        return match_sims(first, second, (search_options or Search()).top_k)
+    if kind == "embeddings":
+        return match_embeddings(first, second, search_options, full)
+    return match_features(first, second, models, split, search_options, full, rerank_k, first_stage)
