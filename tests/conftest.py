@@ -21,6 +21,13 @@ def run_vltools(*args: str, stdin: bytes | None = None, cwd: str | Path | None =
     return result
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end tests (marked slow, minutes each) first, in their order, then the rest: with the suite
+    spread over processes (make test), the long runs start at once and the short tests fill the gaps, instead of
+    one long run starting last while the other processes idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def vltools_cmd():
     """The `run_vltools` function, as a fixture."""
