@@ -213,3 +213,16 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(world, tmp_path, capsy
     assert "no captions in split 'dev'" in fails(capsys, "caption", "--model", aa, features, captions, "--split",
                                                  "dev", "-o", output)
     assert not output.exists()
+
+
+@pytest.mark.parametrize("name", [AA, NT])
+def test_features_of_another_width_than_the_checkpoint_are_refused_before_decoding(world, tmp_path, capsys, name):
+    _, features, captions, _, _ = world
+    wide = save_captioner(tmp_path / "wide.pt", name, captions, img_dim=24)    # the world's features are 16-d
+    output = tmp_path / "out.jsonl"
+    field = "regions" if name == AA else "global"
+    err = fails(capsys, "caption", "--model", wide, features, "-o", output)
+    assert f"{features}: /{field} is 16-d but the" in err and "trained on 24-d features" in err
+    assert "trained on 24-d" in fails(capsys, "caption", "--model", wide, features, captions, "--logp", "-o",
+                                      tmp_path / "logp.h5")
+    assert not output.exists() and not (tmp_path / "logp.h5").exists()

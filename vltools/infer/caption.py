@@ -57,12 +57,18 @@ def images_to_caption(reader: FeaturesReader, records: Sequence[dict] | None, ca
 
 
 def check_features(model: Captioner, reader: FeaturesReader) -> list[str]:
-    """The datasets to read for this captioner; a features file without them is a one-line error."""
+    """The datasets to read for this captioner; a features file without them, or with vectors of another width
+    than the checkpoint's, is a one-line error before any batch runs."""
     for name in model.features:
         if name not in reader.fields:
             kind = "a global vector (extract-regions --global avg)" if name == "global" else \
                 "spatial features (extract-regions --regions grid or detector)"
             raise VLToolsError(f"{reader.path}: has no /{name} dataset; {type(model).__name__} needs {kind}")
+        width = reader.shape(name)[-1]
+        if width != model.img_dim:
+            raise VLToolsError(f"{reader.path}: /{name} is {width}-d but the {type(model).__name__} checkpoint was "
+                               f"trained on {model.img_dim}-d features; caption features from the same extractor "
+                               "as its training data")
     return feature_fields(reader.fields, model.features)
 
 

@@ -51,6 +51,7 @@ class NeuralTalk2(Captioner):
     def __init__(self, vocab_size: int, img_dim: int = 2048, embed_size: int = 512, hidden_size: int = 512,
                  dropout: float = 0.5) -> None:
         super().__init__()
+        self.img_dim = img_dim
         self.image_embed = nn.Linear(img_dim, embed_size)
         self.decoder = LSTMDecoder(vocab_size, embed_size, hidden_size, dropout)
 
@@ -69,6 +70,7 @@ class AdaptiveAttention(Captioner):
     def __init__(self, vocab_size: int, img_dim: int = 2048, embed_size: int = 512, hidden_size: int = 512,
                  attention_size: int = 512, dropout: float = 0.5) -> None:
         super().__init__()
+        self.img_dim = img_dim
         self.region_embed = nn.Linear(img_dim, hidden_size)
         self.global_embed = nn.Linear(img_dim, embed_size)
         self.decoder = LSTMDecoder(vocab_size, embed_size, hidden_size, dropout, step_input_size=embed_size,
