@@ -16,6 +16,7 @@ from vltools.cli import cli, main
 from vltools.data.l2c import FeatureMaps, read_pairs
 from vltools.infer.loader import load_model
 from vltools.infer.pairs import describe_pairs
+from vltools.io.features import FeaturesReader, FeaturesWriter
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,21 @@ def test_a_nan_feature_map_is_refused_not_described(trained, tmp_path, capsys):
     assert exit_info.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert "nan.h5: image id 'p3a': /featmap holds NaN or infinite values" in err
     assert not out.exists() and not list(tmp_path.glob("d.jsonl*"))
+
+
+def test_feature_maps_of_another_width_than_the_checkpoint_are_refused(trained, tmp_path, capsys):
+    world, model = trained
+    with FeaturesReader(world["features"]) as reader:
+        ids = list(reader.ids)
+        arrays = reader.read(ids, ["featmap", "mask"])
+    wide = tmp_path / "wide.h5"        # twice the channels of the training maps (l2c_helpers.DIM = 8)
+    with FeaturesWriter(wide, {"stage": "segment-pool"}, dtype="float32") as writer:
+        writer.add(ids, featmap=np.concatenate([arrays["featmap"]] * 2, axis=1), mask=arrays["mask"])
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quiet", "caption", "--pairs", str(world["pairs"]), "--model", str(model), str(wide), "-o",
+              str(output)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1, err
+    assert f"{wide}: feature maps have 16 channels but {model} was trained on 8" in err
+    assert not output.exists()

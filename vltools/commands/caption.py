@@ -130,7 +130,7 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
     loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)
-    check_map_features(features, pairs.image_ids, pairs_path)
+    check_map_features(features, pairs.image_ids, pairs_path, loaded.config.get("feature_dim"), model_path)
     pair_index = {pair_id: n for n, pair_id in enumerate(pairs.pair_ids)}
     order = shard_ids(pairs.pair_ids, shard)
     max_len = max_len or loaded.prep.max_words or 64

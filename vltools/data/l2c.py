@@ -93,14 +93,20 @@ def read_pairs(path: str | os.PathLike, split: str | None, records: Sequence[dic
     return pairs
 
 
-def check_map_features(features: str | os.PathLike, image_ids: Sequence[str], source: str | os.PathLike) -> None:
-    """The features file must have /featmap and /mask and every image of `image_ids`; warns once about
-    masks of another size than the feature map (resized on reading) and counts empty masks (kept)."""
+def check_map_features(features: str | os.PathLike, image_ids: Sequence[str], source: str | os.PathLike,
+                       channels: int | None = None, model: object = None) -> None:
+    """The features file must have /featmap and /mask and every image of `image_ids`, and (given `channels`,
+    what the checkpoint `model` was trained on) feature maps of that many channels; warns once about masks of
+    another size than the feature map (resized on reading) and counts empty masks (kept)."""
     with FeaturesReader(features) as reader:
         missing_fields = [name for name in MAP_FIELDS if name not in reader.fields]
         if missing_fields:
             raise VLToolsError(f"{features}: has no /{missing_fields[0]} dataset; L2C reads feature maps and masks "
                                "written by `vltools segment-pool`")
+        found = reader.shape("featmap")[1]
+        if channels is not None and found != channels:
+            raise VLToolsError(f"{features}: feature maps have {found} channels but {model} was trained on "
+                               f"{channels}; run segment-pool with the backbone of its training data")
         reader.require(image_ids, source, "run segment-pool over those images or drop their records", "image")
         featmap_size, mask_size = reader.shape("featmap")[2:], reader.shape("mask")[1:]
         if featmap_size != mask_size:
