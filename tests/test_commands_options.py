@@ -39,6 +39,15 @@ def test_finite_float_refuses_nan_infinities_and_values_out_of_range():
     ["report", "--seed", "-1", "out"],
     ["synth", "--edit-fraction", "nan", "out"],
     ["synth", "--size", "100000", "out"],
+    # sizes with a stated maximum: work whose memory grows with them never starts from a slip
+    ["caption", "--beam", "1", "--max-len", "1000000", "--model", "m.pt", "f.h5"],
+    ["concept-scores", "--crop-size", "100000", "--model", "m.pt", "imgs"],
+    ["concept-scores", "--image-size", "100000", "--model", "m.pt", "imgs"],
+    ["concept-scores", "--levels", "1,500", "--model", "m.pt", "imgs"],
+    ["explain", "--image-size", "100000", "r.jsonl", "m.pt", "i.jsonl", "out"],
+    ["extract-regions", "--image-size", "5000", "imgs"],
+    ["segment-pool", "--image-size", "5000", "imgs"],
+    ["encode", "--image-size", "5000", "--model", "m.pt", "imgs"],
 ])
 def test_non_finite_and_out_of_range_numbers_are_usage_errors(tmp_path, monkeypatch, capsys, args):
     """These once gave tracebacks (the sampler, the seed) or were accepted (a NaN margin or length penalty)."""
@@ -46,6 +55,6 @@ def test_non_finite_and_out_of_range_numbers_are_usage_errors(tmp_path, monkeypa
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     err = capsys.readouterr().err
-    option = next(a for a in args if a.startswith("--") and a not in ("--sample", "--model"))
+    option = next(a for a in args if a.startswith("--") and a not in ("--sample", "--model", "--beam"))
     assert exit_info.value.code == 2 and f"Invalid value for '{option}'" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []

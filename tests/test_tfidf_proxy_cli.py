@@ -87,3 +87,15 @@ def test_the_proxy_scored_as_a_model_is_the_text_oracle(tmp_path):
     result = json.loads(run("score", "semantic", str(tmp_path / "proxy.h5"), "--proxy", str(tmp_path / "proxy.h5"),
                             "--split", "val", "--queries", "4", "--R", "1,2,5"))
     assert result["n_queries"] == 4 and result["ndcg_auc"] == 100.0
+
+
+def test_k_beyond_the_largest_split_keeps_what_can_be_found(tmp_path, caplog):
+    """--k 1000000000 once tried to allocate hundreds of GiB; k is now at most the largest split's size - 1."""
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions)                       # 20 train and 10 val images
+    run("tfidf-proxy", str(captions), "--k", "1000000000", "-o", str(tmp_path / "proxy.h5"))
+    proxy = read_proxy_file(tmp_path / "proxy.h5")
+    assert proxy.neighbors.shape == (30, 19)
+    assert (proxy.neighbors[:20] >= 0).all() and (proxy.neighbors[20:, 9:] == -1).all()
+    with h5py.File(tmp_path / "proxy.h5") as handle:
+        assert int(handle.attrs["k"]) == 19

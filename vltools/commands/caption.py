@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import click
 
 from vltools.commands.options import (
+    CAPTION_WORDS,
     SEED_RANGE,
     FiniteFloat,
     batch_size_option,
@@ -49,7 +50,7 @@ from vltools.io.records import caption_ids
 @click.option("--beam", type=click.IntRange(min=1), default=3, show_default=True, help="Beam size; 1 = greedy.")
 @click.option("--sample", is_flag=True, help="Sample each word from softmax(logp / temperature) instead.")
 @click.option("--temperature", type=FiniteFloat(min=0, min_open=True), default=1.0, show_default=True)
-@click.option("--max-len", type=click.IntRange(min=1), help="Most words per caption [the checkpoint's max_words].")
+@click.option("--max-len", type=CAPTION_WORDS, help="Most words per caption [the checkpoint's max_words].")
 @click.option("--length-penalty", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Choose among finished beams by logp / length**A.")
 @click.option("--logp", is_flag=True, help="Write log p(c | I) of every caption of CAPTIONS under every image they "

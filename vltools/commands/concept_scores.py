@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import (
+    MAX_GRID_LEVEL,
     batch_size_option,
     device_option,
+    image_side,
     output_option,
     precision_option,
     resume_option,
@@ -22,14 +24,14 @@ from vltools.text.concepts import ConceptVocabulary
 from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
 
 
-def _levels(text: str) -> tuple[int, ...]:
+def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int, ...]:
+    """--levels as grid sizes, checked at parse time."""
     try:
         levels = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise click.BadParameter(f"{text!r}: give comma-separated grid sizes such as 1,2,3,6",
-                                 param_hint="--levels") from None
-    if not levels or min(levels) < 1:
-        raise click.BadParameter(f"{text!r}: grid sizes are positive integers", param_hint="--levels")
+        raise click.BadParameter(f"{text!r}: give comma-separated grid sizes such as 1,2,3,6") from None
+    if not levels or min(levels) < 1 or max(levels) > MAX_GRID_LEVEL:
+        raise click.BadParameter(f"{text!r}: grid sizes are integers from 1 to {MAX_GRID_LEVEL}")
     return levels
 
 
@@ -41,11 +43,11 @@ def _levels(text: str) -> tuple[int, ...]:
                help="Features HDF5 (default: standard output, never a terminal).")
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="Check that this concepts file is the one the CNN was trained on (same K and concepts).")
-@click.option("--levels", default=",".join(map(str, DEFAULT_LEVELS)), show_default=True,
+@click.option("--levels", default=",".join(map(str, DEFAULT_LEVELS)), show_default=True, callback=_levels,
               help="Grid levels n: n x n half-overlapping windows each; r = sum of n^2 (1,2,3,6 gives 50).")
-@click.option("--image-size", type=click.IntRange(min=16), default=448, show_default=True,
+@click.option("--image-size", type=image_side(), default=448, show_default=True,
               help="Images are resized to this square before the windows are cut.")
-@click.option("--crop-size", type=click.IntRange(min=16),
+@click.option("--crop-size", type=image_side(),
               help="Side of each region crop fed to the CNN [the checkpoint's training size].")
 @batch_size_option(8, "Images a batch (times r crops through the CNN).")
 @workers_option(2)
@@ -54,9 +56,9 @@ def _levels(text: str) -> tuple[int, ...]:
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
 @resume_option()
 @shard_option()
-def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None, levels: str,
-            image_size: int, crop_size: int | None, batch_size: int, workers: int, device: str, precision: str,
-            strict: bool, resume: bool, shard: str | None) -> None:
+def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None,
+            levels: tuple[int, ...], image_size: int, crop_size: int | None, batch_size: int, workers: int,
+            device: str, precision: str, strict: bool, resume: bool, shard: str | None) -> None:
     """Write /global = p (N, K) for the images of INPUTS (folder, image files, tar of images, list file or images
     JSONL): each image's r grid regions scored by the concept CNN, max-pooled element-wise over the regions. SCO
     trains on this file."""
@@ -75,6 +77,6 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
                      strict=strict, resume=resume, max_pixels=DEFAULT_MAX_PIXELS)
     info = {"backbone": payload["config"]["backbone"], "checkpoint": model_path,
             "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
-    scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, _levels(levels))
+    scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)
     all_items = list_inputs(inputs)
     extract(scorer, all_items, shard_items(all_items, parse_shard(shard)), output, shard)

@@ -7,6 +7,7 @@ import click
 from vltools.commands.options import (
     batch_size_option,
     device_option,
+    image_side,
     output_option,
     precision_option,
     workers_option,
@@ -51,7 +52,7 @@ from vltools.io.provenance import ids_digest
               help="rmac (V+T model): add theta(WORD) to each query (text modifier); repeatable.")
 @click.option("--subtract", "subtract_words", multiple=True, metavar="WORD",
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
-@click.option("--image-size", type=click.IntRange(min=32), help="rmac: longest image side [the training one].")
+@click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, batch_size: int, precision: str, device: str, proxy_path: str | None,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vltools.commands.options import image_side
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path
 from vltools.io.checkpoints import load_checkpoint
@@ -29,7 +30,7 @@ from vltools.vision.images import list_inputs
 @click.option("--top", type=click.IntRange(min=1), default=1, show_default=True, help="Results per query.")
 @click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Signature dimensions (largest contributions to the similarity) whose gradient is followed.")
-@click.option("--image-size", type=click.IntRange(min=32), help="Longest image side [the training one].")
+@click.option("--image-size", type=image_side(32), help="Longest image side [the training one].")
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,
             image_size: int | None) -> None:
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, image_run_options, make_run
+from vltools.commands.options import FiniteFloat, image_run_options, image_side, make_run
 from vltools.infer.bottom_up import DEFAULT_WEIGHTS
 from vltools.infer.regions import REGION_KINDS, RegionOptions, extract_regions
 
@@ -18,10 +18,10 @@ from vltools.infer.regions import REGION_KINDS, RegionOptions, extract_regions
                                       "attributes) the released matching models were trained on.")
 @click.option("--global", "global_pool", type=click.Choice(("avg", "rmac", "tencrop")),
               help="Add /global: average pooling, R-MAC (3 levels, no whitening), or SCO's 10-crop average.")
-@click.option("--image-size", type=click.IntRange(min=16),
+@click.option("--image-size", type=image_side(),
               help="Resize target: the shorter side (long side at most 5/3 of it) for detector and boxes "
                    "[600]; both sides for grid [448]; the long side for --regions none --global rmac [576].")
-@click.option("--crop-size", type=click.IntRange(min=16), default=224, show_default=True,
+@click.option("--crop-size", type=image_side(), default=224, show_default=True,
               help="Crop side for --global tencrop (the shorter side is first resized to 8/7 of it).")
 @click.option("--num-regions", type=click.IntRange(min=1),
               help="Detector: exactly this many boxes per image [36] (padded with the whole-image box); bottom-up: "

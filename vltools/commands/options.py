@@ -205,4 +205,17 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+# Upper bounds of size options: work whose memory grows with a size must not start from a typing slip (an image
+# side of 100000 asks for terabytes; a caption of a million words decodes for hours)
+MAX_IMAGE_SIDE = 4096        # pixels: the released detectors resize to at most 1000, R-MAC to 1024
+MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions stay under 100
+MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
+
+
+def image_side(min_side: int = 16) -> click.IntRange:
+    """The type of every image-size and crop-size option: `min_side` to MAX_IMAGE_SIDE pixels."""
+    return click.IntRange(min_side, MAX_IMAGE_SIDE)
+
+
+CAPTION_WORDS = click.IntRange(1, MAX_CAPTION_WORDS)   # the type of every --max-len
 SEED_RANGE = click.IntRange(0, 2**32 - 1)    # the type of every --seed: what numpy, torch and random all accept

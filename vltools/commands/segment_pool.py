@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import image_run_options, make_run
+from vltools.commands.options import image_run_options, image_side, make_run
 from vltools.infer.extract import SegmentExtractor, extract
 from vltools.infer.runner import check_output
 from vltools.vision.images import list_inputs, parse_shard, shard_items
@@ -15,7 +15,7 @@ from vltools.vision.masks import parse_class
 
 @click.command("segment-pool")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--image-size", type=click.IntRange(min=16), default=448, show_default=True,
+@click.option("--image-size", type=image_side(), default=448, show_default=True,
               help="Images are resized to this square (rounded up to a multiple of the backbone stride).")
 @click.option("--class", "class_name", default="bird", show_default=True,
               help="VOC class of the FCN foreground mask, by name or index (bird = 3).")

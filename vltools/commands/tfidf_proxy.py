@@ -35,6 +35,7 @@ def command(captions: str, output: str | None, images_path: str | None, method: 
     images = read_records(images_path, "images") if images_path else None
     ids, splits, texts = image_texts(records, captions, images, images_path)
     proxy = build_proxy(ids, splits, texts, train_split, k, stem=method == "captions")
+    k = proxy.neighbors.shape[1]
     write_proxy(output, proxy, {"method": method, "k": k, "train_split": train_split, "captions": captions,
                                 "ids_digest": ids_digest(ids)})
     log.info("tfidf-proxy: %d images, %d stems, k=%d", len(ids), len(proxy.vocab), k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,7 +49,8 @@ def image_texts(records: Sequence[dict], source: object, images: Sequence[dict] 
 
 def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
                 k: int, stem: bool = True) -> ProxyFile:
-    """The tf-idf proxy of images' texts: vocabulary and idf from `train_split`, k neighbours within each split.
+    """The tf-idf proxy of images' texts: vocabulary and idf from `train_split`, k neighbours within each split
+    (k at most the largest split's size minus one: more cannot be found, and would only pad memory).
 
     `stem` False takes each text as one term (object synsets) instead of stemming its words."""
     stemmer = Stemmer()
@@ -63,6 +65,11 @@ def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Seque
     if len(tfidf.empty_rows):
         log.warning("%d images have no vocabulary word and get the zero vector: %s", len(tfidf.empty_rows),
                     shown_ids([ids[i] for i in tfidf.empty_rows]))
+    largest = max(Counter(splits).values())
+    if k > max(largest - 1, 1):
+        log.warning("k=%d neighbours is more than the largest split (%d images) can give; keeping k=%d", k, largest,
+                    max(largest - 1, 1))
+        k = max(largest - 1, 1)
     neighbors = np.full((len(ids), k), -1, dtype=np.int64)
     sims = np.full((len(ids), k), np.nan, dtype=np.float32)
     for split in dict.fromkeys(splits):
