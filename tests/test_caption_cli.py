@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from kill_helpers import killed_midway
 from tiny_captioning import make_caption_world, save_captioner
 
 import vltools.commands.caption as caption_cli
@@ -226,3 +227,19 @@ def test_features_of_another_width_than_the_checkpoint_are_refused_before_decodi
     assert "trained on 24-d" in fails(capsys, "caption", "--model", wide, features, captions, "--logp", "-o",
                                       tmp_path / "logp.h5")
     assert not output.exists() and not (tmp_path / "logp.h5").exists()
+
+
+def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL at a point of the run's choosing (once a few captions are committed), then --resume."""
+    features, captions = make_caption_world(tmp_path / "big", n_images=40, n_val=10)
+    model = save_captioner(tmp_path / "aa.pt", AA, captions)
+    args = ["caption", "--model", model, features, "--beam", "3", "--batch-size", "1"]
+    output, partial = tmp_path / "caps.jsonl", tmp_path / "caps.jsonl.partial"
+    killed_midway(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= 6,
+                  *args, "-o", output)
+    done = partial.read_text(encoding="utf-8").count("\n") - 2      # the options and inputs lines, then records
+    assert not output.exists() and 4 <= done < 40
+    run(*args, "-o", output, "--resume")
+    assert not partial.exists()
+    resumed = [json.loads(line) for line in output.read_text().splitlines()]
+    assert resumed == run(*args) and len(resumed) == 40

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from kill_helpers import killed_midway
 from l2c_helpers import TINY_MODEL, make_world
 
 import vltools.commands.caption as caption_cli
@@ -140,3 +141,21 @@ def test_feature_maps_of_another_width_than_the_checkpoint_are_refused(trained, 
     assert exit_info.value.code == 1 and err.count("\n") == 1, err
     assert f"{wide}: feature maps have 16 channels but {model} was trained on 8" in err
     assert not output.exists()
+
+
+def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(trained, tmp_path):
+    world, model = trained
+    originals = [json.loads(line) for line in world["pairs"].read_text().splitlines()]
+    pairs = tmp_path / "many.jsonl"        # 48 pairs over the trained world's images
+    pairs.write_text("".join(json.dumps({**originals[n % len(originals)], "pair_id": f"q{n}"}) + "\n"
+                             for n in range(48)), encoding="utf-8")
+    args = ["caption", "--pairs", pairs, "--model", model, world["features"], "--batch-size", "1"]
+    output, partial = tmp_path / "d.jsonl", tmp_path / "d.jsonl.partial"
+    killed_midway(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= 6,
+                  *args, "-o", output)
+    done = partial.read_text(encoding="utf-8").count("\n") - 2
+    assert not output.exists() and 4 <= done < 48
+    run(*map(str, args[1:]), "-o", str(output), "--resume")
+    assert not partial.exists()
+    resumed = [json.loads(line) for line in output.read_text().splitlines()]
+    assert resumed == run(*map(str, args[1:])) and len(resumed) == 48

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import time
 import urllib.error
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from kill_helpers import kill, start, wait_until
 from PIL import Image
 
 from vltools.cli import main
@@ -246,20 +244,13 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     assert _vltools("-q", *args, "-o", full) == 0
     out = tmp_path / "resumed.h5"
     partial = Path(f"{out}.partial")
-    process = subprocess.Popen([sys.executable, "-m", "vltools", "-q", *map(str, args), "-o", str(out)],
-                               stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while process.poll() is None and len(list(partial.glob("part-*.h5"))) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if process.poll() is not None:
-        pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
+    process = start(*args, "-o", out)
+    wait_until(process, lambda: len(list(partial.glob("part-*.h5"))) >= 3)
     capsys.readouterr()
     assert _vltools(*args, "--resume", "-o", out) == 1  # a second writer while the first runs
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"another process is writing it (pid {process.pid} " in lines[0]
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
+    kill(process)
     assert not out.exists()
     done = len(list(partial.glob("part-*.h5")))
     assert 3 <= done < 24

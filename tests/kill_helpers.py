@@ -1,0 +1,40 @@
+"""The kill-and-resume tests' one helper: a stage run in a subprocess, killed with SIGKILL part way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+
+def start(*args: object) -> subprocess.Popen:
+    """`python -m vltools -q ARGS` in a subprocess, its standard error captured."""
+    return subprocess.Popen([sys.executable, "-m", "vltools", "-q", *map(str, args)], stderr=subprocess.PIPE)
+
+
+def wait_until(process: subprocess.Popen, ready: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Poll until `ready()` (the run has committed some work); fail the test when the run ends first."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and not ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if process.poll() is not None:
+        pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
+
+
+def kill(process: subprocess.Popen) -> None:
+    """SIGKILL: no handler runs, nothing is cleaned up."""
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+
+
+def killed_midway(ready: Callable[[], bool], *args: object) -> None:
+    """Run the stage ARGS and kill it once `ready()` holds."""
+    process = start(*args)
+    wait_until(process, ready)
+    kill(process)
