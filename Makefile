@@ -23,12 +23,14 @@ browser:
 		echo "make: chromium is not installed; the report's browser test will be skipped" >&2
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them (its module
-# fixtures built once); most tests wait on subprocesses and file I/O, so two processes on two cores halve the time.
+# fixtures built once), in the order tests/conftest.py sets (the long end-to-end files first; xdist would
+# otherwise start the files with the most tests first); most tests wait on subprocesses and file I/O, so two
+# processes on two cores nearly halve the time.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
