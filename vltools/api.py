@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 
 from vltools.data.retrieval import score_retrieval as score_files
-from vltools.data.retrieval import sims_scores
+from vltools.data.retrieval import sims_scores, summary
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
@@ -104,9 +104,7 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: P
             raise VLToolsError("these matches have no full similarity matrix with each caption's image (reranked, "
                                "or images ranked for images); score the rankings written by match -o instead")
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
-        result = sims_scores(sims, "matches", protocol, fold_size)
-        summary = {key: result[key] for key in ("i2t", "t2i", "rsum", "mR", "n_images", "n_captions")}
-        return {**summary, "protocol": protocol, **({"fold_size": fold_size} if protocol == "coco1k" else {})}
+        return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
     paths = [scores] if isinstance(scores, str | os.PathLike) else list(scores)
     return score_files(paths, captions, protocol, fold_size, split)
 

@@ -135,8 +135,11 @@ def score_retrieval(scores: Sequence[PathLike], captions: PathLike | None = None
         raise VLToolsError("rankings JSONL are scored one at a time; ensembles need similarity matrices")
     else:
         result = rankings_scores(scores[0], captions, split, protocol)
-    summary = {"i2t": result["i2t"], "t2i": result["t2i"], "rsum": result["rsum"], "mR": result["mR"],
-               "n_images": result["n_images"], "n_captions": result["n_captions"], "protocol": protocol}
-    if protocol == "coco1k":
-        summary["fold_size"] = fold_size
-    return summary
+    return summary(result, protocol, fold_size)
+
+
+def summary(result: dict, protocol: str, fold_size: int) -> dict:
+    """What `score retrieval` reports of a metrics result: recalls and ranks both ways, rsum, mR, the counts and
+    the protocol (with its fold size for coco1k)."""
+    kept = {key: result[key] for key in ("i2t", "t2i", "rsum", "mR", "n_images", "n_captions")}
+    return {**kept, "protocol": protocol, **({"fold_size": fold_size} if protocol == "coco1k" else {})}
