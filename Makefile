@@ -1,11 +1,13 @@
-# Two entry points: `make demo` and `make test`. Both build their own virtual environment.
+# Entry points: `make demo` (the five-minute first look), `make test` (the suite) and `make tables` (the five
+# papers' tables on the synthetic world). Each builds its own virtual environment (`make venv` alone builds it).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= out/demo
+TABLES_DIR ?= out/tables
 
-.PHONY: demo test lint venv browser clean
+.PHONY: demo tables test lint venv browser clean
 
 venv: $(STAMP)
 
@@ -36,7 +38,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh $(DEMO_DIR)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo/demo.sh $(DEMO_DIR)
+
+tables: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/tables.sh $(TABLES_DIR)
 
 clean:
 	rm -rf $(VENV) out

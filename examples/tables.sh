@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: builds the synthetic world, then runs each paper's pipeline on it and prints its table.
-# Usage: examples/demo.sh OUT_DIR   (`make demo` runs it with OUT_DIR=out/demo and the venv on PATH)
+# The five papers' tables on the synthetic world: builds the world, then runs each paper's pipeline on it and
+# prints its table. Usage: examples/tables.sh OUT_DIR   (`make tables` runs it with OUT_DIR=out/tables and the
+# venv on PATH; `make demo` is the five-minute first look, examples/demo/demo.sh)
 # Each pipeline has its own section below: it reads the world in $WORLD, writes under $OUT_DIR/<pipeline>/,
 # and prints its table (vltools' numbers beside chance and the cheap baselines). Numbers on this toy world
 # prove the machinery, not the papers.
@@ -25,7 +26,7 @@ count_files() {
 }
 
 # ---------------------------------------------------------------------------------------------------------
-# World: `vltools synth` (deterministic; --force replaces the world of an earlier demo run, nothing else)
+# World: `vltools synth` (deterministic; --force replaces the world of an earlier run, nothing else)
 # ---------------------------------------------------------------------------------------------------------
 section "synthetic world: $WORLD"
 vltools synth "$WORLD" --seed 0 --force
@@ -70,7 +71,7 @@ section "SCO, Table 2 and Table 3 layouts (examples/sco, DATA=synth)"
 OMP_NUM_THREADS=1 make --no-print-directory -j2 -C "$(dirname "$0")/sco" DATA=synth OUT="$(realpath "$OUT_DIR")/sco" PYTHON=python table
 # Contrastive Learning (Dai & Lin, captioning): synth -> extract-regions (grid + global) -> MLE NeuralTalk2 and
 # AdaptiveAttention -> IL, CL(P), CL(N), CL, NT/NT, NT/AA, run 2 -> caption -> score caption / self-retrieval
-# (shrunk for the demo: 400 images, 5 MLE epochs, 1 CL epoch with K = 2 negative sets; two jobs at once, as the
+# (shrunk for `make tables`: 400 images, 5 MLE epochs, 1 CL epoch with K = 2 negative sets; two jobs at once, as the
 # nine models are mostly independent; see examples/cl/README.md)
 # ---------------------------------------------------------------------------------------------------------
 section "Contrastive Learning, Tables 1, 4, 5 and 6 layouts (examples/cl, DATA=synth)"
