@@ -44,6 +44,11 @@ def is_stdout(path: str | os.PathLike | None) -> bool:
     return path is None or str(path) == "-"
 
 
+def output_name(path: str | os.PathLike | None) -> str:
+    """What the user calls output `path` in messages: the path they gave, or "standard output" for `None` / `-`."""
+    return "standard output" if is_stdout(path) else str(path)
+
+
 def is_device(path: str | os.PathLike) -> bool:
     """Whether `path` is an existing device, pipe or socket (`-o /dev/null`, a named pipe): written in place."""
     try:
