@@ -309,11 +309,14 @@ def test_a_failed_run_removes_the_empty_file_the_shell_redirected_to_and_names_a
     assert result.stderr.decode().strip().endswith(f"; {kept} (standard output) was left empty")
 
 
-# stages whose primary output is a file or folder, failing as a user types them; standard output only took messages
+# stages whose primary output is a file or folder (or cannot be told), failing as a user types them; standard
+# output only took their messages
 WRITING_ELSEWHERE = {
     "report": "report site --rankings broken.jsonl",
     "caption -o": "caption --model nt.pt feats.h5 --temperature nan -o c.jsonl",
     "match -o": "match --model missing.pt feats.h5 broken.jsonl -o ranks.jsonl",
+    "an unknown option": "match --model missing.pt --bogus -o ranks.jsonl feats.h5 broken.jsonl",  # -o unreadable
+    "an unknown stage": "extract-region photos",
 }
 
 

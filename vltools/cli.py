@@ -201,17 +201,19 @@ PRIMARY_OUTPUTS = ("output", "out", "out_dir")
 
 def _writes_stdout(args: list[str]) -> bool:
     """Whether the run `args` asked for sends its primary output to standard output: read from the arguments as
-    typed (values not converted, so that even a run whose options click refused is judged), False when they do
-    not name a stage."""
-    command: click.Command = cli
+    typed, not converted, so that a run whose option values click refused is judged too; False when they do not
+    name a stage or cannot be read (an unknown option, an option without its value)."""
+    command: click.Command | None = cli
     name, parent, rest = "vltools", None, list(args)
     try:
         while True:
-            ctx = click.Context(command, info_name=name, parent=parent, resilient_parsing=True)
+            ctx = click.Context(command, info_name=name, parent=parent)
             values, rest, _ = command.make_parser(ctx).parse_args(args=list(rest))
             if not isinstance(command, click.Group):
                 break
-            name, command, rest = command.resolve_command(ctx, rest)
+            name, command, rest = command.resolve_command(ctx, rest) if rest else (None, None, [])
+            if command is None:
+                return False
             parent = ctx
     except click.ClickException:
         return False
