@@ -309,6 +309,58 @@ def test_a_failed_run_removes_the_empty_file_the_shell_redirected_to_and_names_a
     assert result.stderr.decode().strip().endswith(f"; {kept} (standard output) was left empty")
 
 
+# stages whose primary output is a file or folder (or cannot be told), failing as a user types them; standard
+# output only took their messages
+WRITING_ELSEWHERE = {
+    "report": "report site --rankings broken.jsonl",
+    "caption -o": "caption --model nt.pt feats.h5 --temperature nan -o c.jsonl",
+    "match -o": "match --model missing.pt feats.h5 broken.jsonl -o ranks.jsonl",
+    "an unknown option": "match --model missing.pt --bogus -o ranks.jsonl feats.h5 broken.jsonl",  # -o unreadable
+    "an unknown stage": "extract-region photos",
+}
+
+
+def _shell(tmp_path: Path, command: str) -> subprocess.CompletedProcess:
+    (tmp_path / "broken.jsonl").write_text("{broken\n")
+    (tmp_path / "feats.h5").write_bytes(b"")
+    return subprocess.run(f"{shlex.quote(sys.executable)} -m vltools {command}", shell=True, cwd=tmp_path,
+                          capture_output=True, timeout=300)
+
+
+@pytest.mark.parametrize("stage", WRITING_ELSEWHERE)
+def test_a_failed_stage_writing_elsewhere_keeps_the_log_that_took_standard_output_and_error(stage, tmp_path):
+    result = _shell(tmp_path, f"{WRITING_ELSEWHERE[stage]} > log.txt 2>&1")
+    assert result.returncode in (1, 2)
+    log = (tmp_path / "log.txt").read_text()
+    assert re.search(r"^(vltools: error: |Error: )", log, re.MULTILINE), log
+    assert "removed" not in log
+
+
+@pytest.mark.parametrize("stage", WRITING_ELSEWHERE)
+def test_a_failed_stage_writing_elsewhere_keeps_the_empty_file_standard_output_went_to(stage, tmp_path):
+    result = _shell(tmp_path, f"{WRITING_ELSEWHERE[stage]} > log.txt 2> err.txt")
+    assert result.returncode in (1, 2)
+    assert (tmp_path / "log.txt").read_text() == ""
+    errors = (tmp_path / "err.txt").read_text()
+    assert re.search(r"^(vltools: error: |Error: )", errors, re.MULTILINE), errors
+    assert "log.txt" not in errors
+
+
+def test_a_failed_stage_writing_hdf5_to_standard_output_removes_the_file_the_shell_made(tmp_path):
+    (tmp_path / "photos").mkdir()   # no images: the run fails before any work
+    result = _shell(tmp_path, "extract-regions photos > feats.h5 2> err.txt")
+    assert result.returncode == 1 and not (tmp_path / "feats.h5").exists()
+    assert (tmp_path / "err.txt").read_text().strip().endswith(
+        f"; removed the empty {tmp_path / 'feats.h5'} that standard output was redirected to")
+
+
+def test_a_failed_stage_keeps_the_file_when_standard_error_goes_there_too(tmp_path):
+    (tmp_path / "photos").mkdir()
+    result = _shell(tmp_path, "extract-regions photos > feats.h5 2>&1")
+    assert result.returncode == 1
+    assert (tmp_path / "feats.h5").read_text().startswith("vltools: error: ")
+
+
 def test_a_closed_pipe_exits_0_quietly_as_head_expects(tmp_path):
     coco = {"images": [{"id": i, "file_name": f"{i}.jpg"} for i in range(2000)],
             "annotations": [{"image_id": i // 5, "id": i, "caption": f"caption {i} " * 20} for i in range(10000)]}

@@ -36,6 +36,18 @@ def test_blocks_cut_items_in_order_with_a_short_last_block(n_items, batch_size, 
     assert len(blocks) == len(expected)
     assert [blocks[i] for i in range(len(blocks))] == expected
     assert list(blocks) == expected      # iteration stops at the IndexError past the end
+    assert blocks.sizes == [len(block) for block in expected]
+
+
+class Unreadable(Positions):
+    def take(self, indices):
+        raise AssertionError("a block was built")
+
+
+def test_block_sizes_are_known_without_building_a_block():
+    """The similarity loop and its progress count rows per block before the work; building a block of features
+    would read it from disk once more."""
+    assert Unreadable(7, 3).sizes == [3, 3, 1]
 
 
 def test_index_past_either_end_is_an_index_error():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -319,6 +320,28 @@ def test_no_good_image_is_an_error_and_leaves_nothing(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and "a.png" in lines[0]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+@pytest.mark.parametrize("to_stdout", [False, True])
+def test_features_float16_cannot_hold_name_the_users_output_and_dtype_float32(photos, tmp_path, capsys,
+                                                                              monkeypatch, to_stdout):
+    """Regions beyond float16's range (here the grid's features times 10^6) stop the run at the first batch, in one
+    line that names the output the user gave (or standard output) and --dtype float32, never a part of it."""
+    from vltools.infer import extract as extract_module
+
+    real = extract_module.grid_features
+    monkeypatch.setattr(extract_module, "grid_features", lambda featmap: real(featmap).abs() * 1e6 + 1e5)
+    out = tmp_path / "feats.h5"
+    output = [] if to_stdout else ["-o", out]
+    assert _vltools("-q", "extract-regions", photos, *TINY, "--regions", "grid", "--image-size", "64", *output) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    name = "standard output" if to_stdout else str(out)
+    assert len(lines) == 1 and captured.out == ""
+    assert re.fullmatch(rf"vltools: error: {re.escape(name)}: image id '[a-z]+\.(png|jpg)': /regions values exceed "
+                        r"float16's range \(largest 65504\); rerun with --dtype float32", lines[0]), lines[0]
+    assert ".tmp" not in lines[0] and "parts" not in lines[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("stage", ["extract-regions", "segment-pool"])

@@ -114,3 +114,51 @@ def test_match_warns_in_one_line_when_the_features_extractor_is_not_the_trained_
     if warned:
         assert "feats.h5: features from" in lines[0] and f"vse.pt was trained on {trained} features" in lines[0]
         assert "\n" not in lines[0]
+
+
+@pytest.mark.parametrize(("features_attrs", "count", "expected"), [
+    ({"regions": "grid", "image_size": 448, "stride": 32}, 36,
+     ["--image-size 192 (a 6 x 6 grid at stride 32)", "--regions bottom-up --num-regions 36"]),
+    ({"regions": "grid", "image_size": 64, "stride": 16}, 49,
+     ["--image-size 112 (a 7 x 7 grid at stride 16)", "--regions bottom-up --num-regions 49"]),
+    ({"regions": "grid", "image_size": 448, "stride": 32}, 50, ["--regions bottom-up --num-regions 50"]),  # no grid
+    ({"regions": "detector", "num_regions": "10-100 at score >= 0.2"}, 36,
+     ["--num-regions 36", "--regions bottom-up --num-regions 36"]),
+    ({"extractor": "bottom-up", "regions": "bottom-up", "num_regions": "10-100"}, 36,
+     ["--regions bottom-up --num-regions 36"]),
+    ({}, 36, ["--regions bottom-up --num-regions 36"]),   # imported features: nothing recorded
+])
+def test_region_options_are_the_extract_regions_options_that_give_the_count(features_attrs, count, expected):
+    from vltools.infer.loader import region_options
+
+    assert region_options(features_attrs, count) == expected
+
+
+def _sgr(path, num_regions, img_dim=8, train_state=None):
+    config = {"img_dim": img_dim, "embed_size": 8, "word_dim": 4, "sim_dim": 4, "num_regions": num_regions,
+              "sgr_step": 1}
+    save_checkpoint(path, "sgr", config, build_model("sgr", config, len(WORDS)).state_dict(), vocab=WORDS,
+                    train_state=train_state or {})
+    return load_model(path)
+
+
+def test_a_region_count_or_width_the_model_was_not_built_for_is_one_line_naming_the_options(tmp_path):
+    import numpy as np
+
+    from vltools.infer.loader import check_features
+    from vltools.io.features import FeaturesReader, FeaturesWriter
+
+    attrs = {"backbone": "resnet18", "weights": "imagenet", "regions": "grid", "image_size": 96, "stride": 32}
+    with FeaturesWriter(tmp_path / "grid.h5", attrs, dtype="float32") as writer:
+        writer.add(["a"], regions=np.ones((1, 9, 8), np.float32))    # 3 x 3 cells
+    with FeaturesReader(tmp_path / "grid.h5") as reader:
+        check_features(reader, [_sgr(tmp_path / "nine.pt", 9)])
+        with pytest.raises(VLToolsError) as error:
+            check_features(reader, [_sgr(tmp_path / "nine.pt", 9), _sgr(tmp_path / "four.pt", 4)])
+        assert str(error.value) == (
+            f"{tmp_path / 'grid.h5'}: the images have 9 regions each (a 3 x 3 grid of --image-size 96) but "
+            f"{tmp_path / 'four.pt'} was built for num_regions=4; extract them again with --image-size 64 (a 2 x 2 "
+            "grid at stride 32) or --regions bottom-up --num-regions 4, or train a model on these features")
+        with pytest.raises(VLToolsError, match=r"grid.h5: regions are 8-d but .*wide.pt was trained on 16-d features "
+                                               r"of bottom-up; use features from the same extractor"):
+            check_features(reader, [_sgr(tmp_path / "wide.pt", 9, 16, {"inputs": {"feature_extractor": "bottom-up"}})])

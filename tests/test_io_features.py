@@ -153,3 +153,14 @@ def test_a_row_that_would_be_stored_non_finite_is_refused_naming_its_id(tmp_path
         nan[0, 1, 2] = np.nan
         with pytest.raises(VLToolsError, match=r"image id 'c': the model gave NaN or infinite /regions values"):
             writer.add(["c"], regions=nan)
+
+
+def test_errors_about_rows_call_the_file_by_the_name_given(tmp_path):
+    """A temporary part of an output is named as the output the user gave."""
+    large = np.full((1, 3, 4), 1e6, dtype=np.float32)
+    with FeaturesWriter(tmp_path / "part.h5.tmp", {"stage": "test"}, name="feats.h5") as writer:
+        with pytest.raises(VLToolsError, match=r"^feats.h5: image id 'a': /regions values exceed float16's range"):
+            writer.add(["a"], regions=large)
+        writer.add(["b"], regions=large / 1e3)
+        with pytest.raises(VLToolsError, match=r"^feats.h5: duplicate image id 'b'$"):
+            writer.add(["b"], regions=large / 1e3)

@@ -86,3 +86,21 @@ def test_resume_with_different_options_is_refused(tmp_path):
         PartsWriter(folder, {**ATTRS, "backbone": "vgg19"}, "float32", commit_seconds=0, resume=True)
     fresh = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
     assert fresh.done == set() and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("output", ["feats.h5", "standard output"])
+def test_a_row_float16_cannot_hold_names_the_users_output_and_the_option_not_a_part(tmp_path, output):
+    """The tester's extract-regions to standard output failed naming .../parts/part-000000.h5.tmp in the temporary
+    folder; the error names the output they gave and --dtype float32."""
+    folder = tmp_path / "spool" / "parts"
+    folder.parent.mkdir()
+    parts = PartsWriter(folder, ATTRS, "float16", commit_seconds=3600, resume=False, output=output)
+    rows = _rows(["a", "b"])
+    parts.add(["a"], regions=rows["regions"][:1], image_size=rows["image_size"][:1])
+    large = rows["regions"][1:] + 1e5       # finite, beyond float16's largest value (65504)
+    with pytest.raises(VLToolsError) as error:
+        parts.add(["b"], regions=large, image_size=rows["image_size"][1:])
+    message = str(error.value)
+    assert message == f"{output}: image id 'b': /regions values exceed float16's range (largest 65504); rerun " \
+                      "with --dtype float32"
+    assert ".tmp" not in message and "parts" not in message and str(tmp_path) not in message

@@ -1,9 +1,85 @@
+import io
+import itertools
 import logging
+import re
 import subprocess
 import sys
+import types
+
+import pytest
 
 from vltools.io import progress as progress_module
-from vltools.io.progress import configure, labelled, log, progress, quiet_children
+from vltools.io.progress import (
+    configure,
+    duration_text,
+    labelled,
+    log,
+    progress,
+    progress_text,
+    quiet_children,
+    rate_text,
+)
+
+
+@pytest.mark.parametrize(("count", "seconds", "unit", "expected"), [
+    (6, 193.0, "steps", "0.031 steps/s = 32 s/step"),     # the tester's run, which read "0.0 steps/s"
+    (1, 400.0, "steps", "0.0025 steps/s = 400 s/step"),
+    (53, 10.0, "images", "5.3 images/s"),
+    (99, 1.0, "captions", "99 captions/s"),
+    (1234, 1.0, "images", "1234 images/s"),
+    (3_000_000, 2.0, "pairs", "1500000 pairs/s"),
+    (0, 5.0, "steps", "0 steps/s"),
+    (0, 0.0, "steps", "? steps/s"),
+])
+def test_rates_keep_two_significant_digits_and_slow_ones_read_per_item(count, seconds, unit, expected):
+    assert rate_text(count, seconds, unit) == expected
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [
+    (0.4, "0 s"), (42.0, "42 s"), (59.6, "1 min 00 s"), (185.0, "3 min 05 s"), (3599.0, "59 min 59 s"),
+    (7620.0, "2 h 07 min"), (90000.0, "25 h 00 min"),
+])
+def test_durations_read_as_people_write_them(seconds, expected):
+    assert duration_text(seconds) == expected
+
+
+def test_the_time_left_is_at_the_rate_so_far_and_counts_what_follows_the_loop():
+    # 19 steps left at 193/6 s each: 611.2 s; with the next epoch's 25 steps too, 44 steps: 1415.3 s
+    assert progress_text(6, 25, "steps", 193.0) == "6/25 steps (0.031 steps/s = 32 s/step, 10 min 11 s left)"
+    assert progress_text(6, 25, "steps", 193.0, later=25) == \
+        "6/25 steps (0.031 steps/s = 32 s/step, 23 min 35 s left)"
+    assert progress_text(40, None, "images", 8.0) == "40 images (5.0 images/s)"
+    assert progress_text(0, 10, "images", 0.0) == "0/10 images (? images/s)"
+
+
+def test_plain_lines_carry_the_count_the_rate_and_the_time_left(capsys, monkeypatch):
+    clock = itertools.count(100.0, 32.25)   # the start, then one reading after each step
+    monkeypatch.setattr(progress_module, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    configure(quiet=False, interval=60.0)
+    assert list(progress(range(4), total=4, desc="epoch 1/1", unit="steps")) == [0, 1, 2, 3]
+    assert capsys.readouterr().err.splitlines() == [
+        "vltools: epoch 1/1 2/4 steps (0.031 steps/s = 32 s/step, 1 min 04 s left)",   # 64.5 s after the start
+        "vltools: epoch 1/1 4/4 steps (0.031 steps/s = 32 s/step, 0 s left)"]
+    configure(quiet=False)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_terminal_bar_shows_the_same_reading(monkeypatch):
+    terminal = _Terminal()
+    clock = itertools.count(100.0, 32.25)   # tqdm's clock: each reading half a minute later, so it redraws
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr("tqdm.std.time", lambda: next(clock))
+    configure(quiet=False)
+    assert list(progress(range(3), total=3, desc="caption", unit="captions", status=lambda: "loss 1.5")) == \
+        [0, 1, 2]
+    shown = terminal.getvalue()
+    assert re.search(r"\rcaption: 100%\|[^|]+\| 3/3 captions \(0\.0\d\d?\d? captions/s = \d+ s/caption, 0 s left\), "
+                     r"loss 1\.5", shown), shown
+    assert re.search(r"\| 1/3 captions \(0\.0\d\d?\d? captions/s = \d+ s/caption, \d+ min \d\d s left\)", shown), shown
 
 
 def test_plain_lines_when_not_a_terminal(capsys, monkeypatch):
@@ -43,7 +119,7 @@ def test_items_count_in_the_users_unit_with_a_status_and_a_label(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" (")[0] for line in lines] == ["vltools: sgr f30k_sgr.pt: epoch 1/2 3/5 images",
                                                        "vltools: sgr f30k_sgr.pt: epoch 1/2 5/5 images"]
-    assert lines[0].endswith("images/s) loss 0.5000") and lines[1].endswith("images/s) loss 0.2500")
+    assert lines[0].endswith(" left) loss 0.5000") and lines[1].endswith(" left) loss 0.2500")
 
 
 def test_quiet_children_silences_a_child_process_only_under_quiet(capfd):

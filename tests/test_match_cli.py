@@ -15,7 +15,7 @@ from matching_helpers import VOCAB, fails, make_world, save_tiny
 
 from vltools.cli import cli
 from vltools.io.checkpoints import load_checkpoint
-from vltools.io.features import FeaturesReader
+from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.records import read_records, write_records
 from vltools.io.sims import read_sims
 from vltools.models import model_from_checkpoint
@@ -197,3 +197,33 @@ def test_a_split_with_no_captions_names_match_own_option(world, capsys):
     err = fails(capsys, "match", "--model", str(models["vse"]), str(features), str(captions), "--split", "val")
     assert err.strip().endswith("no captions in split 'val' (splits present: test, train; choose one with --split)")
     assert "--train-split" not in err
+
+
+def test_features_with_another_region_count_fail_in_one_line_naming_the_options_before_any_work(world, tmp_path,
+                                                                                                capsys, monkeypatch):
+    """The tester's grid features (196 regions) met an SGR built for 36 after 1 min 50 s of work; the header says
+    so before any caption is read or encoded and any pair scored."""
+    import vltools.infer.match as match_module
+    from vltools.infer.loader import LoadedModel
+
+    folder, _, captions, models = world
+    attrs = {"backbone": "resnet18", "weights": "imagenet", "regions": "grid", "image_size": 96, "stride": 32}
+    records = read_records(captions, "captions")
+    image_ids = list(dict.fromkeys(r["image_id"] for r in records))
+    features = tmp_path / "grid.h5"
+    with FeaturesWriter(features, attrs, dtype="float32") as writer:   # 3 x 3 cells; the tiny SGR reads 4 regions
+        writer.add(image_ids, regions=np.ones((len(image_ids), 9, 16), np.float32))
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the features were checked")
+
+    for name in ("read_split", "similarity_blocks", "rerank"):
+        monkeypatch.setattr(match_module, name, no_work)
+    monkeypatch.setattr(LoadedModel, "tokenize", no_work)
+    out = tmp_path / "ranks.jsonl"
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "-o", str(out))
+    assert err.splitlines() == [
+        f"vltools: error: {features}: the images have 9 regions each (a 3 x 3 grid of --image-size 96) but "
+        f"{models['sgr']} was built for num_regions=4; extract them again with --image-size 64 (a 2 x 2 grid at "
+        "stride 32) or --regions bottom-up --num-regions 4, or train a model on these features"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.h5"]

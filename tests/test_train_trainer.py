@@ -3,6 +3,7 @@ kill, learning, the JSONL log and the best checkpoint."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -348,4 +349,28 @@ def test_progress_lines_name_the_run_and_show_epoch_of_all_and_the_loss(world, t
     lines = [line for line in result.output.splitlines() if " steps (" in line]
     assert len(lines) == 16 and all(line.startswith("vltools: vse m.pt: epoch ") for line in lines)
     assert lines[0].startswith("vltools: vse m.pt: epoch 1/2 1/8 steps") and "epoch 2/2 8/8 steps" in lines[-1]
-    assert all(re.search(r"steps/s\) loss \d+\.\d{4}$", line) for line in lines)
+    assert all(re.search(r" steps/s(?: = \S+ s/step)?, (\d+ min )?\d+ s left\) loss \d+\.\d{4}$", line)
+               for line in lines)
+
+
+def test_a_slow_training_shows_its_rate_to_two_significant_digits_and_the_time_left(world, tmp_path, monkeypatch):
+    """The tester's run printed `epoch 1/1 6/25 steps (0.0 steps/s)`: a rate of 0.031 steps/s rounded to nothing,
+    and no time left. Here every step takes 32.25 s (the progress clock is made slow) over 2 epochs of 8 steps."""
+    import types
+
+    import vltools.cli as cli_module
+    from vltools.io import progress as progress_module
+
+    clock = itertools.count(1000.0, 32.25)
+    monkeypatch.setattr(progress_module, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    real = cli_module.configure
+    monkeypatch.setattr(cli_module, "configure", lambda quiet, debug: real(quiet, debug, interval=60.0))
+    args = [arg for arg in train_args(world, tmp_path / "m.pt", "--epochs", "2", "--val-every", "0")
+            if arg != "--quiet"]   # validation only at the end of each epoch, outside the steps' progress
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = [line.rsplit(" loss ", 1)[0] for line in result.output.splitlines() if " steps (" in line]
+    # a line every 2 steps (64.5 s >= 60 s); left: the rest of this epoch and all of the next at 32.25 s a step
+    assert lines[:2] == ["vltools: vse m.pt: epoch 1/2 2/8 steps (0.031 steps/s = 32 s/step, 7 min 32 s left)",
+                         "vltools: vse m.pt: epoch 1/2 4/8 steps (0.031 steps/s = 32 s/step, 6 min 27 s left)"]
+    assert lines[-1] == "vltools: vse m.pt: epoch 2/2 8/8 steps (0.031 steps/s = 32 s/step, 0 s left)"

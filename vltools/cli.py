@@ -194,32 +194,66 @@ def main(argv: list[str] | None = None) -> None:
         _main(argv)
 
 
+# the parameters that name a stage's primary output: -o/--output (standard output when left out or `-`), or the
+# OUT folder (report, synth, explain's -o, convert to-precomp); a stage with none prints its result (inspect, score)
+PRIMARY_OUTPUTS = ("output", "out", "out_dir")
+
+
+def _writes_stdout(args: list[str]) -> bool:
+    """Whether the run `args` asked for sends its primary output to standard output: read from the arguments as
+    typed, not converted, so that a run whose option values click refused is judged too; False when they do not
+    name a stage or cannot be read (an unknown option, an option without its value)."""
+    command: click.Command | None = cli
+    name, parent, rest = "vltools", None, list(args)
+    try:
+        while True:
+            ctx = click.Context(command, info_name=name, parent=parent)
+            values, rest, _ = command.make_parser(ctx).parse_args(args=list(rest))
+            if not isinstance(command, click.Group):
+                break
+            name, command, rest = command.resolve_command(ctx, rest) if rest else (None, None, [])
+            if command is None:
+                return False
+            parent = ctx
+    except click.ClickException:
+        return False
+    primary = [p.name for p in command.params if p.name in PRIMARY_OUTPUTS]
+    return not primary or any(writes_stdout(p, values[p] if isinstance(values.get(p), str) else None)
+                              for p in primary)
+
+
+def _after_failure(empty: tuple[int, int] | None, args: list[str]) -> str:
+    """`after_failure` for a run whose primary output was standard output; any other run leaves the file alone."""
+    return after_failure(empty) if empty is not None and _writes_stdout(args) else ""
+
+
 def _main(argv: list[str] | None) -> None:
     """Run the CLI; user errors print one line on stderr and exit 1 (`--debug` shows the traceback).
 
     An OSError that escaped the stage (a file it could not read or write) is one line naming the file. A closed
     pipe on standard output (`vltools ... | head`) ends the run quietly with status 0, as `head` expects. When a
-    run fails, the empty file that standard output was redirected to is removed or named (`after_failure`)."""
+    run whose primary output was standard output fails, the empty file that standard output was redirected to is
+    removed or named (`after_failure`); a file that only took the messages of a stage writing elsewhere is kept."""
     args = sys.argv[1:] if argv is None else argv
     empty = empty_stdout_file()
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
     except Terminated:
-        print(f"vltools: terminated{after_failure(empty)}", file=sys.stderr)
+        print(f"vltools: terminated{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(143)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        print(f"vltools: interrupted{after_failure(empty)}", file=sys.stderr)
+        print(f"vltools: interrupted{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
-        note = after_failure(empty)
+        note = _after_failure(empty, args)
         if note:
             print(f"vltools: {note.removeprefix('; ')}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except VLToolsError as exc:
         if "--debug" in args:
             log.exception("error")
-        print(f"vltools: error: {exc}{after_failure(empty)}", file=sys.stderr)
+        print(f"vltools: error: {exc}{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(1)
     except ClosedPipe:
         # the reader has all it wanted; send what is still buffered nowhere, so that exiting cannot fail again
@@ -235,5 +269,5 @@ def _main(argv: list[str] | None) -> None:
             message = f"{exc.filename}: {exc.strerror or first_line(exc)}"
         else:
             message = first_line(exc)
-        print(f"vltools: error: {message}{after_failure(empty)}", file=sys.stderr)
+        print(f"vltools: error: {message}{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(1)

@@ -121,7 +121,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
 
         with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
                             {"--model": model_path, "FEATURES": features}) as writer:
-            runner.run("caption", image_ids, writer, produce, "images")
+            runner.run("caption", image_ids, writer, produce, "captions")
             written = writer.finish(image_ids)
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
 

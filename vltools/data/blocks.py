@@ -34,6 +34,11 @@ class Blocks(Sequence):
     def __len__(self) -> int:
         return -(-self.n_items // self.batch_size)
 
+    @property
+    def sizes(self) -> list[int]:
+        """Items in each block, known without building any (a block of features is read from disk)."""
+        return [min(self.batch_size, self.n_items - start) for start in range(0, self.n_items, self.batch_size)]
+
     def __getitem__(self, index: int):
         if not 0 <= index < len(self):
             raise IndexError(index)

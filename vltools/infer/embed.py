@@ -14,7 +14,7 @@ from torch import nn
 
 from vltools.devices import autocast
 from vltools.errors import VLToolsError
-from vltools.infer.similarity import encode_captions, encode_images, evaluating
+from vltools.infer.similarity import block_sizes, encode_captions, encode_images, evaluating
 from vltools.io.progress import progress
 
 SIDES = ("images", "captions")
@@ -35,7 +35,8 @@ def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.de
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, not {side!r}")
     with evaluating([model]), torch.inference_mode(), autocast(device, precision):
-        for block in progress(blocks, total=len(blocks), desc=f"encode {side}", unit="blocks"):
+        for block in progress(blocks, total=sum(block_sizes(blocks)), desc=f"encode {side}", unit=side,
+                              size=lambda block: len(block[0])):
             if side == "images":
                 emb = encode_images([model], block, device)[0]
             else:

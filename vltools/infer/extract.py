@@ -21,7 +21,7 @@ from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
 from vltools.infer import runner
 from vltools.infer.runner import check_output, features_writer, finish_features
-from vltools.io.atomic import is_stdout
+from vltools.io.atomic import output_name
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
@@ -369,8 +369,7 @@ def _decoded_batches(extractor: RegionExtractor | SegmentExtractor, todo: list[I
 
 def _summary(stage: str, out: str | None, count: int, failed: list[str]) -> None:
     """Counts on stderr, and each skipped image (the first few) with its reason."""
-    where = "standard output" if is_stdout(out) else out
-    log.info(f"{stage}: wrote {count} images to {where}; skipped {len(failed)} bad images")
+    log.info(f"{stage}: wrote {count} images to {output_name(out)}; skipped {len(failed)} bad images")
     for line in failed[:MAX_FAILED_SHOWN]:
         image_id, reason = line.split("\t", 1)
         log.warning(f"{stage}: skipped {image_id}: {reason}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
 from vltools.io.progress import log
-from vltools.models import model_from_checkpoint
+from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
 
@@ -58,6 +59,11 @@ class LoadedModel:
     def digest(self) -> str:
         """Which weights an output came from (first 16 hex digits of the file's SHA-256)."""
         return file_digest(self.path)
+
+    @property
+    def settings(self) -> dict:
+        """The model's configuration with the defaults its checkpoint left out (img_dim, num_regions...)."""
+        return {**default_config(self.name), **self.config}
 
     @property
     def prep(self) -> CaptionPreprocessing:
@@ -112,9 +118,33 @@ def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
     return loaded
 
 
+def region_options(attrs: Mapping[str, object], count: int) -> list[str]:
+    """The `vltools extract-regions` options that give `count` regions per image, for features made as `attrs`
+    (a features file's attributes) record: a grid's image size (its side in cells times the backbone's stride)
+    or the detector's --num-regions, then the bottom-up detector's (the features the released models read)."""
+    options = []
+    side, stride = math.isqrt(count), attrs.get("stride")
+    if attrs.get("regions") == "grid" and side * side == count and stride:
+        options.append(f"--image-size {side * int(stride)} (a {side} x {side} grid at stride {stride})")
+    if attrs.get("regions") == "detector":
+        options.append(f"--num-regions {count}")
+    return [*options, f"--regions bottom-up --num-regions {count}"]
+
+
+def _regions_made(attrs: Mapping[str, object], count: int) -> str:
+    """How the features' regions were made, in words for an error: " (a 14 x 14 grid of --image-size 448)"."""
+    side = math.isqrt(count)
+    if attrs.get("regions") == "grid" and side * side == count and attrs.get("image_size"):
+        return f" (a {side} x {side} grid of --image-size {attrs['image_size']})"
+    return f" ({attrs['regions']} regions)" if attrs.get("regions") else ""
+
+
 def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> None:
-    """The features' region dimension must be what every model was built for; a model whose checkpoint records
-    another feature extractor than the features' (see `trained_extractor`) gets a one-line warning."""
+    """Everything the features' header says against what every model was built for, before any model work:
+    region features of the width (img_dim) and, for a model built for a fixed number of regions (SGR, SAF),
+    that number per image; the error names the extract-regions options that make them (`region_options`). A
+    model whose checkpoint records another feature extractor than the features' (see `trained_extractor`) gets
+    a one-line warning."""
     for item in loaded:
         if getattr(item.model, "inputs", "regions") != "regions":
             raise VLToolsError(f"{item.path}: model {item.name!r} reads per-image vectors (context and concept "
@@ -123,12 +153,21 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
     if "regions" not in reader.fields:
         raise VLToolsError(f"{reader.path}: has no /regions dataset; matching models need region features "
                            "(vltools extract-regions)")
-    dim = reader.shape("regions")[2]
+    _, count, dim = reader.shape("regions")
     for item in loaded:
-        wanted = item.config.get("img_dim")
+        wanted = item.settings.get("img_dim")
         if wanted is not None and int(wanted) != dim:
+            trained = trained_extractor(item.payload)
             raise VLToolsError(f"{reader.path}: regions are {dim}-d but {item.path} was trained on {wanted}-d "
-                               "features; use features from the same extractor as the training data")
+                               f"features{f' of {trained}' if trained else ''}; use features from the same "
+                               "extractor as the training data")
+        wanted = item.settings.get("num_regions")
+        if wanted is not None and int(wanted) != count:
+            made = _regions_made(reader.attrs, count)
+            raise VLToolsError(f"{reader.path}: the images have {count} regions each{made} but {item.path} was "
+                               f"built for num_regions={wanted}; extract them again with "
+                               f"{' or '.join(region_options(reader.attrs, int(wanted)))}, or train a model on "
+                               "these features")
     extractor = features_extractor(reader.attrs)
     for item in loaded:
         trained = trained_extractor(item.payload)

@@ -84,6 +84,7 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
         raise VLToolsError("--rerank K needs --first-stage VSE.pt, the separable model that proposes candidates")
     if rerank_k is not None and full:
         raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
+    check_header(features, [*models, *([first_stage] if rerank_k is not None else [])])
     chosen = read_split(captions, split)
     check_images(chosen, features, captions)
     for item in models:
@@ -92,12 +93,10 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     modules = [item.model for item in models]
     sims = None
     with FeaturesReader(features) as reader:
-        check_features(reader, models)
         images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         caption_blocks = CaptionBlocks(tokens, options.block_captions)
         if rerank_k is not None:
             require_separable(first_stage.model, first_stage.name, first_stage.path)
-            check_features(reader, [first_stage])
             first_stage.model.to(options.device)
             plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
                                                                options.block_captions), options.index, options.nprobe)
@@ -116,6 +115,13 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
              "image_ids_digest": ids_digest(chosen.image_ids), "caption_ids_digest": ids_digest(chosen.caption_ids)}
     return Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
                    [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+
+
+def check_header(features: PathLike, models: Sequence[LoadedModel]) -> None:
+    """The features' header against every model (`check_features`), before any caption is read or encoded and
+    any pair scored: a wrong region count or width is reported in seconds, not after the first block."""
+    with FeaturesReader(features) as reader:
+        check_features(reader, models)
 
 
 def match_sims(first: PathLike, second: PathLike, top_k: int = 10) -> Matches:

@@ -114,8 +114,9 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
     values = np.full((n_queries, keep), -np.inf, dtype=np.float32)
     indices = np.full((n_queries, keep), -1, dtype=np.int64)
     per_block = max(1, items_per_block // max(width, 1))
-    for start in progress(range(0, n_queries, per_block), total=-(-n_queries // per_block),
-                          desc=f"rerank {'i2t' if query_side == 'images' else 't2i'}", unit="blocks"):
+    for start in progress(range(0, n_queries, per_block), total=n_queries * width,
+                          desc=f"rerank {'i2t' if query_side == 'images' else 't2i'}", unit="pairs",
+                          size=lambda start: min(per_block, n_queries - start) * width):
         block = proposals[start:start + per_block]
         union, positions = np.unique(block[block >= 0], return_inverse=True)
         where = np.full(block.shape, -1, dtype=np.int64)

@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, spool_folder
+from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, output_name, spool_folder
 from vltools.io.partial import PartialRecords
 from vltools.io.parts import PartsWriter
 from vltools.io.progress import log, progress
@@ -131,7 +131,8 @@ class FeaturesPartsWriter:
 def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commit_seconds: float, resume: bool,
                     digests: dict[str, str]) -> Iterator[FeaturesPartsWriter]:
     """Parts under `OUT.partial/` (locked with OUT), or in a spool folder when OUT is standard output or a
-    device; rows whose input digest changed since an interrupted run are recomputed."""
+    device; rows whose input digest changed since an interrupted run are recomputed; errors about rows name OUT
+    (or standard output), not a part."""
     with contextlib.ExitStack() as stack:
         if is_stdout(out) or is_device(out):
             folder = stack.enter_context(spool_folder()) / "parts"
@@ -139,7 +140,8 @@ def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commi
             folder = Path(f"{out}.partial")
             stack.enter_context(output_lock(out))
             stack.enter_context(output_lock(folder))
-        yield FeaturesPartsWriter(PartsWriter(folder, attrs, dtype, commit_seconds, resume, digests))
+        yield FeaturesPartsWriter(PartsWriter(folder, attrs, dtype, commit_seconds, resume, digests,
+                                              output_name(out)))
 
 
 def finish_features(writer: FeaturesPartsWriter, out: str | None, attrs: dict[str, object], order: Sequence[str],

@@ -113,7 +113,8 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
     cached_bytes = 0
     column = 0
     with evaluating(models), torch.inference_mode(), autocast(device, precision):
-        for caption_index in progress(range(len(captions)), total=len(captions), desc=desc, unit="caption blocks"):
+        for caption_index in progress(range(len(captions)), total=out.numel(), desc=desc, unit="pairs",
+                                      size=lambda index: out.shape[0] * caption_sizes[index]):
             caption_embs, lengths = encode_captions(models, captions[caption_index], device)
             caption_globals = global_vectors(models, caption_embs, "captions", lengths)
             width = caption_sizes[caption_index]

@@ -44,6 +44,11 @@ def is_stdout(path: str | os.PathLike | None) -> bool:
     return path is None or str(path) == "-"
 
 
+def output_name(path: str | os.PathLike | None) -> str:
+    """What the user calls output `path` in messages: the path they gave, or "standard output" for `None` / `-`."""
+    return "standard output" if is_stdout(path) else str(path)
+
+
 def is_device(path: str | os.PathLike) -> bool:
     """Whether `path` is an existing device, pipe or socket (`-o /dev/null`, a named pipe): written in place."""
     try:
@@ -348,16 +353,27 @@ def empty_stdout_file() -> tuple[int, int] | None:
     return (info.st_dev, info.st_ino) if info is not None and info.st_size == 0 else None
 
 
+def _stderr_is(key: tuple[int, int]) -> bool:
+    """Whether standard error goes to the file (device, inode) `key` (the shell's `> log 2>&1`)."""
+    try:
+        errors = os.fstat(2)
+    except OSError:
+        return False
+    return (errors.st_dev, errors.st_ino) == key
+
+
 def after_failure(empty: tuple[int, int] | None) -> str:
     """What a failed run did about the empty file standard output was redirected to (`empty` from
     `empty_stdout_file`), as words to append to its error line ("" when there is none).
 
-    A redirected file is created by the shell, not by vltools, so a failed run would leave it empty, and make
-    would take it for up to date. It is removed when this run can tell it is the file the shell made for it:
-    still empty, still the same file under its name, and created or truncated when this process started (within
-    2 s); otherwise it is kept and the error says so."""
+    Call it only for a run whose primary output was standard output (no -o, or -o -): any other file standard
+    output went to is a log the user keeps. A redirected file is created by the shell, not by vltools, so a
+    failed run would leave it empty, and make would take it for up to date. It is removed when this run can tell
+    it is the file the shell made for it: still empty, still the same file under its name, not where standard
+    error goes, and created or truncated when this process started (within 2 s); otherwise it is kept and the
+    error says so."""
     info = _stdout_file()
-    if empty is None or info is None or (info.st_dev, info.st_ino) != empty or info.st_size:
+    if empty is None or info is None or (info.st_dev, info.st_ino) != empty or info.st_size or _stderr_is(empty):
         return ""
     try:
         name = os.readlink("/proc/self/fd/1")

@@ -34,14 +34,16 @@ class FeaturesWriter:
     """Append rows (one per image) to a features file; datasets are created on the first append.
 
     Every dataset is chunked by image so that readers can fetch any rows without loading the file.
-    `append=True` reopens a partially written file (for `--resume`).
+    `append=True` reopens a partially written file (for `--resume`). `name` is what errors about rows call the
+    file (default `path`): the user's output when `path` is a temporary part of it, never to be named to them.
     """
 
     def __init__(self, path: str | os.PathLike, attrs: dict[str, object], dtype: str = "float16",
-                 append: bool = False) -> None:
+                 append: bool = False, name: str | os.PathLike | None = None) -> None:
         if dtype not in ("float16", "float32"):
             raise VLToolsError(f"features dtype must be float16 or float32, not {dtype}")
         self.path = Path(path)
+        self.name = str(path if name is None else name)
         self.dtype = np.dtype(dtype)
         if append and self.path.exists():
             self.handle = h5py.File(self.path, "a")
@@ -66,7 +68,7 @@ class FeaturesWriter:
             raise ValueError(f"unknown features fields {sorted(unknown)}")
         duplicate = [i for i in ids if i in self._seen]
         if duplicate or len(set(ids)) != len(ids):
-            raise VLToolsError(f"{self.path}: duplicate image id {(duplicate or list(ids))[0]!r}")
+            raise VLToolsError(f"{self.name}: duplicate image id {(duplicate or list(ids))[0]!r}")
         n = len(ids)
         start = self.handle["ids"].shape[0]
         for name, value in arrays.items():
@@ -81,7 +83,7 @@ class FeaturesWriter:
             with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
                 stored = value.astype(dtype, copy=False)
             if name in FLOAT_FIELDS:
-                _check_stored_finite(self.path, name, ids, value, stored)
+                _check_stored_finite(self.name, name, ids, value, stored)
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
             dataset[start:start + n] = stored

@@ -138,12 +138,15 @@ class PartsWriter:
 
     Each part stores, beside its rows, `/input_digests`: the digest of each row's input (`digests`, by id;
     see vltools.io.provenance.input_digest). On `resume`, rows whose input changed since are dropped from
-    their part and so recomputed; the caller holds the folder's lock (vltools.io.atomic.output_lock).
+    their part and so recomputed; the caller holds the folder's lock (vltools.io.atomic.output_lock). Errors
+    about rows (a value float16 cannot hold) name `output`, the user's name of the file the parts become (the
+    -o path, or "standard output"), never a part under the folder, which may be in the temporary folder.
     """
 
     def __init__(self, folder: Path, attrs: dict[str, object], dtype: str, commit_seconds: float,
-                 resume: bool, digests: dict[str, str] | None = None) -> None:
+                 resume: bool, digests: dict[str, str] | None = None, output: str | None = None) -> None:
         self.folder = folder
+        self.output = str(folder) if output is None else output
         self.attrs = attrs
         self.dtype = dtype
         self.commit_seconds = commit_seconds
@@ -205,7 +208,8 @@ class PartsWriter:
     def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
         """Append rows; commit the current part when it has been open for `commit_seconds`."""
         if self._writer is None:
-            self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype)
+            self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype,
+                                          name=self.output)
             self._started = time.monotonic()
         self._writer.add(ids, **arrays)
         self._ids.extend(ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sys
 import time
@@ -71,19 +72,79 @@ def quiet_children() -> Iterator[None]:
         os.close(nowhere)
 
 
+def _significant(value: float) -> str:
+    """`value` (>= 0) with at least two significant digits and no exponent: 0.031, 5.3, 12, 1234."""
+    if value <= 0:
+        return "0"
+    return f"{value:.{max(0, 1 - math.floor(math.log10(value)))}f}"
+
+
+def rate_text(count: float, seconds: float, unit: str) -> str:
+    """How fast `count` `unit` went in `seconds`: "0.031 steps/s = 32 s/step" (a slow rate also per item), "5.3
+    images/s", "1234 pairs/s"; "? steps/s" before any time has passed."""
+    if seconds <= 0:
+        return f"? {unit}/s"
+    rate = count / seconds
+    text = f"{_significant(rate)} {unit}/s"
+    if 0 < rate < 1:
+        text += f" = {_significant(1 / rate)} s/{unit.removesuffix('s')}"
+    return text
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as people read it: "42 s", "3 min 05 s", "2 h 07 min"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds // 60 % 60:02d} min"
+
+
+def progress_text(count: float, total: float | None, unit: str, seconds: float, later: float = 0) -> str:
+    """One progress reading: "6/25 steps (0.031 steps/s = 32 s/step, 10 min 07 s left)". The time left is at
+    the rate so far, for what remains of `total` and the `later` units that follow this loop (the next epochs);
+    without a total it is left out."""
+    done = f"{count}/{total} {unit}" if total is not None else f"{count} {unit}"
+    details = [rate_text(count, seconds, unit)]
+    if total is not None and count > 0 and seconds > 0:
+        details.append(f"{duration_text((total - count + later) * seconds / count)} left")
+    return f"{done} ({', '.join(details)})"
+
+
+class _Bar(tqdm):
+    """tqdm's bar with the counts, rate and time left of `progress_text` (tqdm rounds a slow rate to 0.03 or
+    turns it into s/it, and counts its time left per loop)."""
+
+    def __init__(self, *args: object, later: float = 0, **kwargs: object) -> None:
+        self.later = later
+        super().__init__(*args, **kwargs)
+
+    @property
+    def format_dict(self) -> dict:
+        found = super().format_dict
+        return {**found, "reading": progress_text(found["n"], found["total"], found["unit"], found["elapsed"],
+                                                  self.later)}
+
+
 def progress(items: Iterable[T], total: int | None = None, desc: str = "", unit: str = "it",
-             size: Callable[[T], int] | None = None, status: Callable[[], str] | None = None) -> Iterator[T]:
-    """Yield `items` while reporting progress on stderr (bar on a TTY, a line every few seconds otherwise).
+             size: Callable[[T], int] | None = None, status: Callable[[], str] | None = None,
+             later: int = 0) -> Iterator[T]:
+    """Yield `items` while reporting progress on stderr (bar on a TTY, a line every few seconds otherwise): the
+    count, the rate and the time left (see `progress_text`).
 
     `total` and the count are in `unit`: each item counts `size(item)` units (a batch counts its images, so that
-    counts are in the unit the user gave) or 1; `status()`, when given, is shown at the end of each line (the
-    training loss)."""
+    counts and rates are in the unit the user gave) or 1; `later` units follow this loop (a training's next
+    epochs) and count in the time left; `status()`, when given, is shown at the end of each line (the training
+    loss)."""
     if _state["quiet"]:
         yield from items
         return
     desc = f"{_state['label']}: {desc}" if _state["label"] else desc
     if sys.stderr.isatty():
-        with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False) as bar:
+        shape = "{desc}: {percentage:3.0f}%|{bar}| {reading}{postfix}" if total else "{desc}: {reading}{postfix}"
+        with _Bar(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, bar_format=shape,
+                  later=later) as bar:
             for item in items:
                 yield item
                 bar.update(size(item) if size is not None else 1)
@@ -98,7 +159,6 @@ def progress(items: Iterable[T], total: int | None = None, desc: str = "", unit:
         now = time.monotonic()
         if now - last >= _state["interval"]:
             last = now
-            of = f"/{total}" if total is not None else ""
-            rate = count / max(now - start, 1e-9)
             extra = f" {status()}".rstrip() if status is not None else ""
-            print(f"vltools: {desc} {count}{of} {unit} ({rate:.1f} {unit}/s){extra}", file=sys.stderr, flush=True)
+            print(f"vltools: {desc} {progress_text(count, total, unit, now - start, later)}{extra}", file=sys.stderr,
+                  flush=True)

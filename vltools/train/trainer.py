@@ -158,7 +158,8 @@ class Trainer:
         todo = range(self.state["step"], steps)
         if self.env.main:  # each progress line ends with the loss of the step just done (`loss` of the loop below)
             todo = progress(todo, total=len(todo), desc=f"epoch {epoch + 1}/{self.options['epochs']}", unit="steps",
-                            status=lambda: f"loss {float(loss):.4f}")
+                            status=lambda: f"loss {float(loss):.4f}",
+                            later=(self.options["epochs"] - epoch - 1) * steps)  # time left: the whole training
         for step in todo:
             tick = time.monotonic()
             loss, norm = self._step(batches)

@@ -76,9 +76,9 @@ def embed_images(encode: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s
                  desc: str = "embed images") -> np.ndarray:
     """float32 [len(indices), D]: `encode(padded uint8 images, sizes)` of the store's images, in the order given."""
     out = []
-    total = (len(indices) + batch_size - 1) // batch_size
     with torch.inference_mode():
-        for batch in progress(_batches(store, indices, batch_size, workers), total=total, desc=desc, unit="batches"):
+        for batch in progress(_batches(store, indices, batch_size, workers), total=len(indices), desc=desc,
+                              unit="images", size=len):
             images, sizes = pad_batch([image for _, image in batch])
             out.append(encode(images.to(device), sizes).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
