@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ import torch
 from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 
-from vltools.cli import cli
+from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
 from vltools.io.records import read_records, write_records
 from vltools.io.sims import read_sims
 from vltools.models import model_from_checkpoint
@@ -34,9 +36,11 @@ def world(tmp_path_factory):
 
 
 def run(*args: str) -> str:
+    """Standard output of a successful run (the world's captions hold a word outside the vocabulary, 'unseen', often
+    enough for match's warning on standard error)."""
     result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def direct_sims(checkpoint, features, captions) -> tuple[np.ndarray, list[str], list[str]]:
@@ -197,3 +201,27 @@ def test_a_split_with_no_captions_names_match_own_option(world, capsys):
     err = fails(capsys, "match", "--model", str(models["vse"]), str(features), str(captions), "--split", "val")
     assert err.strip().endswith("no captions in split 'val' (splits present: test, train; choose one with --split)")
     assert "--train-split" not in err
+
+
+@pytest.mark.parametrize("caption, info, warning", [
+    ("a red circle left of a blue square", "0.0% (0 of 48)", None),
+    ("a cat and a rocket", "60.0% (18 of 30)",
+     "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
+     "<unk>, so its scores of these captions probably mean little; use a model trained on captions like these"),
+])
+def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
+        world, tmp_path, monkeypatch, caption, info, warning):
+    """Captions about cats and rockets matched against a model of shapes once said only `matched 6 images x 6
+    captions`."""
+    folder, features, _, models = world
+    captions = tmp_path / "own.jsonl"
+    write_records(captions, [{"image_id": f"img{i}", "caption": caption} for i in range(6)])
+    said = []
+    for level in (logging.INFO, logging.WARNING):
+        monkeypatch.setattr(log, logging.getLevelName(level).lower(),
+                            lambda message, *args, level=level: said.append((level, message % args)))
+    main(["match", "--model", str(models["sgr"]), str(features), str(captions), "-o", str(tmp_path / "r.jsonl")])
+    assert [line for line in said if "vocabulary" in line[1]] == [
+        (logging.INFO, f"caption words outside the vocabulary of sgr.pt: {info}"),
+        *([(logging.WARNING, warning)] if warning else [])]
+    assert said[-1] == (logging.INFO, "matched 6 images x 6 captions with sgr")

@@ -29,6 +29,7 @@ from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.sims import average_sims, read_sims
+from vltools.text.vocab import Coverage
 
 PathLike = str | os.PathLike
 
@@ -88,7 +89,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     check_images(chosen, features, captions)
     for item in models:
         item.model.to(options.device)
-    tokens = models[0].tokenize(chosen.captions)
+    coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
+    tokens = models[0].vocab.encode_all(chosen.captions, coverage=coverage)
+    coverage.report(" + ".join(item.path.name for item in models))
     modules = [item.model for item in models]
     sims = None
     with FeaturesReader(features) as reader:
