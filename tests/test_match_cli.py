@@ -225,3 +225,30 @@ def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_ab
         (logging.INFO, f"caption words outside the vocabulary of sgr.pt: {info}"),
         *([(logging.WARNING, warning)] if warning else [])]
     assert said[-1] == (logging.INFO, "matched 6 images x 6 captions with sgr")
+
+
+@pytest.mark.parametrize("names, flag", [(["sgr"], "Flat"), (["saf"], "IVF1024,Flat"), (["sgr", "saf"], "Flat")])
+def test_an_index_with_a_cross_attention_model_is_refused_before_any_work(world, tmp_path, capsys, names, flag):
+    """`match --index Flat` with an SGR model once exited 0 with output identical to the run without it."""
+    folder, features, _, models = world
+    args = [arg for name in names for arg in ("--model", str(models[name]))]
+    output = tmp_path / "r.jsonl"
+    err = fails(capsys, "match", *args, str(features), str(tmp_path / "absent.jsonl"), "--index", flag, "-o",
+                str(output))          # the captions file is never opened: the refusal comes first
+    assert err.strip().splitlines() == [
+        f"vltools: error: --index {flag}: {models[names[0]]} holds a cross-attention model ({names[0]}), whose "
+        "similarities are not dot products of separate image and caption embeddings, so no index can search them; "
+        f"add --rerank K --first-stage VSE.pt (the index searches the separable first stage, {names[0]} rescores its "
+        "K candidates per query) or drop --index"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_index_that_would_go_unused_is_refused_for_separable_models_and_scored_matrices(world, tmp_path, capsys):
+    folder, features, captions, models = world
+    err = fails(capsys, "match", "--model", str(models["vse"]), str(features), str(captions), "--index", "Flat")
+    assert "--index Flat: without --rerank every pair is scored exactly and the index would go unused" in err
+    assert "--rerank K --first-stage CKPT" in err and "`vltools encode`" in err
+    run("match", "--model", str(models["vse"]), str(features), str(captions), "--sims", str(tmp_path / "s.h5"),
+        "-o", str(tmp_path / "r.jsonl"))
+    err = fails(capsys, "match", str(tmp_path / "s.h5"), str(tmp_path / "s.h5"), "--index", "Flat")
+    assert "--index Flat: the similarity matrices are already scored" in err
