@@ -207,7 +207,7 @@ def test_a_split_with_no_captions_names_match_own_option(world, capsys):
     ("a red circle left of a blue square", "0.0% (0 of 48)", None),
     ("a cat and a rocket", "60.0% (18 of 30)",
      "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
-     "<unk>, so its scores of these captions probably mean little; use a model trained on captions like these"),
+     "<unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
 ])
 def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
         world, tmp_path, monkeypatch, caption, info, warning):

@@ -79,7 +79,7 @@ def test_coverage_counts_the_encoded_words_outside_the_vocabulary():
     ({"cat": 1}, "5.0% (1 of 20)", None),
     ({"cat": 1, "rocket": 3, "moon": 2, "spaceship": 1}, "35.0% (7 of 20)",
      "35% of the caption words are outside the vocabulary of sgr.pt (e.g. 'rocket', 'moon', 'cat'): it reads each "
-     "as <unk>, so its scores of these captions probably mean little; use a model trained on captions like these"),
+     "as <unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
 ])
 def test_coverage_report_is_one_info_line_and_a_warning_above_5_percent(monkeypatch, unknown, info, warning):
     lines = {"info": [], "warning": []}

@@ -55,8 +55,8 @@ class Coverage:
         if self.share() > UNKNOWN_WARNING:
             examples = ", ".join(repr(word) for word, _ in self.unknown.most_common(3))
             log.warning("%.0f%% of the caption words are outside the vocabulary of %s (e.g. %s): it reads each as "
-                        "<unk>, so its scores of these captions probably mean little; use a model trained on captions "
-                        "like these", 100 * self.share(), model, examples)
+                        "<unk>, so its scores of these captions probably mean little; use a model trained with "
+                        "captions like these", 100 * self.share(), model, examples)
 
 
 class Vocabulary:
