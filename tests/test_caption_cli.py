@@ -21,6 +21,7 @@ from vltools.errors import VLToolsError
 from vltools.infer.loader import load_model
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
 from vltools.io.records import read_records, write_records
 from vltools.text.captions import decode
 
@@ -32,7 +33,7 @@ def world(tmp_path_factory):
     folder = tmp_path_factory.mktemp("captionworld")
     features, captions = make_caption_world(folder)
     return folder, features, captions, save_captioner(folder / "aa.pt", AA, captions), \
-        save_captioner(folder / "nt.pt", NT, captions)
+        save_captioner(folder / "nt.pt", NT, captions, seed=2)    # seed 0 ends every caption at once
 
 
 def run(*args) -> list[dict]:
@@ -243,3 +244,54 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert not partial.exists()
     resumed = [json.loads(line) for line in output.read_text().splitlines()]
     assert resumed == run(*args) and len(resumed) == 40
+
+
+def mute_captioner(source, path):
+    """A copy of a captioner checkpoint whose decoder always says <end> first: every caption comes out empty."""
+    payload = load_checkpoint(source)
+    state = dict(payload["state_dict"])
+    bias = state["decoder.output.bias"].clone()
+    bias[payload["vocab"].index("<end>")] = 1e4
+    state["decoder.output.bias"] = bias
+    save_checkpoint(path, payload["model"], payload["config"], state, vocab=payload["vocab"],
+                    train_state=payload["train_state"])
+    return path
+
+
+@pytest.mark.parametrize("to_stdout", [False, True])
+def test_all_captions_empty_is_one_line_exit_1_and_writes_nothing(world, tmp_path, capsys, to_stdout):
+    """`caption` once said `wrote 6 captions (beam 3)` when every caption was the empty string."""
+    folder, features, captions, aa, _ = world
+    mute = mute_captioner(aa, tmp_path / "mute.pt")
+    output = tmp_path / "caps.jsonl"
+    args = ["caption", "--model", mute, features, "--batch-size", "7", *([] if to_stdout else ["-o", output])]
+    with pytest.raises(SystemExit) as exc:
+        main(["--quiet", *map(str, args)])
+    captured = capsys.readouterr()
+    assert exc.value.code == 1 and captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        f"vltools: error: {mute}: all 30 captions it wrote are empty (decoding ended at the first word), so nothing "
+        "was written; check that the checkpoint is trained and that the features come from the extractor it was "
+        "trained on"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mute.pt"]     # neither OUT nor OUT.partial
+
+
+def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monkeypatch):
+    folder, features, captions, aa, _ = world
+    real = caption_cli.caption_batches
+
+    def blanking(*args, **kwargs):      # the first `blank` of the 30 images get an empty caption
+        for ids, texts in real(*args, **kwargs):
+            yield ids, ["" if int(i[3:]) < blank else text for i, text in zip(ids, texts, strict=True)]
+
+    monkeypatch.setattr(caption_cli, "caption_batches", blanking)
+    warnings: list[str] = []
+    monkeypatch.setattr(log, "warning", lambda message, *args: warnings.append(message % args))
+    for blank, warned in [(3, False), (4, True)]:
+        warnings.clear()
+        main(["--quiet", "caption", "--model", str(aa), str(features), "--beam", "1"])
+        out = capsys.readouterr().out
+        assert sum(json.loads(line)["caption"] == "" for line in out.splitlines()) == blank
+        expected = ["4 of the 30 captions (13%) are empty (decoding ended at the first word): the checkpoint may be "
+                    "undertrained, or the features unlike those it was trained on"] if warned else []
+        assert warnings == expected

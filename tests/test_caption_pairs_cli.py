@@ -159,3 +159,24 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(trained, tmp_pa
     assert not partial.exists()
     resumed = [json.loads(line) for line in output.read_text().splitlines()]
     assert resumed == run(*map(str, args[1:])) and len(resumed) == 48
+
+
+def test_all_descriptions_empty_is_one_line_exit_1_and_writes_nothing(trained, tmp_path, capsys, monkeypatch):
+    world, model = trained
+    real = caption_cli.describe_batches
+
+    def mute(*args, **kwargs):
+        for texts in real(*args, **kwargs):
+            yield ["" for _ in texts]
+
+    monkeypatch.setattr(caption_cli, "describe_batches", mute)
+    out = tmp_path / "d.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        main(["--quiet", "caption", "--pairs", str(world["pairs"]), "--model", str(model), str(world["features"]),
+              "--split", "val", "-o", str(out)])
+    assert exc.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"vltools: error: {model}: all 3 pair descriptions it wrote are empty (decoding ended at the first word), so "
+        "nothing was written; check that the checkpoint is trained and that the features come from the extractor it "
+        "was trained on"]
+    assert list(tmp_path.iterdir()) == []

@@ -380,8 +380,8 @@ def test_bottom_up_without_weights_names_the_fetch_script_in_one_line(photos, tm
     monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
     assert _vltools("extract-regions", photos, "--regions", "bottom-up", "-o", tmp_path / "f.h5") == 1
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "--detector-weights bottom-up: neither a file nor a model" in lines[0]
-    assert "bin/fetch_bottom_up_weights.sh" in lines[0] and not (tmp_path / "f.h5").exists()
+    assert len(lines) == 1 and "--detector-weights bottom-up: neither a checkpoint file nor a model" in lines[0]
+    assert "run `bin/fetch_bottom_up_weights.sh` in" in lines[0] and not (tmp_path / "f.h5").exists()
 
 
 def test_bottom_up_adaptive_k_with_vocabularies(photos, tmp_path):

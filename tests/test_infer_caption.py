@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.infer.caption import caption_batches, check_features, logp_matrix
+from vltools.infer.caption import caption_batches, check_captions, check_features, logp_matrix
 from vltools.infer.loader import load_model
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.progress import log
 from vltools.models import build_model
 from vltools.text.vocab import SPECIALS
 
@@ -173,3 +174,20 @@ def test_logp_matrix_equals_each_caption_scored_alone_by_teacher_forcing(world, 
                 direct = sum(float(out[s, tokens[s + 1]]) for s in range(len(tokens) - 1))
                 assert logp[t, j] == pytest.approx(direct, abs=1e-4)
     assert (logp < 0).all() and len(np.unique(logp)) == 9
+
+
+def test_all_empty_captions_are_refused_naming_the_model_and_more_than_a_tenth_warned(monkeypatch):
+    records = [{"image_id": f"im{i}", "caption": "a red dog"} for i in range(20)]
+    with pytest.raises(VLToolsError, match=r"^aa.pt: all 3 captions it wrote are empty \(decoding ended at the "):
+        check_captions([{"image_id": i, "caption": text} for i, text in enumerate(["", " ", ""])], "aa.pt")
+    with pytest.raises(VLToolsError, match="^l2c.pt: all 1 pair descriptions it wrote are empty"):
+        check_captions([{"pair_id": "p", "caption": ""}], "l2c.pt", "pair descriptions")
+    warnings: list[str] = []
+    monkeypatch.setattr(log, "warning", lambda message, *args: warnings.append(message % args))
+    check_captions([{**r, "caption": ""} if n < 2 else r for n, r in enumerate(records)], "aa.pt")
+    assert warnings == []                                             # 2 of 20: 10%, not more
+    check_captions([{**r, "caption": ""} if n < 3 else r for n, r in enumerate(records)], "aa.pt")
+    check_captions([], "aa.pt")
+    assert warnings == [
+        "3 of the 20 captions (15%) are empty (decoding ended at the first word): the checkpoint may be undertrained, "
+        "or the features unlike those it was trained on"]

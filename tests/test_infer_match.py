@@ -8,7 +8,7 @@ from matching_helpers import make_world, save_tiny
 
 from vltools.errors import VLToolsError
 from vltools.infer.loader import load_model
-from vltools.infer.match import Search, input_kind, match_features, match_files
+from vltools.infer.match import Search, check_index, input_kind, match_features, match_files
 from vltools.io.embeddings import write_embeddings
 from vltools.io.sims import write_sims
 
@@ -59,3 +59,20 @@ def test_two_image_sets_rank_images_for_images_without_the_query(tmp_path):
     for query, record in zip(ids[:3], records, strict=True):
         assert record["direction"] == "i2i" and query not in record["ids"] and len(record["ids"]) == 5
     np.testing.assert_allclose(found.sims, emb[:3] @ emb.T, rtol=1e-6)
+
+
+def test_an_index_is_kept_only_where_it_searches_embeddings(world, tmp_path):
+    folder, features, captions, vse = world
+    sgr = load_model(save_tiny(tmp_path / "sgr.pt", "sgr"))
+    for kind, models, rerank_k in [("embeddings", [], None), ("features", [sgr], 5), ("features", [vse], 5)]:
+        check_index(kind, "IVF16,Flat", models, rerank_k)            # searched: the embeddings, the first stage
+    for kind, models in [("features", [sgr]), ("features", [vse]), ("features", [vse, sgr]), ("sims", [])]:
+        check_index(kind, "exact", models)
+    with pytest.raises(VLToolsError, match=r"^--index Flat: .*sgr.pt holds a cross-attention model \(sgr\)"):
+        check_index("features", "Flat", [vse, sgr])
+    with pytest.raises(VLToolsError, match="^--index Flat: without --rerank every pair is scored exactly"):
+        check_index("features", "Flat", [vse])
+    with pytest.raises(VLToolsError, match="^--index Flat: the similarity matrices are already scored"):
+        check_index("sims", "Flat")
+    with pytest.raises(VLToolsError, match="cross-attention"):
+        match_files(features, captions, [sgr], search_options=Search(index="Flat"))

@@ -83,3 +83,26 @@ def test_resume_needs_an_output_file():
     with pytest.raises(VLToolsError, match="--resume needs -o PATH"):
         runner.check_output(None, True)
     runner.check_output(None, False)
+
+
+@pytest.mark.parametrize("to_file", [True, False])
+def test_a_check_that_refuses_the_records_leaves_nothing_not_even_the_partial(tmp_path, capsys, to_file):
+    """Results refused as a whole (caption: all empty) are not worth resuming: no OUT, no OUT.partial."""
+    out = str(tmp_path / "caps.jsonl") if to_file else None
+    seen: list[list[dict]] = []
+
+    def refuse(records):
+        seen.append(records)
+        raise VLToolsError("refused")
+
+    with pytest.raises(VLToolsError, match="refused"), \
+            runner.records_writer(out, "image_id", False, {}, {}) as writer:
+        runner.run("caption", IDS, writer, captions)
+        writer.finish(list(reversed(IDS)), refuse)
+    assert seen == [[{"image_id": i, "caption": i[::-1]} for i in reversed(IDS)]]
+    assert list(tmp_path.iterdir()) == [] and capsys.readouterr().out == ""
+    with runner.records_writer(out, "image_id", False, {}, {}) as writer:      # a check that passes writes all
+        runner.run("caption", IDS, writer, captions)
+        assert writer.finish(IDS, seen.append) == len(IDS)
+    written = (tmp_path / "caps.jsonl").read_text() if to_file else capsys.readouterr().out
+    assert [json.loads(line)["image_id"] for line in written.splitlines()] == IDS

@@ -59,3 +59,13 @@ def test_a_failure_discards_a_partial_file_with_no_finished_record(tmp_path):
     assert PartialRecords(out, "image_id", True, {"--beam": 3}).done == {"a": {"image_id": "a", "caption": "x"}}
     (tmp_path / "o.jsonl.partial").write_text('{"resume_state": {"opt')    # killed before any record
     assert PartialRecords(out, "image_id", False).done == {}
+
+
+def test_remove_drops_the_file_with_its_finished_records_and_a_failure_then_keeps_nothing(tmp_path):
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(VLToolsError, match="refused"), PartialRecords(out, "image_id", resume=False) as partial:
+        partial.add([{"image_id": "a", "caption": ""}])
+        partial.remove()
+        raise VLToolsError("refused")
+    assert partial.done == {} and list(tmp_path.iterdir()) == []
+    assert PartialRecords(out, "image_id", resume=False).done == {}      # no leftover blocks the next run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ import torch
 from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 
-from vltools.cli import cli
+from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.progress import log
 from vltools.io.records import read_records, write_records
 from vltools.io.sims import read_sims
 from vltools.models import model_from_checkpoint
@@ -34,9 +36,11 @@ def world(tmp_path_factory):
 
 
 def run(*args: str) -> str:
+    """Standard output of a successful run (the world's captions hold a word outside the vocabulary, 'unseen', often
+    enough for match's warning on standard error)."""
     result = CliRunner().invoke(cli, ["--quiet", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def direct_sims(checkpoint, features, captions) -> tuple[np.ndarray, list[str], list[str]]:
@@ -227,3 +231,54 @@ def test_features_with_another_region_count_fail_in_one_line_naming_the_options_
         f"{models['sgr']} was built for num_regions=4; extract them again with --image-size 64 (a 2 x 2 grid at "
         "stride 32) or --regions bottom-up --num-regions 4, or train a model on these features"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.h5"]
+
+
+@pytest.mark.parametrize("caption, info, warning", [
+    ("a red circle left of a blue square", "0.0% (0 of 48)", None),
+    ("a cat and a rocket", "60.0% (18 of 30)",
+     "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
+     "<unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+])
+def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
+        world, tmp_path, monkeypatch, caption, info, warning):
+    """Captions about cats and rockets matched against a model of shapes once said only `matched 6 images x 6
+    captions`."""
+    folder, features, _, models = world
+    captions = tmp_path / "own.jsonl"
+    write_records(captions, [{"image_id": f"img{i}", "caption": caption} for i in range(6)])
+    said = []
+    for level in (logging.INFO, logging.WARNING):
+        monkeypatch.setattr(log, logging.getLevelName(level).lower(),
+                            lambda message, *args, level=level: said.append((level, message % args)))
+    main(["match", "--model", str(models["sgr"]), str(features), str(captions), "-o", str(tmp_path / "r.jsonl")])
+    assert [line for line in said if "vocabulary" in line[1]] == [
+        (logging.INFO, f"caption words outside the vocabulary of sgr.pt: {info}"),
+        *([(logging.WARNING, warning)] if warning else [])]
+    assert said[-1] == (logging.INFO, "matched 6 images x 6 captions with sgr")
+
+
+@pytest.mark.parametrize("names, flag", [(["sgr"], "Flat"), (["saf"], "IVF1024,Flat"), (["sgr", "saf"], "Flat")])
+def test_an_index_with_a_cross_attention_model_is_refused_before_any_work(world, tmp_path, capsys, names, flag):
+    """`match --index Flat` with an SGR model once exited 0 with output identical to the run without it."""
+    folder, features, _, models = world
+    args = [arg for name in names for arg in ("--model", str(models[name]))]
+    output = tmp_path / "r.jsonl"
+    err = fails(capsys, "match", *args, str(features), str(tmp_path / "absent.jsonl"), "--index", flag, "-o",
+                str(output))          # the captions file is never opened: the refusal comes first
+    assert err.strip().splitlines() == [
+        f"vltools: error: --index {flag}: {models[names[0]]} holds a cross-attention model ({names[0]}), whose "
+        "similarities are not dot products of separate image and caption embeddings, so no index can search them; "
+        f"add --rerank K --first-stage VSE.pt (the index searches the separable first stage, {names[0]} rescores its "
+        "K candidates per query) or drop --index"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_index_that_would_go_unused_is_refused_for_separable_models_and_scored_matrices(world, tmp_path, capsys):
+    folder, features, captions, models = world
+    err = fails(capsys, "match", "--model", str(models["vse"]), str(features), str(captions), "--index", "Flat")
+    assert "--index Flat: without --rerank every pair is scored exactly and the index would go unused" in err
+    assert "--rerank K --first-stage CKPT" in err and "`vltools encode`" in err
+    run("match", "--model", str(models["vse"]), str(features), str(captions), "--sims", str(tmp_path / "s.h5"),
+        "-o", str(tmp_path / "r.jsonl"))
+    err = fails(capsys, "match", str(tmp_path / "s.h5"), str(tmp_path / "s.h5"), "--index", "Flat")
+    assert "--index Flat: the similarity matrices are already scored" in err

@@ -78,3 +78,35 @@ def test_a_store_index_of_wrong_types_is_one_line_in_list_and_remove(tmp_path, m
             f"vltools: error: {index}: the model store's index entry 'x': \"members\" must be a non-empty list of "
             f"checkpoint paths, found [1, null]; fix that entry, or delete {index} and add the models again with "
             "`vltools models add`"]
+
+
+def test_available_lists_every_released_model_with_size_command_and_whether_the_store_holds_it(world):
+    """A new user once learnt what a released model costs and needs only by running its script."""
+    folder, _, _, models = world
+    run("models", "add", "sgr-f30k", str(models["sgr"]))
+    lines = run("models", "available").splitlines()
+    rows = {line.split()[0]: line for line in lines[1:10]}
+    assert lines[0].split()[:3] == ["NAME", "DOWNLOAD", "COMMAND"]
+    assert sorted(rows) == sorted(["sgraf", "sgraf-f30k", "sgr-f30k", "saf-f30k", "sgraf-coco", "sgr-coco",
+                                   "saf-coco", "bottom-up-k36", "bottom-up"])
+    for name, command, size in [("sgr-f30k", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
+                                ("saf-coco", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
+                                ("bottom-up-k36", "bin/fetch_bottom_up_weights.sh --fixed36", "about 260 MB"),
+                                ("bottom-up", "bin/fetch_bottom_up_weights.sh ", "about 260 MB")]:
+        assert f" {size}  {command}" in rows[name], rows[name]
+    assert " yes " in rows["sgr-f30k"] and " no " in rows["saf-f30k"]
+    text = "\n".join(lines)
+    for source in ("https://drive.google.com/file/d/1OBRIn1-Et49TDu8rk0wgP0wKXlYRk4Uj/view",
+                   "https://drive.google.com/file/d/1SpuORBkTte_LqOboTgbYRN5zXhn4M7ag/view",
+                   "vocab/f30k_precomp_vocab.json of https://github.com/Paranioar/SGRAF",
+                   "bua-caffe-frcn-r101-k36.pth", "bua-caffe-frcn-r101-k10-100.pth"):
+        assert source in text
+    assert text.count("  needs:  ") == 4
+
+
+def test_a_released_name_not_fetched_yet_says_its_command_in_match(world, capsys):
+    folder, features, captions, models = world
+    err = fails(capsys, "match", "--model", "sgraf-coco", str(features), str(captions))
+    assert err.strip().splitlines() == [err.strip()]
+    assert "--model sgraf-coco: neither a checkpoint file nor a model in the store" in err
+    assert "run `bin/fetch_sgraf_models.sh --only coco` in the vltools source tree" in err

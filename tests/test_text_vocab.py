@@ -1,11 +1,12 @@
 import json
+from collections import Counter
 
 import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.progress import log as vltools_log
 from vltools.text.tokenize import tokenize
-from vltools.text.vocab import MAX_CAPTION_TOKENS, MAX_TOKENS_VARIABLE, Vocabulary
+from vltools.text.vocab import MAX_CAPTION_TOKENS, MAX_TOKENS_VARIABLE, Coverage, Vocabulary
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -59,3 +60,31 @@ def test_encode_with_another_tokenizer_and_a_length_cut():
     vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "dogs", "run"])
     assert vocab.encode("Dog's run fast", tokenizer=str.split, max_tokens=2) == [1, 3, 5, 2]
     assert vocab.encode("dogs run", max_tokens=1) == [1, 4, 2]
+
+
+def test_coverage_counts_the_encoded_words_outside_the_vocabulary():
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "a", "red", "dog"])
+    coverage = Coverage()
+    assert vocab.encode_all(["a red cat", "a rocket and a cat", "a red dog"], coverage=coverage) == \
+        [[1, 4, 5, 3, 2], [1, 4, 3, 3, 4, 3, 2], [1, 4, 5, 6, 2]]
+    assert coverage.words == 11 and dict(coverage.unknown) == {"cat": 2, "rocket": 1, "and": 1}
+    assert coverage.share() == pytest.approx(4 / 11)
+    vocab.encode("a cat", max_tokens=1, coverage=coverage)     # only the words kept count
+    assert coverage.words == 12 and coverage.unknown["cat"] == 2
+    assert Coverage().share() == 0.0
+    assert vocab.encode_all(["a cat"]) == [[1, 4, 3, 2]]      # without a Coverage nothing is counted
+
+
+@pytest.mark.parametrize("unknown, info, warning", [
+    ({"cat": 1}, "5.0% (1 of 20)", None),
+    ({"cat": 1, "rocket": 3, "moon": 2, "spaceship": 1}, "35.0% (7 of 20)",
+     "35% of the caption words are outside the vocabulary of sgr.pt (e.g. 'rocket', 'moon', 'cat'): it reads each "
+     "as <unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+])
+def test_coverage_report_is_one_info_line_and_a_warning_above_5_percent(monkeypatch, unknown, info, warning):
+    lines = {"info": [], "warning": []}
+    for level in lines:
+        monkeypatch.setattr(vltools_log, level, lambda message, *args, level=level: lines[level].append(message % args))
+    Coverage(20, Counter(unknown)).report("sgr.pt")
+    assert lines["info"] == [f"caption words outside the vocabulary of sgr.pt: {info}"]
+    assert lines["warning"] == ([warning] if warning else [])

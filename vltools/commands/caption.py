@@ -78,6 +78,8 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     With --pairs PAIRS.jsonl and an l2c checkpoint, describe the differences of each pair of PAIRS [--split]
     (FEATURES from segment-pool): one {"pair_id", "caption"} line per pair, in input order (beam search).
     """
+    from vltools.infer.caption import check_captions  # the inference layer loads only when the stage runs
+
     if pairs_path is not None:
         if captions is not None or logp or sample:
             raise click.UsageError("--pairs describes pairs by beam search: give no CAPTIONS, --logp or --sample")
@@ -122,13 +124,15 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
                             {"--model": model_path, "FEATURES": features}) as writer:
             runner.run("caption", image_ids, writer, produce, "captions")
-            written = writer.finish(image_ids)
+            written = writer.finish(image_ids, lambda records: check_captions(records, model_path))
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
 
 
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
               max_len: int | None, batch_size: int, device: str, resume: bool, shard: str | None) -> None:
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
+    from vltools.infer.caption import check_captions
+
     loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)
     check_map_features(features, pairs.image_ids, pairs_path, loaded.config.get("feature_dim"), model_path)
@@ -155,5 +159,5 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
 
     with records_writer(output, "pair_id", resume, options, inputs) as writer:
         runner.run("caption --pairs", order, writer, produce, "pairs")
-        written = writer.finish(order)
+        written = writer.finish(order, lambda records: check_captions(records, model_path, "pair descriptions"))
     log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)

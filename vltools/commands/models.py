@@ -6,6 +6,7 @@ import click
 
 from vltools.io.model_store import add_model, read_index, remove_model, store_dir
 from vltools.io.progress import log
+from vltools.io.released import RELEASED
 
 
 @click.group("models")
@@ -23,6 +24,22 @@ def list_command() -> None:
     log.info("model store: %s (%d models)", store_dir(), len(entries))
     for name in sorted(entries):
         click.echo(f"{name}\t{' + '.join(entries[name]['members'])}")
+
+
+@command.command("available")
+def available_command() -> None:
+    """The released models vltools fetches, converts and registers, on standard output: one line per model (its
+    name, download size, the command that gets it (run in the vltools source tree), whether the store holds it,
+    the option that takes it, what it is), then each command's sources and what else it needs."""
+    entries = read_index()
+    rows = [("NAME", "DOWNLOAD", "COMMAND (in the vltools source tree)", "STORED", "OPTION", "WHAT")]
+    rows += [(m.name, m.download.size(), m.download.command, "yes" if m.name in entries else "no", m.option, m.what)
+             for m in RELEASED.values()]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]))
+    for download in dict.fromkeys(m.download for m in RELEASED.values()):
+        click.echo(f"\n{download.command}\n  source: {download.source}\n  needs:  {download.needs}")
 
 
 @command.command("add")

@@ -31,7 +31,7 @@ from vltools.infer.extract import RunOptions
 from vltools.infer.loader import load_model
 from vltools.io.checkpoints import content_digest
 from vltools.io.features import BOTTOM_UP
-from vltools.io.model_store import read_index, resolve_models, store_dir
+from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.sources import read_class_names
@@ -46,12 +46,7 @@ INDEX_FIELDS = ("labels", "attributes")
 
 def resolve_detector(value: str) -> Path:
     """The checkpoint of `--detector-weights`: a file, or a model-store name of one checkpoint."""
-    path = Path(value)
-    if not path.exists() and value not in read_index():
-        raise VLToolsError(f"--detector-weights {value}: neither a file nor a model in the store {store_dir()}; run "
-                           "bin/fetch_bottom_up_weights.sh (it converts the released weights and registers them as "
-                           "'bottom-up'), or give the file `vltools convert bottom-up-weights` wrote")
-    paths = resolve_models([value])
+    paths = resolve_models([value], "--detector-weights")
     if len(paths) != 1:
         raise VLToolsError(f"--detector-weights {value}: names {len(paths)} checkpoints in the model store; a "
                            "detector is one checkpoint")

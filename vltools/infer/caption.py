@@ -20,7 +20,7 @@ from vltools.decoding.search import beam_search, greedy, sample
 from vltools.errors import VLToolsError
 from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader
-from vltools.io.progress import progress
+from vltools.io.progress import log, progress
 from vltools.io.records import read_records
 from vltools.losses import sequence_logprob
 from vltools.models.captioners import Captioner
@@ -28,6 +28,7 @@ from vltools.text.captions import decode
 from vltools.text.vocab import Vocabulary
 
 CAPTIONERS = ("neuraltalk2", "adaptive-attention")
+EMPTY_WARNING = 0.10    # above this share of empty captions a run probably went wrong: warn
 
 
 def split_records(captions: str | os.PathLike, split: str | None) -> list[dict]:
@@ -100,6 +101,20 @@ def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader,
         else:
             raise ValueError(f"method must be beam, greedy or sample, not {method!r}")
         yield chunk, decode(vocab, out.tokens.cpu())
+
+
+def check_captions(records: Sequence[dict], model: object, what: str = "captions") -> None:
+    """Refuse a run whose every caption is empty (decoding ended at the first word: an untrained checkpoint, or
+    features unlike its training features), and warn when more than EMPTY_WARNING of them are empty."""
+    empty = sum(not str(record["caption"]).strip() for record in records)
+    if records and empty == len(records):
+        raise VLToolsError(f"{model}: all {len(records)} {what} it wrote are empty (decoding ended at the first word), "
+                           "so nothing was written; check that the checkpoint is trained and that the features come "
+                           "from the extractor it was trained on")
+    if empty > EMPTY_WARNING * len(records):
+        log.warning("%d of the %d %s (%.0f%%) are empty (decoding ended at the first word): the checkpoint may be "
+                    "undertrained, or the features unlike those it was trained on", empty, len(records), what,
+                    100 * empty / len(records))
 
 
 @torch.inference_mode()

@@ -29,6 +29,7 @@ from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.sims import average_sims, read_sims
+from vltools.text.vocab import Coverage
 
 PathLike = str | os.PathLike
 
@@ -89,7 +90,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     check_images(chosen, features, captions)
     for item in models:
         item.model.to(options.device)
-    tokens = models[0].tokenize(chosen.captions)
+    coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
+    tokens = models[0].vocab.encode_all(chosen.captions, coverage=coverage)
+    coverage.report(" + ".join(item.path.name for item in models))
     modules = [item.model for item in models]
     sims = None
     with FeaturesReader(features) as reader:
@@ -202,11 +205,32 @@ def input_kind(first: PathLike, with_models: bool, rerank_k: int | None = None) 
     return "features"
 
 
+def check_index(kind: str, index: str, models: Sequence[LoadedModel] = (), rerank_k: int | None = None) -> None:
+    """Refuse an `index` other than exact where it would go unused: it searches separable embeddings (two files of
+    `encode`, or the first stage of --rerank), so scored matrices and every pair scored by --model ignore it."""
+    if index == EXACT or kind == "embeddings" or (kind == "features" and rerank_k is not None):
+        return
+    if kind == "sims":
+        raise VLToolsError(f"--index {index}: the similarity matrices are already scored, so there is nothing to "
+                           "search; --index searches the embeddings of `vltools encode` or a --first-stage model")
+    for item in models:
+        if not getattr(item.model, "separable", False):
+            raise VLToolsError(f"--index {index}: {item.path} holds a cross-attention model ({item.name}), whose "
+                               "similarities are not dot products of separate image and caption embeddings, so no "
+                               "index can search them; add "
+                               "--rerank K --first-stage VSE.pt (the index searches the separable first stage, "
+                               f"{item.name} rescores its K candidates per query) or drop --index")
+    raise VLToolsError(f"--index {index}: without --rerank every pair is scored exactly and the index would go unused; "
+                       "search an index with --rerank K --first-stage CKPT, or `vltools encode` the images and the "
+                       "captions and match the two embeddings files with --index")
+
+
 def match_files(first: PathLike, second: PathLike, models: Sequence[LoadedModel] = (), split: str | None = None,
                 search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
                 first_stage: LoadedModel | None = None) -> Matches:
     """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models)."""
     kind = input_kind(first, bool(models), rerank_k)
+    check_index(kind, (search_options or Search()).index, models, rerank_k)
     if kind == "sims":
         return match_sims(first, second, (search_options or Search()).top_k)
     if kind == "embeddings":

@@ -93,8 +93,17 @@ class RecordsWriter:
         if self.partial is not None:
             self.partial.discard()
 
-    def finish(self, order: Sequence[str]) -> int:
-        """Write OUT (or standard output) with the records of `order`, in that order."""
+    def finish(self, order: Sequence[str], check: Callable[[list[dict]], None] | None = None) -> int:
+        """Write OUT (or standard output) with the records of `order`, in that order. `check` sees them first and
+        may refuse them (a VLToolsError): then nothing is written and OUT.partial goes too, since results refused
+        as a whole are not worth resuming."""
+        if check is not None:
+            try:
+                check([(self.partial.done if self.partial is not None else self.kept)[i] for i in order])
+            except VLToolsError:
+                if self.partial is not None:
+                    self.partial.remove()
+                raise
         if self.partial is not None:
             return self.partial.finish(order)
         return write_records(self.output, (self.kept[i] for i in order))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path
+from vltools.io.released import RELEASED, how_to_get
 from vltools.io.state import read_state
 
 ENV = "VLTOOLS_MODELS"
@@ -116,35 +117,31 @@ def remove_model(name: str) -> dict:
     return entry
 
 
-# how to get the models a new user asks for by name (one sentence, after the store's registered names)
-FETCH_HINT = ("the released SGRAF models (sgraf, sgraf-f30k, sgraf-coco, sgr-f30k, saf-f30k, sgr-coco, saf-coco) are "
-              "downloaded, converted and registered by bin/fetch_sgraf_models.sh of the vltools source tree (git "
-              "checkout or sdist); register your own checkpoints with `vltools models add NAME CKPT...`")
-
-
 def _names(entries: dict) -> str:
     return ", ".join(sorted(entries)) or "none (vltools models add NAME CKPT)"
 
 
-def resolve_models(values: Sequence[str]) -> list[Path]:
-    """Checkpoint paths for `--model` values: each a checkpoint file or a store name (all its members)."""
+def resolve_models(values: Sequence[str], option: str = "--model") -> list[Path]:
+    """Checkpoint paths for the values of `option`: each a checkpoint file or a store name (all its members); a
+    name the store does not hold is an error saying how to get it (vltools.io.released)."""
     paths: list[Path] = []
     entries: dict | None = None
     for value in values:
         path = Path(value)
         if path.is_dir():
-            raise VLToolsError(f"{value}: is a directory; give a checkpoint file or a model name from "
+            raise VLToolsError(f"{option} {value}: is a directory; give a checkpoint file or a model name from "
                                "`vltools models list`")
         if path.is_file():
             paths.append(path)
             continue
         entries = read_index() if entries is None else entries
         if value not in entries:
-            raise VLToolsError(f"{value}: neither a checkpoint file nor a model in the store {store_dir()} "
-                               f"(registered: {_names(entries)}); {FETCH_HINT}")
+            raise VLToolsError(f"{option} {value}: neither a checkpoint file nor a model in the store {store_dir()} "
+                               f"(registered: {_names(entries)}); {how_to_get(value, option)}")
         for member in entries[value]["members"]:
             if not Path(member).is_file():
+                again = f", or rerun `{RELEASED[value].download.command}`" if value in RELEASED else ""
                 raise VLToolsError(f"{member}: checkpoint of the stored model {value!r} is missing; put it back, or "
-                                   f"`vltools models remove {value}` and add it again")
+                                   f"`vltools models remove {value}` and add it again{again}")
             paths.append(Path(member))
     return paths

@@ -111,6 +111,11 @@ class PartialRecords:
         if not self.done:
             self.path.unlink(missing_ok=True)
 
+    def remove(self) -> None:
+        """Remove `OUT.partial` and forget its records, finished or not (results refused as a whole)."""
+        self.done.clear()
+        self.path.unlink(missing_ok=True)
+
     def finish(self, order: Sequence[str]) -> int:
         """Write OUT atomically with the records of `order` (all must be done), then drop OUT.partial."""
         count = write_records(self.output, (self.done[i] for i in order))

@@ -6,6 +6,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import VLToolsError
@@ -19,6 +20,9 @@ SPECIALS = (PAD, START, END, UNK)
 # with the environment variable VLTOOLS_MAX_CAPTION_TOKENS (0: no limit). README, Conventions.
 MAX_CAPTION_TOKENS = 100
 MAX_TOKENS_VARIABLE = "VLTOOLS_MAX_CAPTION_TOKENS"
+# above this share of caption words outside a model's vocabulary, its scores of those captions are mostly about
+# <unk> and say little about the words: warn
+UNKNOWN_WARNING = 0.05
 
 
 def max_caption_tokens() -> int | None:
@@ -29,6 +33,30 @@ def max_caption_tokens() -> int | None:
     if not text.isdigit():
         raise VLToolsError(f"{MAX_TOKENS_VARIABLE}={text!r}: give a whole number of words (0: no limit)")
     return int(text) or None
+
+
+@dataclass
+class Coverage:
+    """How many words of the captions encoded (`Vocabulary.encode(..., coverage=)`) the vocabulary lacks: each of
+    them reads as `<unk>`, so a model sees little of captions that are mostly such words."""
+
+    words: int = 0
+    unknown: Counter = field(default_factory=Counter)
+
+    def share(self) -> float:
+        """The share of encoded words outside the vocabulary (0 when nothing was encoded)."""
+        return sum(self.unknown.values()) / self.words if self.words else 0.0
+
+    def report(self, model: str) -> None:
+        """One info line with the share; above UNKNOWN_WARNING, one warning line with the three commonest words."""
+        missing = sum(self.unknown.values())
+        log.info("caption words outside the vocabulary of %s: %.1f%% (%d of %d)", model, 100 * self.share(),
+                 missing, self.words)
+        if self.share() > UNKNOWN_WARNING:
+            examples = ", ".join(repr(word) for word, _ in self.unknown.most_common(3))
+            log.warning("%.0f%% of the caption words are outside the vocabulary of %s (e.g. %s): it reads each as "
+                        "<unk>, so its scores of these captions probably mean little; use a model trained with "
+                        "captions like these", 100 * self.share(), model, examples)
 
 
 class Vocabulary:
@@ -60,20 +88,26 @@ class Vocabulary:
         return self.index.get(word, self.index[UNK])
 
     def encode(self, caption: str, max_tokens: int | None = None,
-               tokenizer: Callable[[str], list[str]] = tokenize) -> list[int]:
+               tokenizer: Callable[[str], list[str]] = tokenize, coverage: Coverage | None = None) -> list[int]:
         """Token ids of a caption wrapped in `<start> ... <end>`, its words (by `tokenizer`) cut to `max_tokens`
-        (default: `max_caption_tokens()`); `self.truncated` counts the captions cut."""
+        (default: `max_caption_tokens()`); `self.truncated` counts the captions cut, `coverage` (when given) the
+        words encoded and those outside the vocabulary."""
         words = tokenizer(caption)
         limit = max_tokens or max_caption_tokens()
         if limit is not None and len(words) > limit:
             words = words[:limit]
             self.truncated += 1
+        if coverage is not None:
+            coverage.words += len(words)
+            coverage.unknown.update(word for word in words if word not in self.index)
         return [self.index[START], *(self(w) for w in words), self.index[END]]
 
-    def encode_all(self, captions: Iterable[str], max_tokens: int | None = None) -> list[list[int]]:
-        """`encode` each caption; warn once, with the count, when some were cut to the word limit."""
+    def encode_all(self, captions: Iterable[str], max_tokens: int | None = None,
+                   coverage: Coverage | None = None) -> list[list[int]]:
+        """`encode` each caption (counting into `coverage` when given); warn once, with the count, when some were
+        cut to the word limit."""
         before = self.truncated
-        encoded = [self.encode(caption, max_tokens) for caption in captions]
+        encoded = [self.encode(caption, max_tokens, coverage=coverage) for caption in captions]
         if self.truncated > before:
             limit = max_tokens or max_caption_tokens()
             log.warning("%d captions longer than %d words were cut to %d words (set %s to change the limit)",
