@@ -63,7 +63,7 @@ def test_own_photos_into_a_released_style_model(tmp_path):
     torch.manual_seed(0)
     sgr = build_model("sgr", SGR, len(SPECIALS) + len(words))
     save_checkpoint(tmp_path / "sgr.pt", "sgr", SGR, sgr.state_dict(), vocab=[*SPECIALS, *words],
-                    train_state={"inputs": {"feature_extractor": "bottom-up"}})
+                    train_state={"inputs": {"feature_extractor": "bottom-up"}}, schema=1)
     ranks = tmp_path / "ranks.jsonl"
     matched = vltools("match", "--model", tmp_path / "sgr.pt", features, captions, "-o", ranks)
     assert "trained on" not in matched.stderr.decode()  # the same extractor: no warning

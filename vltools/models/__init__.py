@@ -14,7 +14,9 @@ import math
 
 from torch import nn
 
+from vltools import __version__
 from vltools.errors import VLToolsError, first_line
+from vltools.io.checkpoints import SCHEMA_KEY
 from vltools.models.bottom_up import BottomUpAttention
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
 from vltools.models.concepts import ConceptCNN, build_concept_cnn
@@ -99,6 +101,33 @@ def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
     return _model_class(name)(vocab_size=vocab_size, **full)
 
 
+def schema_version(name: str) -> int:
+    """The config schema version of model `name`, recorded in its checkpoints: 1 until one of its defaults changes
+    meaning, when the model's class raises its `SCHEMA` and names in `FORMER_DEFAULTS` each such setting, as
+    (the schema that changed it, the value a checkpoint of an older schema without the setting meant)."""
+    return int(getattr(_model_class(name), "SCHEMA", 1))
+
+
+def checkpoint_config(payload: dict, source: str = "checkpoint") -> dict:
+    """The config a loaded checkpoint meant: a setting it lacks whose default changed meaning since its schema
+    (no schema recorded: 1) is read with the meaning it had then, never with today's default; a schema newer
+    than this vltools knows is refused, since what its settings mean cannot be known here."""
+    name, config = payload["model"], dict(payload["config"])
+    schema, current = payload.get(SCHEMA_KEY, 1), schema_version(name)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise VLToolsError(f"{source}: checkpoint's config schema {schema!r} is not a version; copy or train it "
+                           "again")
+    if schema > current:
+        version = (payload.get("provenance") or {}).get("vltools_version")
+        written = f"vltools {version}" if version else "a later vltools"
+        raise VLToolsError(f"{source}: model {name!r} was saved with config schema {schema} by {written}; "
+                           f"this vltools {__version__} reads its schema {current} at most: upgrade vltools")
+    for key, (since, meant) in getattr(_model_class(name), "FORMER_DEFAULTS", {}).items():
+        if key not in config and schema < since:
+            config[key] = meant
+    return config
+
+
 def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Module:
     """The model stored in a loaded vltools checkpoint (see vltools.io.checkpoints), in eval mode; `source`
     (the file) names it in errors."""
@@ -106,8 +135,9 @@ def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Modul
     if not vocab and payload.get("model") not in NO_VOCABULARY:
         raise VLToolsError(f"{source}: checkpoint of model {payload.get('model')!r} has no vocabulary; "
                            "it must be saved with the word list its text encoder was trained on")
-    check_model_config(payload["model"], payload["config"], f"{source}: its config's model")
-    model = build_model(payload["model"], payload["config"], len(vocab))
+    config = checkpoint_config(payload, source)
+    check_model_config(payload["model"], config, f"{source}: its config's model")
+    model = build_model(payload["model"], config, len(vocab))
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:
