@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -258,3 +260,46 @@ def test_other_files_are_one_line_naming_the_file_and_the_accepted_kinds(tmp_pat
         list_inputs([tmp_path / "imgs.tar.gz"])
     (tmp_path / "list.txt").write_text("\ufeffa.jpg\n", encoding="utf-8")  # a BOM is not part of the first name
     assert list_inputs([tmp_path / "list.txt"])[0].image_id == "a.jpg"
+
+
+@pytest.mark.parametrize(("name", "shown", "problem"), [
+    (b"tab\there.png", "tab\\there.png", "holds the control character '\\t'"),
+    (b"esc\x1b[2J.png", "esc\\x1b[2J.png", "holds the control character '\\x1b'"),
+    (b"\xff\xfe.png", "\\xff\\xfe.png", "is not UTF-8"),
+])
+def test_a_folder_file_whose_name_is_no_id_is_listed_escaped_and_fails_like_a_corrupt_image(tmp_path, name, shown,
+                                                                                           problem):
+    """One badly named file among many is skipped, counted and recorded (fatal with --strict), not a traceback."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "good.png")
+    shutil.copy(tmp_path / "good.png", os.path.join(os.fsencode(tmp_path), name))
+    items = list_inputs([tmp_path])
+    assert [item.image_id for item in items] == sorted([shown, "good.png"])
+    bad = next(item for item in items if item.image_id == shown)
+    assert bad.path == tmp_path  # messages name the folder and the escaped id, on one line
+    with pytest.raises(BadImage, match=rf"^its name {re.escape(problem)}, which an id cannot: rename it$"):
+        load_rgb(bad)
+    failures = [sample.get("error") for sample in ImageDataset(items, "shorter", 8)]
+    assert sum(error is not None for error in failures) == 1
+
+
+def test_a_named_image_file_or_a_list_line_that_is_no_id_is_refused_in_one_line(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "good.png")
+    bad = os.path.join(os.fsencode(tmp_path), b"\xff\xfe.png")
+    shutil.copy(tmp_path / "good.png", bad)
+    with pytest.raises(VLToolsError, match=r"\\xff\\xfe.png: image name '\\\\xff\\\\xfe.png' is not UTF-8, which an "
+                                           r"id cannot; rename the file$"):
+        list_inputs([os.fsdecode(bad)])
+    (tmp_path / "list.txt").write_bytes(b"good.png\nbidi\xe2\x80\xaegnp.exe\n")
+    with pytest.raises(VLToolsError, match=r"list.txt: line 2: image name 'bidi\\\\u202egnp.exe' holds the "
+                                           r"bidirectional control U\+202E, which an id cannot; rename the file$"):
+        list_inputs([tmp_path / "list.txt"])
+
+
+def test_a_tar_member_whose_name_is_no_id_fails_like_a_corrupt_image(tmp_path):
+    photo = (PHOTOS / "china.jpg").read_bytes()
+    archive = _tar(tmp_path / "shard.tar", {"ok.jpg": photo, "two\nlines.jpg": photo})
+    items = list_inputs([archive])
+    assert [item.image_id for item in items] == ["ok.jpg", "two\\nlines.jpg"]
+    assert load_rgb(items[0])[1] == (427, 640)
+    with pytest.raises(BadImage, match=r"^its name holds the control character '\\n', which an id cannot"):
+        load_rgb(items[1])

@@ -22,6 +22,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vltools.errors import VLToolsError, input_error
+from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
 from vltools.vision.masks import load_mask
@@ -49,36 +50,60 @@ class TarMember:
 
 @dataclass(frozen=True)
 class ImageItem:
-    """One input image: its id (a string), its file (or the tar archive holding it, with `member`), and optional
-    boxes in original-image pixels."""
+    """One input image: its id (a string), its file (or the folder or tar archive holding it, with `member`), and
+    optional boxes in original-image pixels. `problem`: why an image found in a folder or a tar archive cannot be
+    used though it was listed (its name is no usable id, or its member overruns the archive); it then fails to
+    load like a corrupt image: skipped, counted and recorded, fatal with --strict."""
 
     image_id: str
     path: Path
     boxes: tuple[tuple[float, float, float, float], ...] | None = None
     member: TarMember | None = None
+    problem: str | None = None
 
 
 class BadImage(Exception):
     """An image that cannot be used; the message is the reason recorded in `/failed`."""
 
 
+def _contained_item(name: str, path: Path, container: Path, member: TarMember | None = None) -> ImageItem:
+    """The item of an image at `path` that the folder or tar archive `container` holds under `name`: a name that is
+    no usable id (vltools.io.ids) becomes its escaped form, the item names the container (messages stay on one
+    line) and fails to load."""
+    problem = id_problem(name)
+    if problem is None:
+        return ImageItem(name, path, member=member)
+    return ImageItem(escaped_id(name), container, member=member,
+                     problem=f"its name {problem}, which an id cannot: rename it")
+
+
 def _folder_items(folder: Path) -> list[ImageItem]:
     # broken or looping symlinks with an image extension are kept: they fail to load, and so are reported
-    # (recorded in /failed, or fatal with --strict) instead of silently missing
+    # (recorded in /failed, or fatal with --strict) instead of silently missing; so are files whose names are no ids
     files = [p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS
              and (p.is_file() or (p.is_symlink() and not p.exists()))]
-    items = [ImageItem(p.relative_to(folder).as_posix(), p) for p in files]
+    items = [_contained_item(p.relative_to(folder).as_posix(), p, folder) for p in files]
     return sorted(items, key=lambda item: item.image_id)
+
+
+def _named_id(name: str, path: object, where: str | None) -> str:
+    """`name`, an id the user gave (an image file's name, a line of a list), or a one-line error naming `path`
+    and `where` when it is no usable id (vltools.io.ids)."""
+    problem = id_problem(name)
+    if problem is not None:
+        raise input_error(path, where, f"image name {escaped_id(name)!r} {problem}, which an id cannot",
+                          "rename the file")
+    return name
 
 
 def _list_items(list_file: Path) -> list[ImageItem]:
     items = []
-    with open(list_file, encoding="utf-8-sig") as stream:
-        for line in stream:
+    with open(list_file, encoding="utf-8-sig", errors="surrogateescape") as stream:
+        for number, line in enumerate(stream, 1):
             name = line.strip()
             if name:
                 path = Path(name) if os.path.isabs(name) else list_file.parent / name
-                items.append(ImageItem(name, path))
+                items.append(ImageItem(_named_id(name, list_file, f"line {number}"), path))
     return items
 
 
@@ -105,8 +130,8 @@ def _tar_items(archive: Path) -> list[ImageItem]:
         try:
             for info in tar:
                 if info.isreg() and Path(info.name).suffix.lower() in IMAGE_EXTENSIONS:
-                    items.append(ImageItem(info.name, archive, member=TarMember(info.name, info.offset_data,
-                                                                                info.size)))
+                    member = TarMember(info.name, info.offset_data, info.size)
+                    items.append(_contained_item(info.name, archive, archive, member))
         except tarfile.ReadError as exc:  # a download cut short: its members so far are used, the cut one fails
             log.warning("%s: truncated tar archive (%s); the images after its last complete header are missing",
                         archive, exc)
@@ -147,7 +172,7 @@ def _file_items(path: Path) -> list[ImageItem]:
     `images` JSONL, a tar archive of images, or a text list of paths; anything else is a one-line error."""
     suffix = path.suffix.lower()
     if suffix in IMAGE_EXTENSIONS:
-        return [ImageItem(path.name, path)]
+        return [ImageItem(_named_id(path.name, escaped_id(str(path)), None), path)]
     if suffix in (".jsonl", ".json"):
         return _jsonl_items(path)
     head = _head(path)
@@ -160,7 +185,7 @@ def _file_items(path: Path) -> list[ImageItem]:
     if tarfile.is_tarfile(path):
         return _tar_items(path)
     if _is_image(path):
-        return [ImageItem(path.name, path)]
+        return [ImageItem(_named_id(path.name, escaped_id(str(path)), None), path)]
     raise input_error(path, None, "not an input vltools reads", f"give {ACCEPTED}")
 
 
@@ -248,6 +273,8 @@ def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
     full-resolution, upright image.
     Raises BadImage with the reason for anything unusable.
     """
+    if isinstance(source, ImageItem) and source.problem is not None:
+        raise BadImage(source.problem)
     if isinstance(source, ImageItem) and source.member is not None:
         data = _member_bytes(source)
         if len(data) < source.member.size:
