@@ -432,3 +432,10 @@ def test_files_whose_names_are_no_ids_are_skipped_and_recorded_escaped_or_stop_s
                     "-o", strict) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "which an id cannot: rename it" in err and not strict.exists()
+
+
+def test_a_pixel_limit_beyond_the_stated_maximum_is_a_usage_error(photos, tmp_path, capsys):
+    """--max-pixels 100000000000 was a MemoryError on the first large image."""
+    out = tmp_path / "f.h5"
+    assert _vltools("extract-regions", photos, *TINY, "--max-pixels", "100000000000", "-o", out) == 2
+    assert "100000000000 is not in the range 1<=x<=268435456" in capsys.readouterr().err and not out.exists()

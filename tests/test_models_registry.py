@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vltools import models
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint
 from vltools.models import build_model, checkpoint_config, default_config, model_from_checkpoint, schema_version
@@ -67,3 +68,25 @@ def test_a_schema_newer_than_this_vltools_or_not_a_version_is_refused_in_one_lin
         checkpoint_config(payload, "m.pt")
     with pytest.raises(VLToolsError, match=r"^m\.pt: checkpoint's config schema 'two' is not a version"):
         checkpoint_config({**payload, "schema": "two"}, "m.pt")
+
+
+def test_sizes_have_a_declared_maximum():
+    with pytest.raises(VLToolsError, match=r"^model.embed_size must be in \[1, 1048576\], not 1000000000000$"):
+        build_model("vse", {"embed_size": 10**12}, len(WORDS))
+    with pytest.raises(VLToolsError, match=r"^model.gcn_steps must be in \[0, 1048576\], not 1048577$"):
+        build_model("l2c", {"gcn_steps": 2**20 + 1}, len(WORDS))
+
+
+def test_a_model_larger_than_the_machines_memory_is_refused_before_it_is_built(monkeypatch):
+    # every size within its range, together 6.7 million million parameters: counted on the meta device, never built
+    with pytest.raises(VLToolsError, match=r"^model 'vse' with these settings has 6,704,082,190,336 parameters, "
+                                           r"24,974.7 GiB at 4 bytes each, more than this machine's .* GiB of memory; "
+                                           r"make its sizes smaller$"):
+        build_model("vse", {"embed_size": 2**20, "word_dim": 2**20}, 100_000)
+    tiny = build_model("l2c", TINY_L2C, len(WORDS))
+    count = sum(p.numel() for p in (*tiny.parameters(), *tiny.buffers()))
+    monkeypatch.setattr(models, "machine_memory", lambda: count * 4)
+    build_model("l2c", TINY_L2C, len(WORDS))  # exactly fits
+    monkeypatch.setattr(models, "machine_memory", lambda: count * 4 - 1)
+    with pytest.raises(VLToolsError, match=rf"^model 'l2c' with these settings has {count:,} parameters"):
+        build_model("l2c", TINY_L2C, len(WORDS))

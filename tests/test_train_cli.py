@@ -143,13 +143,14 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
 
 
 @pytest.mark.parametrize("model, setting, message", [
-    ("vse", "model.embed_size=-5", "model.embed_size must be in [1, inf), not -5"),
-    ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, inf), not 0"),
-    ("l2c", "model.num_nodes=0", "model.num_nodes must be in [1, inf), not 0"),
-    ("neuraltalk2", "model.hidden_size=0", "model.hidden_size must be in [1, inf), not 0"),
+    ("vse", "model.embed_size=-5", "model.embed_size must be in [1, 1048576], not -5"),
+    ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, 1048576], not 0"),
+    ("l2c", "model.num_nodes=0", "model.num_nodes must be in [1, 1048576], not 0"),
+    ("neuraltalk2", "model.hidden_size=0", "model.hidden_size must be in [1, 1048576], not 0"),
     ("saf", "model.lambda_softmax=0", "model.lambda_softmax must be in (0.0, inf), not 0.0"),
-    ("l2c", "model.gcn_steps=-1", "model.gcn_steps must be in [0, inf), not -1"),
+    ("l2c", "model.gcn_steps=-1", "model.gcn_steps must be in [0, 1048576], not -1"),
     ("sco", "model.sampling=1.5", "model.sampling must be in [0.0, 1.0], not 1.5"),
+    ("vse", "model.embed_size=1000000000000", "model.embed_size must be in [1, 1048576], not 1000000000000"),
 ])
 def test_model_settings_are_checked_against_their_schema_before_any_input_is_read(tmp_path, capsys, model, setting,
                                                                                   message):

@@ -17,6 +17,7 @@ from PIL import Image
 
 from vltools.errors import VLToolsError
 from vltools.vision.images import (
+    MAX_PIXELS_LIMIT,
     BadImage,
     ImageDataset,
     ImageItem,
@@ -303,3 +304,29 @@ def test_a_tar_member_whose_name_is_no_id_fails_like_a_corrupt_image(tmp_path):
     assert load_rgb(items[0])[1] == (427, 640)
     with pytest.raises(BadImage, match=r"^its name holds the control character '\\n', which an id cannot"):
         load_rgb(items[1])
+
+
+def test_a_tar_member_claiming_more_than_the_archive_holds_fails_before_any_allocation(tmp_path):
+    """A 2 KB tar whose header claims an 8 GiB member was a MemoryError: the read asked for the claimed size."""
+    info = tarfile.TarInfo("huge.jpg")
+    info.size = 8 * 2**30
+    archive = tmp_path / "bomb.tar"
+    archive.write_bytes(info.tobuf(format=tarfile.GNU_FORMAT) + (PHOTOS / "china.jpg").read_bytes()[:1536])
+    items = list_inputs([archive])
+    assert [(item.image_id, item.member.size) for item in items] == [("huge.jpg", 8 * 2**30)]
+    with pytest.raises(BadImage, match=r"^truncated tar archive: member huge.jpg claims 8,589,934,592 bytes but the "
+                                       r"archive holds 1,536 after its start$"):
+        load_rgb(items[0])
+    assert "claims 8,589,934,592 bytes" in ImageDataset(items, "shorter", 8)[0]["error"]
+
+
+def test_the_pixel_limit_is_bounded_so_a_bomb_is_skipped_not_a_memory_error(tmp_path):
+    """--max-pixels 100000000000 let a decompression bomb decode (a MemoryError); the limit is at most 2**28."""
+    Image.new("1", (20_000, 14_000)).save(tmp_path / "bomb.png")  # 280 million pixels in a few kilobytes
+    with pytest.raises(BadImage, match="too many pixels"):
+        load_rgb(tmp_path / "bomb.png", max_pixels=MAX_PIXELS_LIMIT)
+    for value in (0, MAX_PIXELS_LIMIT + 1, 100_000_000_000):
+        with pytest.raises(VLToolsError, match=rf"^max_pixels must be in \[1, 268435456\], not {value}$"):
+            load_rgb(tmp_path / "bomb.png", max_pixels=value)
+        with pytest.raises(VLToolsError, match="max_pixels must be in"):
+            ImageDataset([], "shorter", 8, max_pixels=value)

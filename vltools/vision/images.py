@@ -29,6 +29,7 @@ from vltools.vision.masks import load_mask
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
+MAX_PIXELS_LIMIT = 2**28  # the most --max-pixels may allow: 768 MiB decoded as RGB, before any resizing
 EXIF_ORIENTATION = 0x0112
 SWAPPING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that rotate by 90 degrees
 RESIZE_MODES = ("shorter", "square", "longer")
@@ -257,10 +258,23 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _member_bytes(item: ImageItem) -> bytes:
-    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker)."""
+    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker); a member whose header
+    claims more bytes than the archive holds after its start is a BadImage before anything is allocated."""
+    member = item.member
     with open(item.path, "rb") as stream:
-        stream.seek(item.member.offset)
-        return stream.read(item.member.size)
+        remaining = os.fstat(stream.fileno()).st_size - member.offset
+        if member.size > remaining:
+            raise BadImage(f"truncated tar archive: member {escaped_id(member.name)} claims {member.size:,} bytes "
+                           f"but the archive holds {max(remaining, 0):,} after its start")
+        stream.seek(member.offset)
+        return stream.read(member.size)
+
+
+def check_max_pixels(max_pixels: int) -> None:
+    """Refuse a pixel limit outside [1, MAX_PIXELS_LIMIT]: a larger one lets an image ask for more memory than a
+    decoder can be given (a MemoryError, not a skipped image)."""
+    if not 1 <= max_pixels <= MAX_PIXELS_LIMIT:
+        raise VLToolsError(f"max_pixels must be in [1, {MAX_PIXELS_LIMIT}], not {max_pixels}")
 
 
 def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -273,12 +287,11 @@ def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
     full-resolution, upright image.
     Raises BadImage with the reason for anything unusable.
     """
+    check_max_pixels(max_pixels)
     if isinstance(source, ImageItem) and source.problem is not None:
         raise BadImage(source.problem)
     if isinstance(source, ImageItem) and source.member is not None:
         data = _member_bytes(source)
-        if len(data) < source.member.size:
-            raise BadImage(f"truncated tar archive: member {source.member.name} ends early")
         opened: Path | io.BytesIO = io.BytesIO(data)
         empty = not data
     else:
@@ -358,6 +371,7 @@ class ImageDataset(torch.utils.data.Dataset):
                  mask_dir: Path | None = None) -> None:
         if resize not in RESIZE_MODES:
             raise ValueError(f"resize must be one of {RESIZE_MODES}")
+        check_max_pixels(max_pixels)
         self.items = list(items)
         self.resize = resize
         self.size = size
