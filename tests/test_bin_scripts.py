@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import run_process
 
 BIN = Path(__file__).parents[1] / "bin"
 SCRIPTS = sorted(p for p in BIN.iterdir() if p.is_file() and p.suffix in (".sh", ".py", ""))
@@ -26,7 +27,7 @@ def run_offline(script: Path, dest: Path, cwd: Path, **env: str) -> subprocess.C
            "HTTP_PROXY": NO_NETWORK, "HTTPS_PROXY": NO_NETWORK, "ALL_PROXY": NO_NETWORK, "no_proxy": "",
            "NO_PROXY": "", **env}
     command = [sys.executable, str(script)] if script.suffix == ".py" else ["bash", str(script)]
-    return subprocess.run([*command, str(dest)], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return run_process([*command, str(dest)], capture_output=True, text=True, env=env, cwd=cwd)
 
 
 def assert_says_what_and_where(script: Path, result: subprocess.CompletedProcess, dest: Path) -> None:

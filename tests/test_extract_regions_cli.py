@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from kill_helpers import kill, start, wait_until
 from PIL import Image
+from pipeline_fixtures import run_process
 
 from vltools.cli import main
 from vltools.io.features import FeaturesReader
@@ -38,8 +39,8 @@ def _vltools(*args: object) -> int:
 
 
 def _subprocess(*args: object, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], capture_output=True, timeout=300,
-                          **kwargs)
+    return run_process([sys.executable, "-m", "vltools", *map(str, args)], capture_output=True,
+                       **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
+from pipeline_fixtures import run_process
 from tiny_matching import TINY, TINY_SGR, make_world
 
 from vltools.cli import cli, main
@@ -116,7 +116,7 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools", "--quiet", "train", "--model", "vse",
                str(features), str(captions), "-o", str(ddp / "m.pt"), *common]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = run_process(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = CliRunner().invoke(cli, ["--quiet", "train", "--model", "vse", str(features), str(captions), "-o",
                                       str(single / "m.pt"), *common, "--set", "train.accumulate=2"],
