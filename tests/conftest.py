@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import run_process
 
 DATA = Path(__file__).parent / "data"
 
@@ -14,8 +15,8 @@ DATA = Path(__file__).parent / "data"
 def run_vltools(*args: str, stdin: bytes | None = None, cwd: str | Path | None = None,
                 check: bool = False) -> subprocess.CompletedProcess:
     """Run `python -m vltools ARGS` and capture bytes of stdout and stderr."""
-    result = subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], input=stdin,
-                            capture_output=True, cwd=cwd, timeout=600)
+    result = run_process([sys.executable, "-m", "vltools", *map(str, args)], input=stdin,
+                         capture_output=True, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"vltools {' '.join(map(str, args))} failed:\n{result.stderr.decode()}")
     return result

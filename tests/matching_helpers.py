@@ -42,7 +42,7 @@ def save_tiny(path: Path, name: str, seed: int = 0, vocab: list[str] | None = No
         if isinstance(module, torch.nn.BatchNorm1d):
             module.running_mean.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
             module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
-    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=vocab)
+    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=vocab, schema=1)
     return path
 
 

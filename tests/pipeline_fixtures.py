@@ -1,12 +1,48 @@
-"""What the five paper pipeline tests share: running a stage in-process and making the synthetic world."""
+"""What the tests that run stages share: running a stage in-process, making the synthetic world, and the one
+hang guard of every subprocess a test starts."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from vltools.cli import cli
+
+# The hang guard of every subprocess a test runs: twice the longest run measured (the SCO recipe miniature, 9 min
+# on 2 cores), so that only a hang trips it, not a busy machine.
+HANG_GUARD_S = 1800
+
+
+def timed_out(command: Sequence[object] | str, seconds: float) -> str:
+    """What a test that hit the hang guard says: the command, the time and the machine's load then, so that a
+    slow machine is not read as a broken feature."""
+    shown = command if isinstance(command, str) else shlex.join(map(str, command))
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return f"{shown[:200]}: timed out after {seconds:.0f} s at load {load} (1, 5, 15 min; {os.cpu_count()} cores)"
+
+
+def run_process(command: Sequence[object] | str, **kwargs: object) -> subprocess.CompletedProcess:
+    """subprocess.run(command, **kwargs) under the hang guard; tripping it fails the test with `timed_out`."""
+    try:
+        return subprocess.run(command, timeout=HANG_GUARD_S, **kwargs)
+    except subprocess.TimeoutExpired:
+        pytest.fail(timed_out(command, HANG_GUARD_S))
+
+
+def communicate(process: subprocess.Popen) -> tuple[object, object]:
+    """process.communicate() under the hang guard; tripping it kills the process and fails the test."""
+    try:
+        return process.communicate(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(timed_out(process.args, HANG_GUARD_S))
 
 
 def run(*args: object) -> str:

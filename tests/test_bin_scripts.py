@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import run_process
 
 from vltools.io.released import RELEASED
 
@@ -31,8 +32,7 @@ def run_offline(script: Path, dest: Path, cwd: Path, *flags: str, **env: str) ->
            "HTTP_PROXY": NO_NETWORK, "HTTPS_PROXY": NO_NETWORK, "ALL_PROXY": NO_NETWORK, "no_proxy": "",
            "NO_PROXY": "", **env}
     command = [sys.executable, str(script)] if script.suffix == ".py" else ["bash", str(script)]
-    return subprocess.run([*command, *flags, str(dest)], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=120)
+    return run_process([*command, *flags, str(dest)], capture_output=True, text=True, env=env, cwd=cwd)
 
 
 def assert_says_what_and_where(script: Path, result: subprocess.CompletedProcess, dest: Path) -> None:

@@ -170,7 +170,7 @@ def test_checkpoint_weights_that_do_not_fit_name_the_file(world, tmp_path, capsy
     state.pop(sorted(state)[0])
     broken = tmp_path / "broken.pt"
     save_checkpoint(broken, payload["model"], payload["config"], state, vocab=payload["vocab"],
-                    train_state=payload["train_state"])
+                    train_state=payload["train_state"], schema=1)
     assert f"{broken}: checkpoint weights do not fit model" in fails(capsys, "caption", "--model", broken, features)
 
 
@@ -200,7 +200,7 @@ def test_logp_matrix_scores_every_caption_under_every_image(world, tmp_path):
 def test_bad_inputs_are_one_line_errors_and_write_nothing(world, tmp_path, capsys):
     folder, features, captions, aa, nt = world
     output = tmp_path / "out.jsonl"
-    save_checkpoint(tmp_path / "vse.pt", "vse", {}, {}, vocab=["<pad>", "<start>", "<end>", "<unk>"])
+    save_checkpoint(tmp_path / "vse.pt", "vse", {}, {}, vocab=["<pad>", "<start>", "<end>", "<unk>"], schema=1)
     assert "not a captioner" in fails(capsys, "caption", "--model", tmp_path / "vse.pt", features, "-o", output)
     with FeaturesReader(features) as reader:
         regions = reader.read(reader.ids, ["regions"])["regions"]

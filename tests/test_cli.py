@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from pipeline_fixtures import run_process
 
 from vltools import __version__
 from vltools.cli import STAGES, cli, guard_outputs, main
@@ -205,8 +206,8 @@ def test_every_writing_stage_stops_at_another_live_writer_and_refuses_a_missing_
 def test_a_full_disk_on_standard_output_is_one_line(tmp_path):
     vocab = Path(__file__).parent / "data" / "convert" / "scan_vocab" / "f30k_precomp_vocab.json"
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "vltools", "convert", "scan-vocab", str(vocab)], stdout=full,
-                                stderr=subprocess.PIPE, timeout=300)
+        result = run_process([sys.executable, "-m", "vltools", "convert", "scan-vocab", str(vocab)], stdout=full,
+                             stderr=subprocess.PIPE)
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         "vltools: error: standard output: cannot write (No space left on device); check that its folder is "
@@ -283,8 +284,8 @@ def test_the_terminal_is_refused_through_a_real_pty_before_the_images_are_listed
     (tmp_path / "imgs").mkdir()  # no images: listing them would be the stage's first error
     leader, follower = pty.openpty()
     try:
-        result = subprocess.run([sys.executable, "-m", "vltools", "extract-regions", str(tmp_path / "imgs")],
-                                stdout=follower, stderr=subprocess.PIPE, timeout=300)
+        result = run_process([sys.executable, "-m", "vltools", "extract-regions", str(tmp_path / "imgs")],
+                             stdout=follower, stderr=subprocess.PIPE)
     finally:
         os.close(follower)
         os.close(leader)
@@ -295,16 +296,16 @@ def test_the_terminal_is_refused_through_a_real_pty_before_the_images_are_listed
 
 def test_a_failed_run_removes_the_empty_file_the_shell_redirected_to_and_names_an_older_one(tmp_path):
     (tmp_path / "caps.jsonl").write_text("{broken\n")
-    result = subprocess.run(f"{sys.executable} -m vltools inspect caps.jsonl > out.txt", shell=True, cwd=tmp_path,
-                            stderr=subprocess.PIPE, timeout=300)
+    result = run_process(f"{sys.executable} -m vltools inspect caps.jsonl > out.txt", shell=True, cwd=tmp_path,
+                         stderr=subprocess.PIPE)
     assert result.returncode == 1 and not (tmp_path / "out.txt").exists()
     assert result.stderr.decode().strip().endswith(
         f"; removed the empty {tmp_path / 'out.txt'} that standard output was redirected to")
     kept = tmp_path / "kept.txt"
     kept.write_text("")
     os.utime(kept, (time.time() - 3600, time.time() - 3600))  # made an hour ago, appended to: not the shell's
-    result = subprocess.run(f"{sys.executable} -m vltools inspect caps.jsonl >> kept.txt", shell=True,
-                            cwd=tmp_path, stderr=subprocess.PIPE, timeout=300)
+    result = run_process(f"{sys.executable} -m vltools inspect caps.jsonl >> kept.txt", shell=True,
+                         cwd=tmp_path, stderr=subprocess.PIPE)
     assert result.returncode == 1 and kept.exists()
     assert result.stderr.decode().strip().endswith(f"; {kept} (standard output) was left empty")
 
@@ -323,8 +324,8 @@ WRITING_ELSEWHERE = {
 def _shell(tmp_path: Path, command: str) -> subprocess.CompletedProcess:
     (tmp_path / "broken.jsonl").write_text("{broken\n")
     (tmp_path / "feats.h5").write_bytes(b"")
-    return subprocess.run(f"{shlex.quote(sys.executable)} -m vltools {command}", shell=True, cwd=tmp_path,
-                          capture_output=True, timeout=300)
+    return run_process(f"{shlex.quote(sys.executable)} -m vltools {command}", shell=True, cwd=tmp_path,
+                       capture_output=True)
 
 
 @pytest.mark.parametrize("stage", WRITING_ELSEWHERE)
@@ -365,8 +366,8 @@ def test_a_closed_pipe_exits_0_quietly_as_head_expects(tmp_path):
     coco = {"images": [{"id": i, "file_name": f"{i}.jpg"} for i in range(2000)],
             "annotations": [{"image_id": i // 5, "id": i, "caption": f"caption {i} " * 20} for i in range(10000)]}
     (tmp_path / "coco.json").write_text(json.dumps(coco))
-    result = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m vltools convert coco coco.json | "
-                                           "head -1"], cwd=tmp_path, capture_output=True, timeout=300)
+    result = run_process(["bash", "-c", f"set -o pipefail; {sys.executable} -m vltools convert coco coco.json | "
+                                        "head -1"], cwd=tmp_path, capture_output=True)
     assert result.returncode == 0 and result.stderr == b""
     assert json.loads(result.stdout)["image_id"] == "0"
 

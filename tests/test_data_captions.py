@@ -76,7 +76,7 @@ def test_vocabulary_sources(world, tmp_path):
     listed.write_text(json.dumps(built.words), encoding="utf-8")
     assert load_vocabulary(listed, ()).words == built.words
     checkpoint = tmp_path / "m.pt"
-    save_checkpoint(checkpoint, "vse", {}, {"w": torch.zeros(1)}, vocab=built.words)
+    save_checkpoint(checkpoint, "vse", {}, {"w": torch.zeros(1)}, vocab=built.words, schema=1)
     assert load_vocabulary(checkpoint, ()).words == built.words
     converted = tmp_path / "vocab.vltools.json"
     converted.write_text(json.dumps(vocab_document(built)), encoding="utf-8")

@@ -39,7 +39,7 @@ def world(tmp_path_factory):
     config = {"backbone": "resnet18", "levels": 3, "scales": "1.0", "text": True, "frozen_bn": True}
     model = build_model("rmac", config, len(proxy.vocab)).eval()
     save_checkpoint(folder / "rmac.pt", "rmac", config, model.state_dict(), vocab=proxy.vocab,
-                    train_state={"config": {"task": {"image_size": 32}}})
+                    train_state={"config": {"task": {"image_size": 32}}}, schema=1)
     return folder, model, proxy
 
 

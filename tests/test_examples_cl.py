@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from pipeline_fixtures import run_process
 
 pytestmark = pytest.mark.slow
 
@@ -45,14 +45,14 @@ def make_coco(folder: Path) -> Path:
 def test_real_recipe_miniature_prints_every_row(tmp_path):
     data = make_coco(tmp_path / "coco")
     small = "--set model.embed_size=16 --set model.hidden_size=16 --set model.dropout=0.0"
-    result = subprocess.run(
+    result = run_process(
         ["make", "--no-print-directory", "-j2", "-C", str(ROOT / "examples" / "cl"), f"DATA={data}",
          f"OUT={tmp_path / 'out'}",
          f"VLTOOLS={sys.executable} -m vltools --quiet", f"PYTHON={sys.executable}", "MLE_EPOCHS=1", "CL_EPOCHS=1",
          "BATCH=10", "MIN_COUNT=2", "IMAGE_SIZE=64", "BACKBONE=resnet18", "WEIGHTS=none", "WORKERS=0",
          "EXTRACT_BATCH=8", "DEVICE=cpu", "MLE_LR=1e-2", "CL_LR=1e-3", f"SIZES={small}",
          f"AA_SIZES={small} --set model.attention_size=8", "table"],
-        capture_output=True, text=True, timeout=3600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     for line in ("Table 1", "Table 4", "Table 5", "Table 6", "most frequent caption", "Neuraltalk2",

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo" / "demo.sh"
@@ -22,7 +22,7 @@ def test_demo_runs_real_photos_through_the_headline_pipeline(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "SYNTH_IMAGES": "200", "EPOCHS": "1"}
     out = tmp_path / "demo"
-    result = subprocess.run(["bash", DEMO, out], capture_output=True, text=True, env=env, timeout=600)
+    result = run_process(["bash", DEMO, out], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
 
     report = out / "report" / "index.html"

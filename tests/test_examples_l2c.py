@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from pipeline_fixtures import run_process
 
 from vltools.data.converters.birds_to_words import COLUMNS
 
@@ -76,10 +76,10 @@ def test_real_recipe_prints_every_row(tmp_path):
     make_data(data)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     vltools = f"{sys.executable} -m vltools --quiet"
-    result = subprocess.run(["make", "--no-print-directory", "-j2", "-C", str(ROOT / "examples" / "l2c"),
-                             f"DATA={data}", f"OUT={tmp_path / 'out'}", f"VLTOOLS={vltools}",
-                             f"PYTHON={sys.executable}", *SHRINK, "table"],
-                            capture_output=True, text=True, env=env, timeout=1800)
+    result = run_process(["make", "--no-print-directory", "-j2", "-C", str(ROOT / "examples" / "l2c"),
+                          f"DATA={data}", f"OUT={tmp_path / 'out'}", f"VLTOOLS={vltools}",
+                          f"PYTHON={sys.executable}", *SHRINK, "table"],
+                         capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     for row in ("Most Frequent", "Text-Only", "CNN+LSTM", "L2C [B2W]", "L2C [CUB+B2W]", "Human",

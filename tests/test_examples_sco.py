@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 from PIL import Image
+from pipeline_fixtures import run_process
 
 pytestmark = pytest.mark.slow
 
@@ -65,9 +65,9 @@ def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra):
               "CROP=32", "CNN_SIZE=32", "CNN_BACKBONE=resnet18", "CONTEXT_BACKBONE=resnet18", "WEIGHTS=none",
               "WORKERS=0", "DEVICE=cpu", "LAMBDAS=0 1", f"VLTOOLS={sys.executable} -m vltools",
               f"PYTHON={sys.executable}"]
-    result = subprocess.run(["make", "--no-print-directory", "-j2", "-C", str(EXAMPLE), f"DATA={data}",
-                             f"OUT={tmp_path / 'out'}", *shrink, *extra, "table"],
-                            capture_output=True, text=True, env=env, timeout=1200)
+    result = run_process(["make", "--no-print-directory", "-j2", "-C", str(EXAMPLE), f"DATA={data}",
+                          f"OUT={tmp_path / 'out'}", *shrink, *extra, "table"],
+                         capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     assert title in table, table

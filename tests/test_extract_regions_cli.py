@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from kill_helpers import kill, start, wait_until
 from PIL import Image
+from pipeline_fixtures import run_process
 
 from vltools.cli import main
 from vltools.io.features import FeaturesReader
@@ -37,8 +39,8 @@ def _vltools(*args: object) -> int:
 
 
 def _subprocess(*args: object, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], capture_output=True, timeout=300,
-                          **kwargs)
+    return run_process([sys.executable, "-m", "vltools", *map(str, args)], capture_output=True,
+                       **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -408,3 +410,33 @@ def test_bottom_up_adaptive_k_with_vocabularies(photos, tmp_path):
     assert attrs["extractor"] == "bottom-up" and attrs["num_regions"] == "4-20 at score >= 0.2"
     assert json.loads(attrs["attribute_names"]) == ["red", "large", "wooden", "shiny"]
     assert json.loads(attrs["label_names"])[7] == "object7"
+
+
+def test_files_whose_names_are_no_ids_are_skipped_and_recorded_escaped_or_stop_strict(tmp_path, capsys):
+    """A name that is not UTF-8 was a UnicodeEncodeError traceback; one with a tab or ESC became an id silently."""
+    folder = tmp_path / "named"
+    folder.mkdir()
+    shutil.copy(PHOTOS / "china.jpg", folder / "photo.jpg")
+    for name in (b"\xff\xfe.jpg", b"tab\there.jpg", b"esc\x1b.jpg"):
+        shutil.copy(PHOTOS / "china.jpg", os.path.join(os.fsencode(folder), name))
+    out = tmp_path / "named.h5"
+    assert _vltools("extract-regions", folder, *TINY, "--regions", "grid", "--image-size", "32", "-o", out) == 0
+    with FeaturesReader(out) as reader:
+        assert reader.ids == ["photo.jpg"] and reader.attrs["num_failed"] == 3
+    with h5py.File(out, "r") as handle:
+        failed = dict(line.decode().split("\t") for line in handle["failed"][:])
+    assert set(failed) == {"\\xff\\xfe.jpg", "tab\\there.jpg", "esc\\x1b.jpg"}
+    assert failed["\\xff\\xfe.jpg"] == "its name is not UTF-8, which an id cannot: rename it"
+    capsys.readouterr()
+    strict = tmp_path / "strict.h5"
+    assert _vltools("extract-regions", folder, *TINY, "--regions", "grid", "--image-size", "32", "--strict",
+                    "-o", strict) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "which an id cannot: rename it" in err and not strict.exists()
+
+
+def test_a_pixel_limit_beyond_the_stated_maximum_is_a_usage_error(photos, tmp_path, capsys):
+    """--max-pixels 100000000000 was a MemoryError on the first large image."""
+    out = tmp_path / "f.h5"
+    assert _vltools("extract-regions", photos, *TINY, "--max-pixels", "100000000000", "-o", out) == 2
+    assert "100000000000 is not in the range 1<=x<=268435456" in capsys.readouterr().err and not out.exists()

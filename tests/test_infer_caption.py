@@ -47,7 +47,7 @@ def world(tmp_path_factory):
                 parameter.add_(0.5 * torch.randn_like(parameter))
         checkpoints[name] = folder / f"{name}.pt"
         save_checkpoint(checkpoints[name], name, SIZES[name], model.state_dict(), vocab=WORDS,
-                        train_state={"config": {"task": dict(PREP)}})
+                        train_state={"config": {"task": dict(PREP)}}, schema=1)
     return folder, {"regions": regions, "global": glob, "num_regions": np.array(COUNTS)}, checkpoints
 
 

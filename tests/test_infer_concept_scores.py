@@ -46,7 +46,7 @@ def test_stage_writes_max_over_regions_of_each_image(tmp_path, vltools_cmd):
     model, _ = build_concept_cnn("resnet18", "none", 4)
     model.eval()
     save_checkpoint(tmp_path / "cnn.pt", "concepts", {"backbone": "resnet18", "num_concepts": 4},
-                    model.state_dict(), vocab=["red", "blue", "star", "two"])
+                    model.state_dict(), vocab=["red", "blue", "star", "two"], schema=1)
     out = tmp_path / "p.h5"
     result = vltools_cmd("concept-scores", folder, "--model", tmp_path / "cnn.pt", "--levels", "1,2", "--image-size",
                          "32", "--crop-size", "16", "--batch-size", "2", "--workers", "0", "--device", "cpu",

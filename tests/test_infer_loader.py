@@ -20,7 +20,7 @@ CONFIG = {"img_dim": 8, "embed_size": 6, "word_dim": 4}
 def save_vse(path, words=WORDS, config=CONFIG):
     torch.manual_seed(0)
     model = build_model("vse", config, len(words))
-    save_checkpoint(path, "vse", config, model.state_dict(), vocab=words)
+    save_checkpoint(path, "vse", config, model.state_dict(), vocab=words, schema=1)
     return model
 
 
@@ -48,7 +48,7 @@ def test_other_roles_refuse_the_checkpoint_naming_file_and_role(tmp_path, role, 
 
 def test_a_matching_checkpoint_without_vocabulary_is_refused(tmp_path):
     model = build_model("vse", CONFIG, len(WORDS))
-    save_checkpoint(tmp_path / "novocab.pt", "vse", CONFIG, model.state_dict())
+    save_checkpoint(tmp_path / "novocab.pt", "vse", CONFIG, model.state_dict(), schema=1)
     with pytest.raises(VLToolsError, match="checkpoint has no vocabulary"):
         load_model(tmp_path / "novocab.pt")
 
@@ -73,7 +73,7 @@ def test_the_detector_role_loads_a_vocabulary_free_bottom_up_checkpoint_and_refu
 
     torch.manual_seed(0)
     detector = BottomUpAttention(**TINY)
-    save_checkpoint(tmp_path / "bua.pt", "bottom-up", detector.config, detector.state_dict())
+    save_checkpoint(tmp_path / "bua.pt", "bottom-up", detector.config, detector.state_dict(), schema=1)
     loaded = load_model(tmp_path / "bua.pt", "detector", "--detector-weights")
     assert loaded.name == "bottom-up" and loaded.words == [] and not loaded.model.training
     assert torch.equal(loaded.model.predictor.cls_score.weight, detector.predictor.cls_score.weight)
@@ -106,7 +106,8 @@ def test_match_warns_in_one_line_when_the_features_extractor_is_not_the_trained_
         writer.add(["a"], regions=np.ones((1, 3, CONFIG["img_dim"]), np.float32))
     model = build_model("vse", CONFIG, len(WORDS))
     train_state = {"inputs": {"feature_extractor": trained}} if trained else {}
-    save_checkpoint(tmp_path / "vse.pt", "vse", CONFIG, model.state_dict(), vocab=WORDS, train_state=train_state)
+    save_checkpoint(tmp_path / "vse.pt", "vse", CONFIG, model.state_dict(), vocab=WORDS, train_state=train_state,
+                    schema=1)
     with FeaturesReader(tmp_path / "feats.h5") as reader, caplog.at_level(logging.WARNING, logger="vltools"):
         check_features(reader, [load_model(tmp_path / "vse.pt")])
     lines = [r.getMessage() for r in caplog.records]
@@ -138,7 +139,7 @@ def _sgr(path, num_regions, img_dim=8, train_state=None):
     config = {"img_dim": img_dim, "embed_size": 8, "word_dim": 4, "sim_dim": 4, "num_regions": num_regions,
               "sgr_step": 1}
     save_checkpoint(path, "sgr", config, build_model("sgr", config, len(WORDS)).state_dict(), vocab=WORDS,
-                    train_state=train_state or {})
+                    train_state=train_state or {}, schema=1)
     return load_model(path)
 
 

@@ -47,7 +47,7 @@ def world(tmp_path_factory):
         model = build_model("rmac", config, len(VOCAB))
         path = folder / ("vt.pt" if text else "v.pt")
         save_checkpoint(path, "rmac", config, model.state_dict(), vocab=VOCAB,
-                        train_state={"config": {"task": {"image_size": 32}}})
+                        train_state={"config": {"task": {"image_size": 32}}}, schema=1)
         checkpoints[text] = load_model(path, "encodable")
     return folder, dense, checkpoints
 

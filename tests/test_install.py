@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -47,12 +48,12 @@ def test_pip_install_gives_a_working_vltools_command(tmp_path):
     # the new environment sees this one's packages after its own, the way an installed dependency is found
     Path(site, "test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
 
-    installed = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                                "--quiet", str(source)], capture_output=True, text=True, timeout=300)
+    installed = run_process([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                             "--quiet", str(source)], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr
 
     command = env_dir / "bin" / "vltools"
-    shown = subprocess.run([command, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    shown = run_process([command, "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "extract-regions" in shown.stdout and "match" in shown.stdout
     where = subprocess.run([python, "-c", "import vltools; print(vltools.__file__)"], capture_output=True,

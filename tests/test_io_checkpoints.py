@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import content_digest, load_checkpoint, save_checkpoint
+from vltools.io.checkpoints import DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint
 
 
 def test_round_trip_with_weights_only(tmp_path):
     model = torch.nn.Linear(3, 2)
     save_checkpoint(tmp_path / "m.pt", "toy", {"dim": 3}, model.state_dict(), vocab=["<pad>"],
-                    train_state={"epoch": 2})
+                    train_state={"epoch": 2}, schema=1)
     payload = load_checkpoint(tmp_path / "m.pt")
     assert payload["model"] == "toy" and payload["config"] == {"dim": 3} and payload["train_state"]["epoch"] == 2
     torch.testing.assert_close(payload["state_dict"]["weight"], model.weight.detach())
@@ -36,7 +36,7 @@ def test_empty_and_corrupted_checkpoints_are_refused_in_one_line(tmp_path):
     with pytest.raises(VLToolsError, match="empty.pt: empty file"):
         load_checkpoint(tmp_path / "empty.pt")
     weight = torch.arange(1000, dtype=torch.float32).reshape(100, 10) + 0.5
-    save_checkpoint(tmp_path / "m.pt", "toy", {}, {"weight": weight}, train_state={"optimizer": {"lr": 0.1}})
+    save_checkpoint(tmp_path / "m.pt", "toy", {}, {"weight": weight}, train_state={"optimizer": {"lr": 0.1}}, schema=1)
     data = bytearray((tmp_path / "m.pt").read_bytes())
     start = bytes(data).index(weight.numpy().tobytes()[:64])
     for offset in range(start + 100, start + 600):  # 500 flipped bytes inside the tensor's storage
@@ -57,3 +57,17 @@ def test_content_digest_sees_every_tensor_byte_and_value():
     assert content_digest(state) != content_digest(other)
     assert content_digest({"a": torch.zeros(3)}) != content_digest({"a": torch.zeros(3, dtype=torch.float64)})
     assert content_digest({"step": 1}) != content_digest({"step": 2})
+
+
+def test_the_schema_version_is_recorded_and_digested_and_older_files_still_verify(tmp_path):
+    save_checkpoint(tmp_path / "m.pt", "toy", {}, {"weight": torch.zeros(2)}, schema=3)
+    payload = load_checkpoint(tmp_path / "m.pt")
+    assert payload["schema"] == 3
+    payload["schema"] = 4
+    torch.save(payload, tmp_path / "edited.pt")
+    with pytest.raises(VLToolsError, match="does not match its digest"):
+        load_checkpoint(tmp_path / "edited.pt")
+    del payload["schema"]  # a checkpoint from before schemas: its digest covered the content keys only
+    payload["digest"] = content_digest({key: payload[key] for key in DIGEST_KEYS})
+    torch.save(payload, tmp_path / "old.pt")
+    assert "schema" not in load_checkpoint(tmp_path / "old.pt")

@@ -29,12 +29,12 @@ def test_sims_without_required_dataset_is_invalid(tmp_path):
 
 def test_checkpoint(tmp_path):
     save_checkpoint(tmp_path / "m.pt", "vse", {"embed_size": 4}, torch.nn.Linear(3, 4).state_dict(),
-                    vocab=["<pad>", "<start>", "<end>", "<unk>"])
+                    vocab=["<pad>", "<start>", "<end>", "<unk>"], schema=1)
     summary = describe(tmp_path / "m.pt")
     assert summary["kind"] == "checkpoint" and summary["model"] == "vse"
     assert summary["parameters"] == 3 * 4 + 4 and summary["vocab_size"] == 4
     assert summary["tokenizer"] is None
-    save_checkpoint(tmp_path / "t.pt", "vse", {}, {}, train_state={"inputs": {"tokenizer": "rule+treebank"}})
+    save_checkpoint(tmp_path / "t.pt", "vse", {}, {}, train_state={"inputs": {"tokenizer": "rule+treebank"}}, schema=1)
     assert describe(tmp_path / "t.pt")["tokenizer"] == "rule+treebank"
 
 

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -168,3 +169,16 @@ def test_an_id_file_name_too_long_for_a_file_system_is_cut_and_hashed(tmp_path):
     long = id_file_name(["é" * 300, "b"], ".png")
     assert len(long.encode()) <= 255 and long.endswith(".png") and long != id_file_name(["é" * 300, "c"], ".png")
     (tmp_path / long).write_bytes(b"")
+
+
+@pytest.mark.parametrize(("kind", "name", "value", "problem"), [
+    ("captions", "caption_id", "cap\u202egpj.exe", "holds the bidirectional control U+202E"),
+    ("captions", "image_id", "\u2067img", "holds the bidirectional control U+2067"),
+    ("rankings", "ids", ["a#0", "b\udcff"], "is not UTF-8"),
+])
+def test_a_bidirectional_control_or_a_name_that_is_not_utf8_in_an_id_is_refused(tmp_path, kind, name, value,
+                                                                                 problem):
+    path = tmp_path / "bad.jsonl"
+    write_lines(path, [json.dumps(GOOD[kind]), json.dumps({**GOOD[kind], "caption_id": "z", name: value})])
+    with pytest.raises(VLToolsError, match=rf"bad.jsonl: line 2: field '{name}' {re.escape(problem)}; ids name"):
+        read_records(path, kind)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
+from pipeline_fixtures import run_process
 
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
@@ -168,8 +168,8 @@ def test_a_5000_word_caption_stays_within_the_memory_bound(world, tmp_path):
             match.format(tmp_path / "long.jsonl", "long"), fit.format(tmp_path / "long_train.jsonl", "long")]
     script = tmp_path / "peak.py"
     script.write_text(PEAK_RSS)
-    result = subprocess.run([sys.executable, str(script), *runs], capture_output=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = run_process([sys.executable, str(script), *runs], capture_output=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr.decode()
     _, baseline, _, with_long = map(int, result.stdout.split())
     assert with_long - baseline < LONG_CAPTION_MARGIN_MB, result.stdout

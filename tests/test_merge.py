@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from pipeline_fixtures import run_process
 
 from vltools.cli import main
 from vltools.io.features import FeaturesReader, FeaturesWriter
@@ -49,8 +49,8 @@ def test_merge_to_a_file_keeps_rows_failed_and_provenance(tmp_path):
 def test_merge_to_standard_output_through_a_pipe(tmp_path):
     _write(tmp_path / "a.h5", ["1"])
     _write(tmp_path / "b.h5", ["2"])
-    result = subprocess.run([sys.executable, "-m", "vltools", "merge", tmp_path / "a.h5", tmp_path / "b.h5"],
-                            capture_output=True, timeout=120)
+    result = run_process([sys.executable, "-m", "vltools", "merge", tmp_path / "a.h5", tmp_path / "b.h5"],
+                         capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
     (tmp_path / "piped.h5").write_bytes(result.stdout)
     with FeaturesReader(tmp_path / "piped.h5") as merged:

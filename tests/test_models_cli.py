@@ -54,7 +54,8 @@ def test_bad_inputs_exit_1_with_one_line(world, capsys):
     assert "is a directory; give a checkpoint file or a model name" in err
     # an ensemble whose members read other region features (here: 8 regions instead of 4)
     other = build_model("saf", {**TINY["saf"], "num_regions": 8}, len(VOCAB))
-    save_checkpoint(folder / "saf8.pt", "saf", {**TINY["saf"], "num_regions": 8}, other.state_dict(), vocab=VOCAB)
+    save_checkpoint(folder / "saf8.pt", "saf", {**TINY["saf"], "num_regions": 8}, other.state_dict(), vocab=VOCAB,
+                    schema=1)
     err = fails(capsys, "models", "add", "mixed", str(models["sgr"]), str(folder / "saf8.pt"))
     assert "num_regions=8 but" in err and "must read the same region features" in err
     # a store entry whose checkpoint was deleted

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from bottom_up_helpers import FEATURE_DIM, save_tiny_detector
-from pipeline_fixtures import run
+from pipeline_fixtures import run, run_process
 
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader
@@ -36,8 +36,8 @@ SGR = {"img_dim": FEATURE_DIM, "embed_size": 24, "word_dim": 12, "sim_dim": 8, "
 
 def vltools(*args: object, stdout: object = subprocess.PIPE) -> subprocess.CompletedProcess:
     """`vltools ARGS` in a new process, as a user types it; a failure fails the test with its standard error."""
-    result = subprocess.run([sys.executable, "-m", "vltools", *map(str, args)], stdout=stdout,
-                            stderr=subprocess.PIPE, timeout=300)
+    result = run_process([sys.executable, "-m", "vltools", *map(str, args)], stdout=stdout,
+                         stderr=subprocess.PIPE)
     assert result.returncode == 0, result.stderr.decode()
     return result
 
@@ -63,7 +63,7 @@ def test_own_photos_into_a_released_style_model(tmp_path):
     torch.manual_seed(0)
     sgr = build_model("sgr", SGR, len(SPECIALS) + len(words))
     save_checkpoint(tmp_path / "sgr.pt", "sgr", SGR, sgr.state_dict(), vocab=[*SPECIALS, *words],
-                    train_state={"inputs": {"feature_extractor": "bottom-up"}})
+                    train_state={"inputs": {"feature_extractor": "bottom-up"}}, schema=1)
     ranks = tmp_path / "ranks.jsonl"
     matched = vltools("match", "--model", tmp_path / "sgr.pt", features, captions, "-o", ranks)
     assert "trained on" not in matched.stderr.decode()  # the same extractor: no warning

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from pipeline_fixtures import run, synth_world
+from pipeline_fixtures import communicate, run, synth_world
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def sims(tmp_path_factory):
                                          str(out / f"{name}.pt")], env=env, stderr=subprocess.PIPE, text=True)
                  for name in ("sgr", "saf")}
     for name, process in trainings.items():
-        _, err = process.communicate(timeout=900)
+        _, err = communicate(process)
         assert process.returncode == 0, f"train {name}: {err}"
     files = {}
     for name in ("sgr", "saf"):

@@ -12,12 +12,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pipeline_fixtures import run_process
 
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.sims import caption_image_index, read_sims
@@ -50,7 +50,7 @@ def run_recipe(data: Path, out: Path, *variables: str) -> str:
     command = ["make", "--no-print-directory", "-j2", "-C", str(RECIPE), f"DATA={data}", f"OUT={out}",
                f"VLTOOLS={sys.executable} -m vltools", f"PYTHON={sys.executable}", *SHRINK, *variables, "table"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per make job (-j2)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    result = run_process(command, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

@@ -15,6 +15,7 @@ import pytest
 from conftest import run_vltools
 from matching_helpers import IMG_DIM, REGIONS, save_tiny
 from PIL import Image
+from pipeline_fixtures import run_process
 
 from vltools.io.features import FeaturesWriter
 from vltools.io.records import caption_ids, read_records, write_records
@@ -169,9 +170,9 @@ def chromium() -> str | None:
 def browse(site: Path, profile: Path, fragment: str = "", screenshot: Path | None = None) -> str:
     """The DOM of the page after its scripts ran (virtual time lets every image load), or a screenshot."""
     action = [f"--screenshot={screenshot}", "--window-size=1300,1500"] if screenshot else ["--dump-dom"]
-    result = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
-                             *action, (site / "index.html").as_uri() + fragment],
-                            capture_output=True, timeout=120, text=True)
+    result = run_process([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+                          *action, (site / "index.html").as_uri() + fragment],
+                         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

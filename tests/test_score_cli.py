@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pipeline_fixtures import run_process
 
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.io.hdf5 import write_arrays
@@ -90,8 +90,8 @@ def test_caption_input_errors(tmp_path, vltools_cmd):
     one_line_error(vltools_cmd("score", "caption", empty, "--refs", refs), "empty.jsonl", "empty")
     predictions = jsonl(tmp_path / "pred.jsonl", [{"image_id": "1", "caption": "a dog"}])
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + "/nonexistent"}
-    no_java = subprocess.run([sys.executable, "-m", "vltools", "score", "caption", str(predictions), "--refs",
-                              str(refs)], capture_output=True, env=env, timeout=120)
+    no_java = run_process([sys.executable, "-m", "vltools", "score", "caption", str(predictions), "--refs",
+                           str(refs)], capture_output=True, env=env)
     one_line_error(no_java, "java", "apt-get install default-jre-headless")
 
 

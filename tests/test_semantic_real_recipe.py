@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from pipeline_fixtures import run_process
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +53,9 @@ def test_visual_genome_recipe_prints_every_row(tmp_path):
               "--set task.whiten_images=8 --set task.val_queries=4 --set task.val_images=6 --set task.embed_batch=8"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(["make", "-j2", "-C", str(ROOT / "examples" / "semantic"), f"DATA={data}",
-                             f"OUT={tmp_path / 'out'}", f"PYTHON={sys.executable}", *shrink, "table"],
-                            capture_output=True, text=True, env=env, timeout=1200)
+    result = run_process(["make", "-j2", "-C", str(ROOT / "examples" / "semantic"), f"DATA={data}",
+                          f"OUT={tmp_path / 'out'}", f"PYTHON={sys.executable}", *shrink, "table"],
+                         capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     for row in ("Text oracle", "Random (x5)", "Visual baseline (V, V)", "WSABIE (V+T, V)", "Proposed (V, V)",
                 "Proposed (V+T, V)", "Proposed (V+T, V+T)"):

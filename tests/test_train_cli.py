@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
+from pipeline_fixtures import run_process
 from tiny_matching import TINY, TINY_SGR, make_world
 
 from vltools.cli import cli, main
@@ -116,7 +116,7 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools", "--quiet", "train", "--model", "vse",
                str(features), str(captions), "-o", str(ddp / "m.pt"), *common]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = run_process(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = CliRunner().invoke(cli, ["--quiet", "train", "--model", "vse", str(features), str(captions), "-o",
                                       str(single / "m.pt"), *common, "--set", "train.accumulate=2"],
@@ -143,13 +143,14 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
 
 
 @pytest.mark.parametrize("model, setting, message", [
-    ("vse", "model.embed_size=-5", "model.embed_size must be in [1, inf), not -5"),
-    ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, inf), not 0"),
-    ("l2c", "model.num_nodes=0", "model.num_nodes must be in [1, inf), not 0"),
-    ("neuraltalk2", "model.hidden_size=0", "model.hidden_size must be in [1, inf), not 0"),
+    ("vse", "model.embed_size=-5", "model.embed_size must be in [1, 1048576], not -5"),
+    ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, 1048576], not 0"),
+    ("l2c", "model.num_nodes=0", "model.num_nodes must be in [1, 1048576], not 0"),
+    ("neuraltalk2", "model.hidden_size=0", "model.hidden_size must be in [1, 1048576], not 0"),
     ("saf", "model.lambda_softmax=0", "model.lambda_softmax must be in (0.0, inf), not 0.0"),
-    ("l2c", "model.gcn_steps=-1", "model.gcn_steps must be in [0, inf), not -1"),
+    ("l2c", "model.gcn_steps=-1", "model.gcn_steps must be in [0, 1048576], not -1"),
     ("sco", "model.sampling=1.5", "model.sampling must be in [0.0, 1.0], not 1.5"),
+    ("vse", "model.embed_size=1000000000000", "model.embed_size must be in [1, 1048576], not 1000000000000"),
 ])
 def test_model_settings_are_checked_against_their_schema_before_any_input_is_read(tmp_path, capsys, model, setting,
                                                                                   message):

@@ -120,7 +120,7 @@ def test_bad_inputs(world, tmp_path):
         task_for(world, "cl", **{"task.reference": ""})
     with pytest.raises(VLToolsError, match="unknown objective"):
         task_for(world, "mmi")
-    save_checkpoint(tmp_path / "vse.pt", "vse", {}, {}, vocab=["<pad>", "<start>", "<end>", "<unk>"])
+    save_checkpoint(tmp_path / "vse.pt", "vse", {}, {}, vocab=["<pad>", "<start>", "<end>", "<unk>"], schema=1)
     with pytest.raises(VLToolsError, match="not a captioner"):
         task_for(world, "cl", **{"task.reference": str(tmp_path / "vse.pt")})
     other = tmp_path / "other.jsonl"

@@ -217,7 +217,7 @@ class Regression:
         return {"neg_mse": -float(torch.nn.functional.mse_loss(model(self.x).squeeze(1), self.y))}
 
     def checkpoint_info(self):
-        return {"model": "linear", "config": {"inputs": self.x.shape[1]}}
+        return {"model": "linear", "config": {"inputs": self.x.shape[1]}, "schema": 1}
 
 
 def regression_config(**train):

@@ -66,7 +66,7 @@ def test_weights_file_and_prefixed_vltools_checkpoint(tmp_path):
     torch.save(reference.state_dict(), plain)
     trunk_only = {f"backbone.{k}": v for k, v in reference.state_dict().items() if not k.startswith("fc.")}
     checkpoint = tmp_path / "model.pt"
-    save_checkpoint(checkpoint, "rmac", {}, trunk_only)
+    save_checkpoint(checkpoint, "rmac", {}, trunk_only, schema=1)
     for path in (plain, checkpoint):
         model, described = build_backbone("resnet18", str(path))
         assert torch.equal(model.trunk[0].weight, reference.conv1.weight)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -15,6 +17,7 @@ from PIL import Image
 
 from vltools.errors import VLToolsError
 from vltools.vision.images import (
+    MAX_PIXELS_LIMIT,
     BadImage,
     ImageDataset,
     ImageItem,
@@ -258,3 +261,72 @@ def test_other_files_are_one_line_naming_the_file_and_the_accepted_kinds(tmp_pat
         list_inputs([tmp_path / "imgs.tar.gz"])
     (tmp_path / "list.txt").write_text("\ufeffa.jpg\n", encoding="utf-8")  # a BOM is not part of the first name
     assert list_inputs([tmp_path / "list.txt"])[0].image_id == "a.jpg"
+
+
+@pytest.mark.parametrize(("name", "shown", "problem"), [
+    (b"tab\there.png", "tab\\there.png", "holds the control character '\\t'"),
+    (b"esc\x1b[2J.png", "esc\\x1b[2J.png", "holds the control character '\\x1b'"),
+    (b"\xff\xfe.png", "\\xff\\xfe.png", "is not UTF-8"),
+])
+def test_a_folder_file_whose_name_is_no_id_is_listed_escaped_and_fails_like_a_corrupt_image(tmp_path, name, shown,
+                                                                                           problem):
+    """One badly named file among many is skipped, counted and recorded (fatal with --strict), not a traceback."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "good.png")
+    shutil.copy(tmp_path / "good.png", os.path.join(os.fsencode(tmp_path), name))
+    items = list_inputs([tmp_path])
+    assert [item.image_id for item in items] == sorted([shown, "good.png"])
+    bad = next(item for item in items if item.image_id == shown)
+    assert bad.path == tmp_path  # messages name the folder and the escaped id, on one line
+    with pytest.raises(BadImage, match=rf"^its name {re.escape(problem)}, which an id cannot: rename it$"):
+        load_rgb(bad)
+    failures = [sample.get("error") for sample in ImageDataset(items, "shorter", 8)]
+    assert sum(error is not None for error in failures) == 1
+
+
+def test_a_named_image_file_or_a_list_line_that_is_no_id_is_refused_in_one_line(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "good.png")
+    bad = os.path.join(os.fsencode(tmp_path), b"\xff\xfe.png")
+    shutil.copy(tmp_path / "good.png", bad)
+    with pytest.raises(VLToolsError, match=r"\\xff\\xfe.png: image name '\\\\xff\\\\xfe.png' is not UTF-8, which an "
+                                           r"id cannot; rename the file$"):
+        list_inputs([os.fsdecode(bad)])
+    (tmp_path / "list.txt").write_bytes(b"good.png\nbidi\xe2\x80\xaegnp.exe\n")
+    with pytest.raises(VLToolsError, match=r"list.txt: line 2: image name 'bidi\\\\u202egnp.exe' holds the "
+                                           r"bidirectional control U\+202E, which an id cannot; rename the file$"):
+        list_inputs([tmp_path / "list.txt"])
+
+
+def test_a_tar_member_whose_name_is_no_id_fails_like_a_corrupt_image(tmp_path):
+    photo = (PHOTOS / "china.jpg").read_bytes()
+    archive = _tar(tmp_path / "shard.tar", {"ok.jpg": photo, "two\nlines.jpg": photo})
+    items = list_inputs([archive])
+    assert [item.image_id for item in items] == ["ok.jpg", "two\\nlines.jpg"]
+    assert load_rgb(items[0])[1] == (427, 640)
+    with pytest.raises(BadImage, match=r"^its name holds the control character '\\n', which an id cannot"):
+        load_rgb(items[1])
+
+
+def test_a_tar_member_claiming_more_than_the_archive_holds_fails_before_any_allocation(tmp_path):
+    """A 2 KB tar whose header claims an 8 GiB member was a MemoryError: the read asked for the claimed size."""
+    info = tarfile.TarInfo("huge.jpg")
+    info.size = 8 * 2**30
+    archive = tmp_path / "bomb.tar"
+    archive.write_bytes(info.tobuf(format=tarfile.GNU_FORMAT) + (PHOTOS / "china.jpg").read_bytes()[:1536])
+    items = list_inputs([archive])
+    assert [(item.image_id, item.member.size) for item in items] == [("huge.jpg", 8 * 2**30)]
+    with pytest.raises(BadImage, match=r"^truncated tar archive: member huge.jpg claims 8,589,934,592 bytes but the "
+                                       r"archive holds 1,536 after its start$"):
+        load_rgb(items[0])
+    assert "claims 8,589,934,592 bytes" in ImageDataset(items, "shorter", 8)[0]["error"]
+
+
+def test_the_pixel_limit_is_bounded_so_a_bomb_is_skipped_not_a_memory_error(tmp_path):
+    """--max-pixels 100000000000 let a decompression bomb decode (a MemoryError); the limit is at most 2**28."""
+    Image.new("1", (20_000, 14_000)).save(tmp_path / "bomb.png")  # 280 million pixels in a few kilobytes
+    with pytest.raises(BadImage, match="too many pixels"):
+        load_rgb(tmp_path / "bomb.png", max_pixels=MAX_PIXELS_LIMIT)
+    for value in (0, MAX_PIXELS_LIMIT + 1, 100_000_000_000):
+        with pytest.raises(VLToolsError, match=rf"^max_pixels must be in \[1, 268435456\], not {value}$"):
+            load_rgb(tmp_path / "bomb.png", max_pixels=value)
+        with pytest.raises(VLToolsError, match="max_pixels must be in"):
+            ImageDataset([], "shorter", 8, max_pixels=value)

@@ -49,6 +49,6 @@ def save_captioner(path: Path, name: str, captions: Path, seed: int = 0, img_dim
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
     save_checkpoint(path, name, config, model.state_dict(), vocab=words.words,
-                    train_state={"config": {"task": dict(PREP)}})
+                    train_state={"config": {"task": dict(PREP)}}, schema=1)
     return path
 

@@ -176,7 +176,7 @@ def image_run_options(func: Callable) -> Callable:
         click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=60.0, show_default=True,
                      help="How often finished rows are made durable in OUT.partial/ for --resume."),
         shard_option(),
-        click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
+        click.option("--max-pixels", type=click.IntRange(1, 2**28), default=DEFAULT_MAX_PIXELS, show_default=True,
                      help="Images with more pixels are skipped as possible decompression bombs."),
         click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
                      help="Seed of random initialisation (--weights none)."),

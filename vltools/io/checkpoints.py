@@ -18,6 +18,7 @@ from vltools.io.provenance import provenance
 
 CHECKPOINT_FORMAT = "vltools.checkpoint"
 DIGEST_KEYS = ("model", "config", "vocab", "state_dict", "train_state")
+SCHEMA_KEY = "schema"  # the model's config schema version (vltools.models.schema_version); absent before it existed
 
 
 def content_digest(value: object) -> str:
@@ -45,19 +46,31 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
         digest.update(f"S{value!r}".encode())
 
 
+def _digested(payload: dict) -> dict:
+    """What the digest covers: the content keys, and the schema version where the checkpoint records one (so a
+    checkpoint written before schemas existed keeps its digest)."""
+    covered = {key: payload.get(key) for key in DIGEST_KEYS}
+    if SCHEMA_KEY in payload:
+        covered[SCHEMA_KEY] = payload[SCHEMA_KEY]
+    return covered
+
+
 def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dict: dict,
-                    vocab: list[str] | None = None, train_state: dict | None = None) -> None:
-    """Write a vltools checkpoint atomically; everything in it must be a tensor or a plain container."""
+                    vocab: list[str] | None = None, train_state: dict | None = None, *, schema: int) -> None:
+    """Write a vltools checkpoint atomically; everything in it must be a tensor or a plain container. `schema` is
+    the model's config schema version (vltools.models.schema_version), so that a later vltools whose defaults
+    changed meaning reads the config as it was meant; the provenance records the vltools version."""
     payload = {
         "format": CHECKPOINT_FORMAT,
         "model": model,
+        SCHEMA_KEY: schema,
         "config": dict(config),
         "vocab": list(vocab) if vocab is not None else None,
         "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
         "train_state": dict(train_state or {}),
         "provenance": provenance(),
     }
-    payload["digest"] = content_digest({key: payload[key] for key in DIGEST_KEYS})
+    payload["digest"] = content_digest(_digested(payload))
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
 
@@ -105,7 +118,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise VLToolsError(f"{path}: not a vltools checkpoint (no format '{CHECKPOINT_FORMAT}')")
     saved = payload.get("digest")
-    if saved is not None and saved != content_digest({key: payload.get(key) for key in DIGEST_KEYS}):
+    if saved is not None and saved != content_digest(_digested(payload)):
         raise VLToolsError(f"{path}: the checkpoint's content does not match its digest: the file is corrupt; "
                            "copy or train it again")
     return payload

@@ -11,13 +11,13 @@ import json
 import math
 import os
 import sys
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
+from vltools.io.ids import id_problem
 from vltools.io.progress import log
 
 
@@ -113,14 +113,11 @@ ID_FIELDS = ("image_id", "caption_id", "region_id", "pair_id", "image_a", "image
              "positive", "negative")
 
 
-def control_character(value: object) -> str | None:
-    """The first control character (NUL, newline, escape, ...) of a string or list of strings, else None:
-    ids name files, HTML pages and lines, where such a character breaks or is lost."""
+def _value_problem(value: object) -> str | None:
+    """What makes a string, or a list of strings, unusable as ids (vltools.io.ids.id_problem), else None."""
     for text in value if isinstance(value, list) else [value]:
-        if isinstance(text, str):
-            for char in text:
-                if unicodedata.category(char) == "Cc":
-                    return char
+        if isinstance(text, str) and (problem := id_problem(text)) is not None:
+            return problem
     return None
 
 
@@ -147,9 +144,8 @@ def validate_record(record: object, schema: Schema, path: object, line: int | st
     if schema.name == "rankings" and len(record["ids"]) != len(record["scores"]):
         raise input_error(path, where, "fields 'ids' and 'scores' have different lengths")
     for name in ID_FIELDS:
-        if (char := control_character(record.get(name))) is not None:
-            raise input_error(path, where, f"field '{name}' holds the control character {char!r}",
-                              "ids name files and lines: remove it")
+        if (problem := _value_problem(record.get(name))) is not None:
+            raise input_error(path, where, f"field '{name}' {problem}", "ids name files and lines: remove it")
     return record
 
 

@@ -11,10 +11,14 @@ attribute `separable` (True when similarity is an inner product of [B, E] embedd
 from __future__ import annotations
 
 import math
+import os
 
+import torch
 from torch import nn
 
+from vltools import __version__
 from vltools.errors import VLToolsError, first_line
+from vltools.io.checkpoints import SCHEMA_KEY
 from vltools.models.bottom_up import BottomUpAttention
 from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
 from vltools.models.concepts import ConceptCNN, build_concept_cnn
@@ -41,17 +45,21 @@ def default_config(name: str) -> dict:
     return dict(_model_class(name).DEFAULTS)
 
 
+# The most any integer setting (a size, count or dimension) may be: far above any published model, and far below
+# what would ask for an impossible allocation before the memory check can say so.
+MAX_SIZE = 2**20
 # The declared range of each model setting whose range is not the rule for its default's type (an integer: a
-# size, count or dimension, at least 1; a float: finite and at least 0): (lowest, whether the lowest itself is
-# allowed, highest or None, whether the highest is allowed), by setting name in any model.
+# size, count or dimension, from 1 to MAX_SIZE; a float: finite and at least 0): (lowest, whether the lowest
+# itself is allowed, highest or None, whether the highest is allowed), by setting name in any model.
 SETTING_RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "dropout": (0.0, True, 1.0, False), "gen_dropout": (0.0, True, 1.0, False), "sampling": (0.0, True, 1.0, True),
-    "gcn_steps": (0, True, None, False), "rpn_min_size": (0, True, None, False),
+    "gcn_steps": (0, True, MAX_SIZE, True), "rpn_min_size": (0, True, MAX_SIZE, True),
     "lambda_softmax": (0.0, False, None, False), "bn_eps": (0.0, False, None, False),
     "rpn_nms": (0.0, False, 1.0, True), "class_nms": (0.0, False, 1.0, True),
 }
-INT_RANGE = (1, True, None, False)
+INT_RANGE = (1, True, MAX_SIZE, True)
 FLOAT_RANGE = (0.0, True, None, False)
+PARAMETER_BYTES = 4  # float32
 
 
 def _shown(bounds: tuple[float, bool, float | None, bool]) -> str:
@@ -89,14 +97,65 @@ def check_model_config(name: str, config: dict, source: str = "model") -> None:
             raise VLToolsError(f"{where} must be {type(default).__name__}, not {value!r}")
 
 
-def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
-    """A freshly initialised model: defaults updated by `config`, checked first (`check_model_config`)."""
-    check_model_config(name, config)
-    full = default_config(name)
-    full.update(config)
+def _construct(name: str, full: dict, vocab_size: int) -> nn.Module:
     if name == "concepts":  # a torchvision trunk: built from its name, weights loaded by the caller
         return build_concept_cnn(str(full["backbone"]), "none", int(full["num_concepts"]))[0]
     return _model_class(name)(vocab_size=vocab_size, **full)
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_model_size(name: str, full: dict, vocab_size: int) -> None:
+    """Refuse, in one line, a model whose parameters and buffers at 4 bytes each exceed this machine's memory:
+    counted on a model built on the meta device (shapes only, nothing allocated), before the real one is built."""
+    with torch.device("meta"):
+        shapes = _construct(name, full, vocab_size)
+    count = sum(t.numel() for t in (*shapes.parameters(), *shapes.buffers()))
+    memory = machine_memory()
+    if count * PARAMETER_BYTES > memory:
+        raise VLToolsError(f"model {name!r} with these settings has {count:,} parameters, "
+                           f"{count * PARAMETER_BYTES / 2**30:,.1f} GiB at {PARAMETER_BYTES} bytes each, more than "
+                           f"this machine's {memory / 2**30:,.1f} GiB of memory; make its sizes smaller")
+
+
+def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
+    """A freshly initialised model: defaults updated by `config`, checked first (`check_model_config`,
+    `check_model_size`)."""
+    check_model_config(name, config)
+    full = default_config(name)
+    full.update(config)
+    check_model_size(name, full, vocab_size)
+    return _construct(name, full, vocab_size)
+
+
+def schema_version(name: str) -> int:
+    """The config schema version of model `name`, recorded in its checkpoints: 1 until one of its defaults changes
+    meaning, when the model's class raises its `SCHEMA` and names in `FORMER_DEFAULTS` each such setting, as
+    (the schema that changed it, the value a checkpoint of an older schema without the setting meant)."""
+    return int(getattr(_model_class(name), "SCHEMA", 1))
+
+
+def checkpoint_config(payload: dict, source: str = "checkpoint") -> dict:
+    """The config a loaded checkpoint meant: a setting it lacks whose default changed meaning since its schema
+    (no schema recorded: 1) is read with the meaning it had then, never with today's default; a schema newer
+    than this vltools knows is refused, since what its settings mean cannot be known here."""
+    name, config = payload["model"], dict(payload["config"])
+    schema, current = payload.get(SCHEMA_KEY, 1), schema_version(name)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise VLToolsError(f"{source}: checkpoint's config schema {schema!r} is not a version; copy or train it "
+                           "again")
+    if schema > current:
+        version = (payload.get("provenance") or {}).get("vltools_version")
+        written = f"vltools {version}" if version else "a later vltools"
+        raise VLToolsError(f"{source}: model {name!r} was saved with config schema {schema} by {written}; "
+                           f"this vltools {__version__} reads its schema {current} at most: upgrade vltools")
+    for key, (since, meant) in getattr(_model_class(name), "FORMER_DEFAULTS", {}).items():
+        if key not in config and schema < since:
+            config[key] = meant
+    return config
 
 
 def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Module:
@@ -106,8 +165,9 @@ def model_from_checkpoint(payload: dict, source: str = "checkpoint") -> nn.Modul
     if not vocab and payload.get("model") not in NO_VOCABULARY:
         raise VLToolsError(f"{source}: checkpoint of model {payload.get('model')!r} has no vocabulary; "
                            "it must be saved with the word list its text encoder was trained on")
-    check_model_config(payload["model"], payload["config"], f"{source}: its config's model")
-    model = build_model(payload["model"], payload["config"], len(vocab))
+    config = checkpoint_config(payload, source)
+    check_model_config(payload["model"], config, f"{source}: its config's model")
+    model = build_model(payload["model"], config, len(vocab))
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:

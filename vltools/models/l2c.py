@@ -159,6 +159,10 @@ class L2C(nn.Module):
         "attention_size": 512,
         "dropout": 0.5,
     }
+    # config schema (vltools.models.checkpoint_config): 2 since Eq. 1 pools as printed by default (node_norm sum);
+    # a schema-1 checkpoint has no node_norm and always divided the nodes by the mask's area
+    SCHEMA = 2
+    FORMER_DEFAULTS: dict[str, tuple[int, object]] = {"node_norm": (2, "area")}
 
     def __init__(self, vocab_size: int, **config: object) -> None:
         super().__init__()

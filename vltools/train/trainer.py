@@ -66,7 +66,8 @@ class Task(Protocol):
         """Validation metrics of the (unwrapped, eval-mode) model."""
 
     def checkpoint_info(self) -> dict:
-        """`model` (name), `config` (full model config), `vocab` for save_checkpoint; `inputs` (provenance)."""
+        """`model` (name), `config` (full model config), `vocab`, `schema` (its config schema version,
+        vltools.models.schema_version) for save_checkpoint; `inputs` (provenance)."""
 
     # optional: `start_epoch(model, epoch, device)`, called on every process before each epoch's data is drawn
     # (semantic retrieval re-mines its triplets with the current model there)
@@ -235,7 +236,8 @@ class Trainer:
                 self.state["best"] = score
                 info = self.task.checkpoint_info()
                 save_checkpoint(self.output, info["model"], info["config"], self.model.state_dict(),
-                                vocab=info.get("vocab"), train_state=self._position(metrics))
+                                vocab=info.get("vocab"), train_state=self._position(metrics),
+                                schema=info["schema"])
             self.log.write({"type": "val", "epoch": epoch + 1, "iteration": self.state["iteration"],
                             **{k: float(v) for k, v in metrics.items()}, "best": best})
             log.info("validation at iteration %d: %s %.2f%s", self.state["iteration"], self.task.metric, score,
@@ -271,7 +273,7 @@ class Trainer:
             train_state = {**self._position(), "optimizer": self.optimizer.state_dict(), "rng": states,
                            "log_lines": self.log.lines}
             save_checkpoint(self.last_path, info["model"], info["config"], self.model.state_dict(),
-                            vocab=info.get("vocab"), train_state=train_state)
+                            vocab=info.get("vocab"), train_state=train_state, schema=info["schema"])
         self.env.barrier()
 
     def _resume(self) -> int:

@@ -22,12 +22,14 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vltools.errors import VLToolsError, input_error
+from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
 from vltools.vision.masks import load_mask
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
+MAX_PIXELS_LIMIT = 2**28  # the most --max-pixels may allow: 768 MiB decoded as RGB, before any resizing
 EXIF_ORIENTATION = 0x0112
 SWAPPING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that rotate by 90 degrees
 RESIZE_MODES = ("shorter", "square", "longer")
@@ -49,36 +51,60 @@ class TarMember:
 
 @dataclass(frozen=True)
 class ImageItem:
-    """One input image: its id (a string), its file (or the tar archive holding it, with `member`), and optional
-    boxes in original-image pixels."""
+    """One input image: its id (a string), its file (or the folder or tar archive holding it, with `member`), and
+    optional boxes in original-image pixels. `problem`: why an image found in a folder or a tar archive cannot be
+    used though it was listed (its name is no usable id, or its member overruns the archive); it then fails to
+    load like a corrupt image: skipped, counted and recorded, fatal with --strict."""
 
     image_id: str
     path: Path
     boxes: tuple[tuple[float, float, float, float], ...] | None = None
     member: TarMember | None = None
+    problem: str | None = None
 
 
 class BadImage(Exception):
     """An image that cannot be used; the message is the reason recorded in `/failed`."""
 
 
+def _contained_item(name: str, path: Path, container: Path, member: TarMember | None = None) -> ImageItem:
+    """The item of an image at `path` that the folder or tar archive `container` holds under `name`: a name that is
+    no usable id (vltools.io.ids) becomes its escaped form, the item names the container (messages stay on one
+    line) and fails to load."""
+    problem = id_problem(name)
+    if problem is None:
+        return ImageItem(name, path, member=member)
+    return ImageItem(escaped_id(name), container, member=member,
+                     problem=f"its name {problem}, which an id cannot: rename it")
+
+
 def _folder_items(folder: Path) -> list[ImageItem]:
     # broken or looping symlinks with an image extension are kept: they fail to load, and so are reported
-    # (recorded in /failed, or fatal with --strict) instead of silently missing
+    # (recorded in /failed, or fatal with --strict) instead of silently missing; so are files whose names are no ids
     files = [p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS
              and (p.is_file() or (p.is_symlink() and not p.exists()))]
-    items = [ImageItem(p.relative_to(folder).as_posix(), p) for p in files]
+    items = [_contained_item(p.relative_to(folder).as_posix(), p, folder) for p in files]
     return sorted(items, key=lambda item: item.image_id)
+
+
+def _named_id(name: str, path: object, where: str | None) -> str:
+    """`name`, an id the user gave (an image file's name, a line of a list), or a one-line error naming `path`
+    and `where` when it is no usable id (vltools.io.ids)."""
+    problem = id_problem(name)
+    if problem is not None:
+        raise input_error(path, where, f"image name {escaped_id(name)!r} {problem}, which an id cannot",
+                          "rename the file")
+    return name
 
 
 def _list_items(list_file: Path) -> list[ImageItem]:
     items = []
-    with open(list_file, encoding="utf-8-sig") as stream:
-        for line in stream:
+    with open(list_file, encoding="utf-8-sig", errors="surrogateescape") as stream:
+        for number, line in enumerate(stream, 1):
             name = line.strip()
             if name:
                 path = Path(name) if os.path.isabs(name) else list_file.parent / name
-                items.append(ImageItem(name, path))
+                items.append(ImageItem(_named_id(name, list_file, f"line {number}"), path))
     return items
 
 
@@ -105,8 +131,8 @@ def _tar_items(archive: Path) -> list[ImageItem]:
         try:
             for info in tar:
                 if info.isreg() and Path(info.name).suffix.lower() in IMAGE_EXTENSIONS:
-                    items.append(ImageItem(info.name, archive, member=TarMember(info.name, info.offset_data,
-                                                                                info.size)))
+                    member = TarMember(info.name, info.offset_data, info.size)
+                    items.append(_contained_item(info.name, archive, archive, member))
         except tarfile.ReadError as exc:  # a download cut short: its members so far are used, the cut one fails
             log.warning("%s: truncated tar archive (%s); the images after its last complete header are missing",
                         archive, exc)
@@ -147,7 +173,7 @@ def _file_items(path: Path) -> list[ImageItem]:
     `images` JSONL, a tar archive of images, or a text list of paths; anything else is a one-line error."""
     suffix = path.suffix.lower()
     if suffix in IMAGE_EXTENSIONS:
-        return [ImageItem(path.name, path)]
+        return [ImageItem(_named_id(path.name, escaped_id(str(path)), None), path)]
     if suffix in (".jsonl", ".json"):
         return _jsonl_items(path)
     head = _head(path)
@@ -160,7 +186,7 @@ def _file_items(path: Path) -> list[ImageItem]:
     if tarfile.is_tarfile(path):
         return _tar_items(path)
     if _is_image(path):
-        return [ImageItem(path.name, path)]
+        return [ImageItem(_named_id(path.name, escaped_id(str(path)), None), path)]
     raise input_error(path, None, "not an input vltools reads", f"give {ACCEPTED}")
 
 
@@ -232,10 +258,23 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _member_bytes(item: ImageItem) -> bytes:
-    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker)."""
+    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker); a member whose header
+    claims more bytes than the archive holds after its start is a BadImage before anything is allocated."""
+    member = item.member
     with open(item.path, "rb") as stream:
-        stream.seek(item.member.offset)
-        return stream.read(item.member.size)
+        remaining = os.fstat(stream.fileno()).st_size - member.offset
+        if member.size > remaining:
+            raise BadImage(f"truncated tar archive: member {escaped_id(member.name)} claims {member.size:,} bytes "
+                           f"but the archive holds {max(remaining, 0):,} after its start")
+        stream.seek(member.offset)
+        return stream.read(member.size)
+
+
+def check_max_pixels(max_pixels: int) -> None:
+    """Refuse a pixel limit outside [1, MAX_PIXELS_LIMIT]: a larger one lets an image ask for more memory than a
+    decoder can be given (a MemoryError, not a skipped image)."""
+    if not 1 <= max_pixels <= MAX_PIXELS_LIMIT:
+        raise VLToolsError(f"max_pixels must be in [1, {MAX_PIXELS_LIMIT}], not {max_pixels}")
 
 
 def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -248,10 +287,11 @@ def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
     full-resolution, upright image.
     Raises BadImage with the reason for anything unusable.
     """
+    check_max_pixels(max_pixels)
+    if isinstance(source, ImageItem) and source.problem is not None:
+        raise BadImage(source.problem)
     if isinstance(source, ImageItem) and source.member is not None:
         data = _member_bytes(source)
-        if len(data) < source.member.size:
-            raise BadImage(f"truncated tar archive: member {source.member.name} ends early")
         opened: Path | io.BytesIO = io.BytesIO(data)
         empty = not data
     else:
@@ -331,6 +371,7 @@ class ImageDataset(torch.utils.data.Dataset):
                  mask_dir: Path | None = None) -> None:
         if resize not in RESIZE_MODES:
             raise ValueError(f"resize must be one of {RESIZE_MODES}")
+        check_max_pixels(max_pixels)
         self.items = list(items)
         self.resize = resize
         self.size = size

@@ -39,6 +39,7 @@ import torch
 
 from vltools.errors import VLToolsError, first_line, shown_ids
 from vltools.io.checkpoints import NeedsPickle, load_weights_only
+from vltools.models import schema_version
 from vltools.models.bottom_up import BottomUpAttention, caffe_anchors
 
 MODEL_NAME = "bottom-up"
@@ -250,7 +251,8 @@ def bottom_up_checkpoint(source: str | os.PathLike, trust: bool, config: dict | 
             digest.update(block)
     full_config = {**BottomUpAttention.DEFAULTS, **(config or {})}
     return {"model": MODEL_NAME, "config": full_config, "state_dict": state_dict, "vocab": None,
-            "train_state": {"converted_from": path.name, "layout": layout, "source_sha256": digest.hexdigest()}}
+            "train_state": {"converted_from": path.name, "layout": layout, "source_sha256": digest.hexdigest()},
+            "schema": schema_version(MODEL_NAME)}
 
 
 def _starts_as_pickle(path: Path) -> bool:

@@ -17,7 +17,7 @@ import torch
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.errors import VLToolsError, first_line
 from vltools.io.features import BOTTOM_UP
-from vltools.models import build_model, default_config
+from vltools.models import build_model, default_config, schema_version
 from vltools.text.vocab import Vocabulary
 
 PARTS = ("img_enc", "txt_enc", "sim_enc")
@@ -63,7 +63,7 @@ def import_sgraf_checkpoint(src_path: str | os.PathLike, vocab: Vocabulary | str
     train_state = {"epoch": int(raw.get("epoch", 0)), "iteration": int(raw.get("Eiters", 0)),
                    "best_rsum": float(raw.get("best_rsum", 0.0)), "inputs": {"feature_extractor": BOTTOM_UP}}
     return {"model": name, "config": config, "state_dict": model.state_dict(), "vocab": list(words.words),
-            "train_state": train_state}
+            "train_state": train_state, "schema": schema_version(name)}
 
 
 def _released_parts(src: Path, raw: object) -> tuple[list[dict], object]:

@@ -44,7 +44,7 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import contrastive_objective, sequence_cross_entropy, sequence_logprob
-from vltools.models import MODELS, build_model, default_config
+from vltools.models import MODELS, build_model, default_config, schema_version
 from vltools.models.captioners import Captioner
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
@@ -180,7 +180,7 @@ class CaptioningTask:
 
     def checkpoint_info(self) -> dict:
         return {"model": self.model_name, "config": self.model_config, "vocab": self.vocab.words,
-                "inputs": self.inputs}
+                "inputs": self.inputs, "schema": schema_version(self.model_name)}
 
 
 def _objective_models(model_name: str, options: dict, vocab_path: str | None

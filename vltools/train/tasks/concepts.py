@@ -18,6 +18,7 @@ from vltools.data.captions import read_split
 from vltools.errors import VLToolsError
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
+from vltools.models import schema_version
 from vltools.models.concepts import ConceptCNN, build_concept_cnn, concept_loss
 from vltools.text.concepts import ConceptVocabulary
 from vltools.train.config import TRAIN_DEFAULTS
@@ -114,7 +115,7 @@ class ConceptTask:
 
     def checkpoint_info(self) -> dict:
         return {"model": "concepts", "config": self.model_config, "vocab": self.vocabulary.concepts,
-                "inputs": self.inputs}
+                "inputs": self.inputs, "schema": schema_version("concepts")}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,

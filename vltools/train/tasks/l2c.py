@@ -42,7 +42,7 @@ from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import l2c_loss
-from vltools.models import build_model
+from vltools.models import build_model, schema_version
 from vltools.models.l2c import L2C
 from vltools.text.captions import CaptionPreprocessing
 from vltools.train.config import TRAIN_DEFAULTS
@@ -152,7 +152,8 @@ class L2CTask:
         return {"ROUGE_L": 100.0 * rouge_l(predictions, self.references())}
 
     def checkpoint_info(self) -> dict:
-        return {"model": "l2c", "config": self.model_config, "vocab": self.vocab.words, "inputs": self.inputs}
+        return {"model": "l2c", "config": self.model_config, "vocab": self.vocab.words, "inputs": self.inputs,
+                "schema": schema_version("l2c")}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,

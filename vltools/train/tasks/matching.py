@@ -30,7 +30,7 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import hardest_negative_loss
-from vltools.models import build_model, default_config
+from vltools.models import build_model, default_config, schema_version
 from vltools.text.tokenize import tokenizer_name
 from vltools.text.vocab import Vocabulary
 from vltools.train.config import check_choice
@@ -129,7 +129,7 @@ class MatchingTask:
 
     def checkpoint_info(self) -> dict:
         return {"model": self.model_name, "config": self.model_config, "vocab": self.vocab.words,
-                "inputs": self.inputs}
+                "inputs": self.inputs, "schema": schema_version(self.model_name)}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,

@@ -33,7 +33,7 @@ from vltools.infer.similarity import similarity_blocks
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
-from vltools.models import build_model, default_config
+from vltools.models import build_model, default_config, schema_version
 from vltools.text.vocab import Vocabulary
 from vltools.train.config import TRAIN_DEFAULTS
 
@@ -125,7 +125,8 @@ class SCOTask:
         return flat
 
     def checkpoint_info(self) -> dict:
-        return {"model": "sco", "config": self.model_config, "vocab": self.vocab.words, "inputs": self.inputs}
+        return {"model": "sco", "config": self.model_config, "vocab": self.vocab.words, "inputs": self.inputs,
+                "schema": schema_version("sco")}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,

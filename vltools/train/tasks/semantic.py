@@ -26,7 +26,7 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.proxy import ProxyFile, read_proxy_file
 from vltools.losses import SEMANTIC_LOSSES, semantic_loss
-from vltools.models import build_model, default_config
+from vltools.models import build_model, default_config, schema_version
 from vltools.models.rmac import pca_whitening
 from vltools.train.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import build_backbone
@@ -179,7 +179,8 @@ class SemanticTask:
         return {"ndcg_auc": summary["ndcg_auc"] or 0.0, "pcc_auc": summary["pcc_auc"] or 0.0}
 
     def checkpoint_info(self) -> dict:
-        return {"model": "rmac", "config": self.model_config, "vocab": self.proxy.vocab, "inputs": self.inputs}
+        return {"model": "rmac", "config": self.model_config, "vocab": self.proxy.vocab, "inputs": self.inputs,
+                "schema": schema_version("rmac")}
 
 
 def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str | None = None,

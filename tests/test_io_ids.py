@@ -1,0 +1,36 @@
+"""The one id check: every source of ids (JSONL fields, file and folder names, list lines, tar members) uses it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vltools.io.ids import escaped_id, id_problem
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("a\tb.jpg", "holds the control character '\\t'"), ("a\x1b[2J.jpg", "holds the control character '\\x1b'"),
+    ("line\nbreak", "holds the control character '\\n'"), ("nul\x00", "holds the control character '\\x00'"),
+    ("\x85next", "holds the control character '\\x85'"),
+    ("cat\u202egpj.exe", "holds the bidirectional control U+202E"),
+    ("\u2066iso\u2069", "holds the bidirectional control U+2066"),
+    ("mark\u200f", "holds the bidirectional control U+200F"),
+    ("arabic\u061c", "holds the bidirectional control U+061C"),
+    ("emb\u202a", "holds the bidirectional control U+202A"),
+    (os.fsdecode(b"\xff\xfe.jpg"), "is not UTF-8"), ("lone\ud800", "is not UTF-8"),
+])
+def test_unusable_ids_are_named_with_their_problem(text, problem):
+    assert id_problem(text) == problem
+
+
+@pytest.mark.parametrize("text", ["a#0", "sub/déjà/ünï.png", "שלום.jpg", "日本 語.png", "emoji 🐦.jpg", ""])
+def test_ordinary_ids_in_any_script_pass(text):
+    assert id_problem(text) is None and escaped_id(text) == text
+
+
+def test_escaped_ids_are_usable_and_show_the_name_they_stand_for():
+    assert escaped_id(os.fsdecode(b"\xff\xfe.jpg")) == "\\xff\\xfe.jpg"
+    assert escaped_id("a\tb\x1b\n\u202ec.jpg") == "a\\tb\\x1b\\n\\u202ec.jpg"
+    assert escaped_id("lone\ud800") == "lone\\ud800"
+    assert id_problem(escaped_id("a\tb\u202e\udcff")) is None

@@ -1,0 +1,92 @@
+"""The model registry's checkpoint reading: a checkpoint's config is read with the meaning it was saved with, never
+silently with a default that changed meaning since."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vltools import models
+from vltools.errors import VLToolsError
+from vltools.io.checkpoints import CHECKPOINT_FORMAT, DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint
+from vltools.models import build_model, checkpoint_config, default_config, model_from_checkpoint, schema_version
+
+TINY_L2C = {"feature_dim": 4, "num_nodes": 3, "pool_hidden": 4, "graph_dim": 6, "embed_size": 4, "hidden_size": 6,
+            "attention_size": 4}
+WORDS = ["<pad>", "<start>", "<end>", "<unk>", "bird"]
+
+
+def _save_previous_format(path, model: str, config: dict, state_dict: dict) -> None:
+    """A checkpoint as vltools wrote it before config schemas: today's payload minus the schema key, its digest
+    over the content keys only."""
+    payload = {"format": CHECKPOINT_FORMAT, "model": model, "config": config, "vocab": WORDS,
+               "state_dict": state_dict, "train_state": {}, "provenance": {"vltools_version": "0.1.0"}}
+    payload["digest"] = content_digest({key: payload[key] for key in DIGEST_KEYS})
+    torch.save(payload, path)
+
+
+def _nodes(model, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    featmap, mask = torch.randn(2, 4, 5, 6, generator=g), torch.rand(2, 5, 6, generator=g)
+    with torch.no_grad():
+        return model.encoder(featmap, mask)[0]
+
+
+def test_an_l2c_checkpoint_from_before_node_norm_pools_by_area_as_it_was_trained(tmp_path):
+    torch.manual_seed(0)
+    trained = build_model("l2c", {**TINY_L2C, "node_norm": "area"}, len(WORDS)).eval()
+    _save_previous_format(tmp_path / "old.pt", "l2c", dict(TINY_L2C), trained.state_dict())
+    loaded = model_from_checkpoint(load_checkpoint(tmp_path / "old.pt"), "old.pt")
+    assert loaded.encoder.node_norm == "area"
+    torch.testing.assert_close(_nodes(loaded), _nodes(trained))
+    as_sum = build_model("l2c", {**TINY_L2C, "node_norm": "sum"}, len(WORDS)).eval()
+    as_sum.load_state_dict(trained.state_dict())
+    assert not torch.allclose(_nodes(loaded), _nodes(as_sum))  # today's default would have pooled differently
+
+
+def test_a_new_checkpoint_records_its_schema_and_keeps_todays_meaning(tmp_path):
+    torch.manual_seed(0)
+    model = build_model("l2c", TINY_L2C, len(WORDS)).eval()
+    save_checkpoint(tmp_path / "new.pt", "l2c", dict(TINY_L2C), model.state_dict(), vocab=WORDS,
+                    schema=schema_version("l2c"))
+    payload = load_checkpoint(tmp_path / "new.pt")
+    assert payload["schema"] == 2 and payload["provenance"]["vltools_version"]
+    assert model_from_checkpoint(payload).encoder.node_norm == "sum"
+
+
+def test_a_setting_the_checkpoint_names_is_never_replaced():
+    payload = {"model": "l2c", "config": {**TINY_L2C, "node_norm": "sum"}}
+    assert checkpoint_config(payload)["node_norm"] == "sum"
+    assert checkpoint_config({"model": "vse", "config": {}}) == {}
+    assert schema_version("vse") == 1 and default_config("l2c")["node_norm"] == "sum"
+
+
+def test_a_schema_newer_than_this_vltools_or_not_a_version_is_refused_in_one_line():
+    payload = {"model": "l2c", "config": TINY_L2C, "schema": 3, "provenance": {"vltools_version": "9.0.0"}}
+    with pytest.raises(VLToolsError, match=r"^m\.pt: model 'l2c' was saved with config schema 3 by vltools 9\.0\.0; "
+                                           r"this vltools .* reads its schema 2 at most: upgrade vltools$"):
+        checkpoint_config(payload, "m.pt")
+    with pytest.raises(VLToolsError, match=r"^m\.pt: checkpoint's config schema 'two' is not a version"):
+        checkpoint_config({**payload, "schema": "two"}, "m.pt")
+
+
+def test_sizes_have_a_declared_maximum():
+    with pytest.raises(VLToolsError, match=r"^model.embed_size must be in \[1, 1048576\], not 1000000000000$"):
+        build_model("vse", {"embed_size": 10**12}, len(WORDS))
+    with pytest.raises(VLToolsError, match=r"^model.gcn_steps must be in \[0, 1048576\], not 1048577$"):
+        build_model("l2c", {"gcn_steps": 2**20 + 1}, len(WORDS))
+
+
+def test_a_model_larger_than_the_machines_memory_is_refused_before_it_is_built(monkeypatch):
+    # every size within its range, together 6.7 million million parameters: counted on the meta device, never built
+    with pytest.raises(VLToolsError, match=r"^model 'vse' with these settings has 6,704,082,190,336 parameters, "
+                                           r"24,974.7 GiB at 4 bytes each, more than this machine's .* GiB of memory; "
+                                           r"make its sizes smaller$"):
+        build_model("vse", {"embed_size": 2**20, "word_dim": 2**20}, 100_000)
+    tiny = build_model("l2c", TINY_L2C, len(WORDS))
+    count = sum(p.numel() for p in (*tiny.parameters(), *tiny.buffers()))
+    monkeypatch.setattr(models, "machine_memory", lambda: count * 4)
+    build_model("l2c", TINY_L2C, len(WORDS))  # exactly fits
+    monkeypatch.setattr(models, "machine_memory", lambda: count * 4 - 1)
+    with pytest.raises(VLToolsError, match=rf"^model 'l2c' with these settings has {count:,} parameters"):
+        build_model("l2c", TINY_L2C, len(WORDS))
