@@ -28,8 +28,9 @@ from extract import make_images  # noqa: E402  (the benchmarks' shared photo cro
 
 from vltools.data.l2c import FeatureMaps, PairSplit  # noqa: E402
 from vltools.devices import resolve_device  # noqa: E402
-from vltools.infer.extract import RunOptions, SegmentExtractor, extract  # noqa: E402
+from vltools.infer.extract import SegmentExtractor, extract  # noqa: E402
 from vltools.infer.pairs import describe_pairs  # noqa: E402
+from vltools.infer.settings import RunOptions  # noqa: E402
 from vltools.io.features import FeaturesWriter  # noqa: E402
 from vltools.io.progress import configure  # noqa: E402
 from vltools.losses import sequence_cross_entropy  # noqa: E402

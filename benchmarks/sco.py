@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from vltools.infer.concept_scores import ConceptScorer, crop_regions, grid_windows
-from vltools.infer.extract import RunOptions
+from vltools.infer.settings import RunOptions
 from vltools.infer.topk import faiss_available, search
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
 from vltools.models.concepts import build_concept_cnn

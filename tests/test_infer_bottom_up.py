@@ -18,7 +18,7 @@ from test_convert_bottom_up_weights import TINY
 
 from vltools.errors import VLToolsError
 from vltools.infer.bottom_up import BottomUpExtractor
-from vltools.infer.extract import RunOptions
+from vltools.infer.settings import RunOptions
 from vltools.io.model_store import add_model
 from vltools.vision.images import ImageItem
 
