@@ -39,7 +39,8 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
 
     records = [r for r in read_records(rankings, "rankings") if r["direction"] == "i2i"][:queries]
     if not records:
-        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images with vltools match first")
+        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images first: `vltools encode IMAGES "
+                           f"--model {model_path} -o EMB.h5`, then `vltools match EMB.h5 EMB.h5 -o I2I.jsonl`")
     payload = load_checkpoint(model_path)
     if payload.get("model") != "rmac":
         raise VLToolsError(f"{model_path}: explain needs an rmac checkpoint, not {payload.get('model')!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import FiniteFloat, image_run_options, image_side, make_run
-from vltools.infer.settings import BOTTOM_UP_WEIGHTS, REGION_KINDS
+from vltools.infer.settings import BOTTOM_UP_RELEASES, BOTTOM_UP_WEIGHTS, REGION_KINDS
 
 
 @click.command("extract-regions")
@@ -33,7 +33,8 @@ from vltools.infer.settings import BOTTOM_UP_WEIGHTS, REGION_KINDS
 @click.option("--detector-weights",
               help="detector: coco (torchvision COCO_V1) [default], none (random, for tests) or PATH to a state "
                    "dict; bottom-up: the checkpoint of `vltools convert bottom-up-weights` or its model-store name "
-                   f"[{BOTTOM_UP_WEIGHTS}, registered by bin/fetch_bottom_up_weights.sh].")
+                   f"[{BOTTOM_UP_WEIGHTS}]; the released detectors are registered by "
+                   + ", ".join(f"{command} ({name})" for name, command in BOTTOM_UP_RELEASES.items()) + ".")
 @click.option("--detector-vocab", type=click.Path(exists=True, file_okay=False),
               help="bottom-up: the folder of the released objects_vocab.txt and attributes_vocab.txt, stored as the "
                    "label_names and attribute_names attributes (without it, /labels and /attributes are indices).")

@@ -28,7 +28,7 @@ import torch
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.loader import load_model
-from vltools.infer.settings import BOTTOM_UP_WEIGHTS, RunOptions
+from vltools.infer.settings import BOTTOM_UP_RELEASES, BOTTOM_UP_WEIGHTS, RunOptions
 from vltools.io.checkpoints import content_digest
 from vltools.io.features import BOTTOM_UP
 from vltools.io.model_store import read_index, resolve_models, store_dir
@@ -45,12 +45,18 @@ INDEX_FIELDS = ("labels", "attributes")
 
 
 def resolve_detector(value: str) -> Path:
-    """The checkpoint of `--detector-weights`: a file, or a model-store name of one checkpoint."""
+    """The checkpoint of `--detector-weights`: a file, or a model-store name of one checkpoint. A released
+    detector missing from the store is named with the command that fetches it, flags included."""
     path = Path(value)
     if not path.exists() and value not in read_index():
-        raise VLToolsError(f"--detector-weights {value}: neither a file nor a model in the store {store_dir()}; run "
-                           "bin/fetch_bottom_up_weights.sh (it converts the released weights and registers them as "
-                           "'bottom-up'), or give the file `vltools convert bottom-up-weights` wrote")
+        if value in BOTTOM_UP_RELEASES:
+            fetch = (f"run {BOTTOM_UP_RELEASES[value]} (it downloads and converts the released weights and registers "
+                     f"them as '{value}')")
+        else:
+            fetch = "for a released detector run " + " or ".join(f"{command} (registers '{name}')"
+                                                                 for name, command in BOTTOM_UP_RELEASES.items())
+        raise VLToolsError(f"--detector-weights {value}: neither a file nor a model in the store {store_dir()}; "
+                           f"{fetch}, or give the file `vltools convert bottom-up-weights` wrote")
     paths = resolve_models([value])
     if len(paths) != 1:
         raise VLToolsError(f"--detector-weights {value}: names {len(paths)} checkpoints in the model store; a "

@@ -1,6 +1,6 @@
 """The inference layer's settings as plain values, without torch: how an image run goes (RunOptions), which
-inputs a shard takes (`--shard i/n`), and the names and defaults the stages offer (region kinds, the bottom-up
-weights' store name, concept-score grid levels, exact search).
+inputs a shard takes (`--shard i/n`), and the names and defaults the stages offer (region kinds, the released
+bottom-up detectors' store names, concept-score grid levels, exact search).
 
 The command line builds its options from these in every stage's --help, before any stage loads torch; the
 inference modules take them from here.
@@ -14,7 +14,10 @@ from vltools.errors import VLToolsError
 from vltools.vision.limits import DEFAULT_MAX_PIXELS
 
 REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
-BOTTOM_UP_WEIGHTS = "bottom-up"  # the model-store name bin/fetch_bottom_up_weights.sh registers
+BOTTOM_UP_WEIGHTS = "bottom-up"  # the default detector: the model-store name bin/fetch_bottom_up_weights.sh registers
+# the released bottom-up detectors: model-store name -> the command that downloads, converts and registers it
+BOTTOM_UP_RELEASES = {BOTTOM_UP_WEIGHTS: "bin/fetch_bottom_up_weights.sh",
+                      "bottom-up-k36": "bin/fetch_bottom_up_weights.sh --fixed36"}
 CONCEPT_LEVELS = (1, 2, 3, 6)    # SCO's grid levels n (n x n windows each): 50 regions
 EXACT = "exact"                  # search over embeddings by blocked matmul (else a FAISS index factory string)
 
