@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_model
 
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
@@ -259,17 +259,6 @@ def profile_beam(model: AdaptiveAttention, reader: FeaturesReader, ids: list[str
         print(f"profile of {name}, {len(ids)} images, beam {beam}: {total / 1e3:.0f} ms; "
               + ", ".join(f"{k} {ms:.0f} ms ({pc}%)" for k, ms, pc in top), flush=True)
     return result
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (else what platform knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def peak_rss_mb() -> float:

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vltools.infer.extract import RegionExtractor, RunOptions, extract
+from vltools.infer.extract import RegionExtractor, extract
+from vltools.infer.settings import RunOptions
 from vltools.io.progress import configure
 from vltools.vision.backbones import normalize
 from vltools.vision.images import list_inputs

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -25,11 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import make_images  # noqa: E402  (the benchmarks' shared photo crops)
+from machine import cpu_model  # noqa: E402
 
 from vltools.data.l2c import FeatureMaps, PairSplit  # noqa: E402
 from vltools.devices import resolve_device  # noqa: E402
-from vltools.infer.extract import RunOptions, SegmentExtractor, extract  # noqa: E402
+from vltools.infer.extract import SegmentExtractor, extract  # noqa: E402
 from vltools.infer.pairs import describe_pairs  # noqa: E402
+from vltools.infer.settings import RunOptions  # noqa: E402
 from vltools.io.features import FeaturesWriter  # noqa: E402
 from vltools.io.progress import configure  # noqa: E402
 from vltools.losses import sequence_cross_entropy  # noqa: E402
@@ -37,16 +38,6 @@ from vltools.models.l2c import L2C  # noqa: E402
 from vltools.text.vocab import Vocabulary  # noqa: E402
 from vltools.vision.backbones import normalize  # noqa: E402
 from vltools.vision.images import list_inputs  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def sync(device: torch.device) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_model
 
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.io.checkpoints import save_checkpoint
@@ -88,17 +88,6 @@ def peak_mb(argv: list[str], env: dict[str, str]) -> tuple[int, float, float]:
         raise SystemExit(f"vltools {' '.join(argv)} failed:\n{result.stderr.decode()}")
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return int(result.stdout.split()[-1]), wall, cpu
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -25,22 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_model
+
 from vltools.io.progress import configure
 from vltools.io.records import caption_ids, read_records, write_records
 from vltools.report.gallery import ranking_sections, read_references
 from vltools.report.site import Header, write_report
 from vltools.synth.world import WorldOptions, write_world
 from vltools.vision.images import list_inputs
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else what platform knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -17,31 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import time
 
 import numpy as np
 import torch
+from machine import cpu_model
 
 from vltools.infer.concept_scores import ConceptScorer, crop_regions, grid_windows
-from vltools.infer.extract import RunOptions
+from vltools.infer.settings import RunOptions
 from vltools.infer.topk import faiss_available, search
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
 from vltools.models.concepts import build_concept_cnn
 from vltools.models.sco import SCO
 from vltools.vision.backbones import normalize
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def timed(fn, repeat: int = 3) -> float:
@@ -134,7 +123,7 @@ def main() -> None:
     parser.add_argument("--skip-search", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    result = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "concepts": concept_scoring(args),
+    result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "concepts": concept_scoring(args),
               "sco": training_step(args)}
     if not args.skip_search:
         result["search"] = search_5k_25k(args)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
+from machine import cpu_model
 
 BASE_WORDS = 36000
 SUFFIXES = ("", "s", "ing", "ed")
@@ -95,17 +95,6 @@ def measure(route: str, size: int, captions: int, k: int) -> dict:
     output = subprocess.run([sys.executable, __file__, "--child", route, "--sizes", str(size), "--captions",
                              str(captions), "--k", str(k)], capture_output=True, text=True, check=True)
     return json.loads(output.stdout.strip().splitlines()[-1])
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

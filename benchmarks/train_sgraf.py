@@ -28,11 +28,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import resource
 import time
 
 import torch
+from machine import cpu_model
 from match_sgraf import VOCAB, real_captions, released_forward_sim
 from torch import nn
 
@@ -41,16 +41,6 @@ from vltools.losses import hardest_negative_loss
 from vltools.models import build_model
 
 GRAD_CLIP = 2.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_batch(batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from kill_helpers import killed_midway
 from tiny_captioning import make_caption_world, save_captioner
 
-import vltools.commands.caption as caption_cli
+import vltools.infer.caption as caption_step
 from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
@@ -81,7 +81,7 @@ def test_greedy_sample_shard_and_all_images(world):
 
 def interrupted(monkeypatch, batches_done: int):
     """Make caption's decoding stop (as a kill would) after `batches_done` batches; undo with monkeypatch.undo()."""
-    real = caption_cli.caption_batches
+    real = caption_step.caption_batches
 
     def stopping(*args, **kwargs):
         for number, batch in enumerate(real(*args, **kwargs)):
@@ -90,7 +90,7 @@ def interrupted(monkeypatch, batches_done: int):
             yield batch
         raise VLToolsError("stopped by the test")
 
-    monkeypatch.setattr(caption_cli, "caption_batches", stopping)
+    monkeypatch.setattr(caption_step, "caption_batches", stopping)
 
 
 def test_resume_keeps_finished_images_and_writes_input_order(world, tmp_path, capsys, monkeypatch):
@@ -278,13 +278,13 @@ def test_all_captions_empty_is_one_line_exit_1_and_writes_nothing(world, tmp_pat
 
 def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monkeypatch):
     folder, features, captions, aa, _ = world
-    real = caption_cli.caption_batches
+    real = caption_step.caption_batches
 
     def blanking(*args, **kwargs):      # the first `blank` of the 30 images get an empty caption
         for ids, texts in real(*args, **kwargs):
             yield ids, ["" if int(i[3:]) < blank else text for i, text in zip(ids, texts, strict=True)]
 
-    monkeypatch.setattr(caption_cli, "caption_batches", blanking)
+    monkeypatch.setattr(caption_step, "caption_batches", blanking)
     warnings: list[str] = []
     monkeypatch.setattr(log, "warning", lambda message, *args: warnings.append(message % args))
     for blank, warned in [(3, False), (4, True)]:

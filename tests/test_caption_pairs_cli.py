@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from kill_helpers import killed_midway
 from l2c_helpers import TINY_MODEL, make_world
 
-import vltools.commands.caption as caption_cli
+import vltools.infer.pairs as pairs_step
 from vltools.cli import cli, main
 from vltools.data.l2c import FeatureMaps, read_pairs
 from vltools.infer.loader import load_model
@@ -58,13 +58,13 @@ def test_split_shards_and_resume(trained, tmp_path, monkeypatch):
     shards = [run(*base, "--split", "val", "--shard", f"{i}/2") for i in range(2)]
     assert [r["pair_id"] for r in shards[0]] == ["p3", "p11"] and shards[1] == [val[1]]
     out, partial = tmp_path / "d.jsonl", tmp_path / "d.jsonl.partial"
-    real = caption_cli.describe_batches
+    real = pairs_step.describe_batches
 
     def killed_after_one_batch(*args, **kwargs):
         yield next(real(*args, **kwargs))
         raise RuntimeError("killed by the test")
 
-    monkeypatch.setattr(caption_cli, "describe_batches", killed_after_one_batch)
+    monkeypatch.setattr(pairs_step, "describe_batches", killed_after_one_batch)
     with pytest.raises(RuntimeError, match="killed by the test"):
         run(*base, "--split", "val", "-o", str(out), "--batch-size", "1")
     monkeypatch.undo()
@@ -163,13 +163,13 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(trained, tmp_pa
 
 def test_all_descriptions_empty_is_one_line_exit_1_and_writes_nothing(trained, tmp_path, capsys, monkeypatch):
     world, model = trained
-    real = caption_cli.describe_batches
+    real = pairs_step.describe_batches
 
     def mute(*args, **kwargs):
         for texts in real(*args, **kwargs):
             yield ["" for _ in texts]
 
-    monkeypatch.setattr(caption_cli, "describe_batches", mute)
+    monkeypatch.setattr(pairs_step, "describe_batches", mute)
     out = tmp_path / "d.jsonl"
     with pytest.raises(SystemExit) as exc:
         main(["--quiet", "caption", "--pairs", str(world["pairs"]), "--model", str(model), str(world["features"]),

@@ -6,7 +6,10 @@ images, the recorded extractor and vocabularies, the model store, and the refusa
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +21,12 @@ from test_convert_bottom_up_weights import TINY
 
 from vltools.errors import VLToolsError
 from vltools.infer.bottom_up import BottomUpExtractor
-from vltools.infer.extract import RunOptions
+from vltools.infer.settings import RunOptions
 from vltools.io.model_store import add_model
 from vltools.vision.images import ImageItem
 
 PHOTOS = Path(__file__).parent / "data" / "photos"
+ROOT = Path(__file__).resolve().parents[1]
 RUN = RunOptions(workers=0, device="cpu", dtype="float32")
 CLASSES, ATTRIBUTES = TINY["num_classes"] - 1, TINY["num_attributes"] - 1
 
@@ -152,6 +156,24 @@ def test_weights_by_model_store_name(tmp_path, monkeypatch, weights, items, fixe
     add_model("two", [weights, weights])
     with pytest.raises(VLToolsError, match="--detector-weights two: names 2 checkpoints"):
         BottomUpExtractor(RUN, "two")
+
+
+@pytest.mark.parametrize(("name", "expected", "output"), [
+    ("bottom-up", "bin/fetch_bottom_up_weights.sh", "bua.pt"),
+    ("bottom-up-k36", "bin/fetch_bottom_up_weights.sh --fixed36", "bua-k36.pt"),
+])
+def test_a_missing_released_detector_names_the_command_that_fetches_it(tmp_path, monkeypatch, name, expected, output):
+    """bottom-up-k36 once pointed to bin/fetch_bottom_up_weights.sh without the --fixed36 it needs; the command
+    named, run as printed (offline), is the one that makes that detector."""
+    monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
+    with pytest.raises(VLToolsError) as error:
+        BottomUpExtractor(RUN, name)
+    command = re.search(r"; run (bin/[^(]*) \(", str(error.value)).group(1)
+    assert command == expected
+    dest = tmp_path / "models"
+    result = subprocess.run([*command.split(), str(dest)], cwd=ROOT, env={**os.environ, "VLTOOLS_OFFLINE": "1"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and f"converts it to {dest}/{output}" in result.stderr
 
 
 def test_images_too_small_for_any_box_fail_with_their_reason(tmp_path, weights):

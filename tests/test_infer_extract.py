@@ -11,7 +11,8 @@ import torch
 from PIL import Image
 
 from vltools.errors import VLToolsError
-from vltools.infer.extract import RegionExtractor, RunOptions, SegmentExtractor
+from vltools.infer.extract import RegionExtractor, SegmentExtractor
+from vltools.infer.settings import RunOptions
 from vltools.vision.images import ImageItem
 
 PHOTOS = Path(__file__).parent / "data" / "photos"

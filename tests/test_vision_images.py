@@ -17,17 +17,16 @@ from PIL import Image
 
 from vltools.errors import VLToolsError
 from vltools.vision.images import (
-    MAX_PIXELS_LIMIT,
     BadImage,
     ImageDataset,
     ImageItem,
     list_inputs,
     load_rgb,
-    parse_shard,
     resized_shape,
     shard_items,
     ten_crops,
 )
+from vltools.vision.limits import MAX_PIXELS_LIMIT
 
 PHOTOS = Path(__file__).parent / "data" / "photos"
 
@@ -70,14 +69,10 @@ def test_duplicate_ids_and_empty_folder_are_errors(tmp_path):
         list_inputs([tmp_path / "empty"])
 
 
-def test_shard_takes_every_nth_item_and_parses_i_over_n():
+def test_shard_takes_every_nth_item():
     items = list(range(10))
     assert shard_items(items, (1, 3)) == [1, 4, 7]
     assert sorted(sum((shard_items(items, (i, 3)) for i in range(3)), [])) == items
-    assert parse_shard("2/4") == (2, 4)
-    for bad in ("4/4", "a/b", "1"):
-        with pytest.raises(VLToolsError):
-            parse_shard(bad)
 
 
 def test_resized_shape_modes():

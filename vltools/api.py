@@ -21,12 +21,12 @@ from vltools.data.retrieval import sims_scores, summary
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
-from vltools.infer.extract import RunOptions
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_files
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
+from vltools.infer.settings import RunOptions
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.sims import Sims
@@ -64,7 +64,7 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
     """`vltools extract-regions INPUTS -o OUTPUT`: region features of images (folders, image files, tar shards,
     path lists or an images JSONL) in a features HDF5; returns {"written": n, "failed": n}. Further keyword
     options are those of `vltools.infer.regions.RegionOptions` (num_regions, global_pool, image_size, ...) and
-    `vltools.infer.extract.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
+    `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
     inputs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
     region_fields = set(RegionOptions.__dataclass_fields__)
     run_fields = set(RunOptions.__dataclass_fields__)

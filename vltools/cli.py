@@ -53,35 +53,55 @@ STAGES = {
     "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
 }
 
-# stage name -> one command line shown as the example at the end of the stage's --help; the files are those of the
-# synthetic world (`vltools synth world`) and of the stages before (feats.h5, vse.pt, ranks.jsonl)
+# stage name -> the example at the end of the stage's --help: command lines (a long one continued by " \\") that
+# run as printed, offline, on the synthetic world. The examples form one chain in this order, in one folder: each
+# uses the world and the files the examples before it write, and starts with the commands that make what only it
+# needs (a checkpoint, shards); tests/test_cli_examples.py runs them all from the help texts.
 EXAMPLES = {
-    "synth": "vltools synth world --images 200",
+    "synth": "vltools synth world --images 40 --pairs 20 --aux-images 0",
     "inspect": "vltools inspect world/captions.jsonl world/images.jsonl",
-    "convert": "vltools convert karpathy dataset_coco.json --restval-as train -o caps.jsonl",
-    "score": "vltools score retrieval ranks.jsonl --captions world/captions.jsonl",
-    "extract-regions": "vltools extract-regions world/images.jsonl --regions grid --backbone resnet18 -o feats.h5",
-    "segment-pool": "vltools segment-pool world/pair_images.jsonl --masks world/pair_masks -o maps.h5",
-    "merge": "vltools merge feats.0.h5 feats.1.h5 -o feats.h5",
-    "train": "vltools train --model vse feats.h5 world/captions.jsonl --epochs 2 -o vse.pt",
+    "extract-regions": "vltools extract-regions world/images.jsonl --regions grid --global avg --backbone resnet18 \\\n"
+                       "    --weights none --image-size 96 -o feats.h5",
+    "merge": "vltools extract-regions world/images.jsonl --regions grid --global avg --backbone resnet18 \\\n"
+             "    --weights none --image-size 96 --shard 0/2 -o feats.0.h5\n"
+             "vltools extract-regions world/images.jsonl --regions grid --global avg --backbone resnet18 \\\n"
+             "    --weights none --image-size 96 --shard 1/2 -o feats.1.h5\n"
+             "vltools merge feats.0.h5 feats.1.h5 -o feats.h5",
+    "segment-pool": "vltools segment-pool world/pair_images.jsonl --masks world/pair_masks --backbone resnet18 \\\n"
+                    "    --weights none --image-size 64 -o maps.h5",
+    "train": "vltools train --model vse feats.h5 world/captions.jsonl --epochs 1 --set model.embed_size=64 \\\n"
+             "    --set model.word_dim=32 -o vse.pt",
     "encode": "vltools encode world/captions.jsonl --model vse.pt -o caption_emb.h5",
     "match": "vltools match --model vse.pt feats.h5 world/captions.jsonl --sims sims.h5 -o ranks.jsonl",
+    "score": "vltools score retrieval ranks.jsonl --captions world/captions.jsonl",
     "report": "vltools report site --rankings ranks.jsonl --captions world/captions.jsonl --images world/images.jsonl",
     "plot": "vltools plot vse.pt.log.jsonl -o curves.png",
     "models": "vltools models add my-vse vse.pt",
-    "concepts": "vltools concepts world/captions.jsonl -k 64 -o concepts.json",
-    "concept-scores": "vltools concept-scores world/images.jsonl --model concepts.pt -o concept_scores.h5",
-    "caption": "vltools caption --model neuraltalk2.pt feats.h5 world/captions.jsonl --split test -o generated.jsonl",
+    "caption": "vltools train --model neuraltalk2 feats.h5 world/captions.jsonl --epochs 1 \\\n"
+               "    --set model.embed_size=64 --set model.hidden_size=64 -o neuraltalk2.pt\n"
+               "vltools caption --model neuraltalk2.pt feats.h5 world/captions.jsonl --split test -o generated.jsonl",
+    "convert": "vltools convert to-coco-results generated.jsonl -o results.json",
+    "concepts": "vltools concepts world/captions.jsonl -k 32 -o concepts.json",
+    "concept-scores": "vltools train --model concepts world/images.jsonl world/captions.jsonl concepts.json \\\n"
+                      "    --epochs 1 --set model.backbone=resnet18 --set task.weights=none \\\n"
+                      "    --set task.image_size=48 -o concepts.pt\n"
+                      "vltools concept-scores world/images.jsonl --model concepts.pt --image-size 96 --levels 1,2 \\\n"
+                      "    -o concept_scores.h5",
     "tfidf-proxy": "vltools tfidf-proxy world/captions.jsonl --k 8 -o proxy.h5",
     "mine-triplets": "vltools mine-triplets proxy.h5 -o triplets.jsonl",
-    "baseline": "vltools baseline most-frequent world/pairs.jsonl --split test -o generated.jsonl",
-    "explain": "vltools explain ranks.jsonl --model rmac.pt --images world/images.jsonl --queries 4 -o figure3",
+    "baseline": "vltools baseline most-frequent world/pairs.jsonl --split test -o descriptions.jsonl",
+    "explain": "vltools train --model rmac world/images.jsonl proxy.h5 --epochs 1 --batch-size 16 \\\n"
+               "    --set model.backbone=resnet18 --set model.scales=1.0 --set task.weights=none \\\n"
+               "    --set task.image_size=64 --set task.mine_every=2 -o rmac.pt\n"
+               "vltools encode world/images.jsonl --model rmac.pt -o image_emb.h5\n"
+               "vltools match image_emb.h5 image_emb.h5 -o i2i.jsonl\n"
+               "vltools explain i2i.jsonl --model rmac.pt --images world/images.jsonl --queries 4 -o figure3",
 }
 
 
 def with_example(command: click.Command, example: str) -> click.Command:
-    """Put `example` first in the epilog of `command`'s --help (once), kept on one line."""
-    shown = f"\b\nExample:\n  {example}"
+    """Put `example` first in the epilog of `command`'s --help (once), its lines kept as they are."""
+    shown = "\b\nExample:\n" + "\n".join(f"  {line}" for line in example.splitlines())
     if not (command.epilog or "").startswith(shown):
         command.epilog = shown + (f"\n\n{command.epilog}" if command.epilog else "")
     return command

@@ -1,19 +1,27 @@
-"""The compute device and precision, chosen the same way by every stage (`--device`, `--precision`)."""
+"""The compute device and precision, chosen the same way by every stage (`--device`, `--precision`).
+
+Importing this module does not load torch (the functions do, when called): the command line offers PRECISIONS
+as `--precision` choices in every stage's --help, which must not wait for torch.
+"""
 
 from __future__ import annotations
 
 import contextlib
-
-import torch
+from typing import TYPE_CHECKING
 
 from vltools.errors import VLToolsError
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISIONS = ("fp32", *AUTOCAST_DTYPES)
+if TYPE_CHECKING:
+    import torch
+
+AUTOCAST_PRECISIONS = ("bf16", "fp16")    # autocast to torch.bfloat16, torch.float16
+PRECISIONS = ("fp32", *AUTOCAST_PRECISIONS)
 
 
 def resolve_device(device: str) -> torch.device:
     """`auto` picks CUDA when available, else CPU; `cuda[:k]` without a GPU is a one-line error."""
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -27,8 +35,11 @@ def resolve_device(device: str) -> torch.device:
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Autocast to bf16 or fp16 for those precisions; plain fp32 for `fp32`."""
+    import torch
+
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision not in AUTOCAST_DTYPES:
-        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_DTYPES)}")
-    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+    if precision not in AUTOCAST_PRECISIONS:
+        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_PRECISIONS)}")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import SEED_RANGE
-from vltools.data.l2c import read_pairs
 from vltools.io.progress import log
-from vltools.io.records import write_records
 from vltools.text.baselines import BASELINES, baseline_descriptions
 
 
@@ -23,6 +21,9 @@ from vltools.text.baselines import BASELINES, baseline_descriptions
 def command(kind: str, pairs_path: str, split: str | None, train_split: str, seed: int, output: str | None) -> None:
     """One {pair_id, caption} line per pair of PAIRS [--split], in input order: most-frequent gives every pair
     the commonest training description, text-only one sampled from the training descriptions."""
+    from vltools.data.l2c import read_pairs
+    from vltools.io.records import write_records
+
     train = read_pairs(pairs_path, train_split, need_descriptions=True)
     targets = read_pairs(pairs_path, split)
     texts = baseline_descriptions(kind, [text for _, text in train.items()], len(targets), seed)

@@ -19,19 +19,9 @@ from vltools.commands.options import (
     resume_option,
     shard_option,
 )
-from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
 from vltools.devices import autocast, resolve_device
-from vltools.infer import runner
-from vltools.infer.caption import caption_batches, images_to_caption, logp_matrix, split_records
-from vltools.infer.loader import load_model
-from vltools.infer.pairs import describe_batches
-from vltools.infer.runner import records_writer, shard_ids
 from vltools.io.atomic import is_stdout
-from vltools.io.features import FeaturesReader
-from vltools.io.logp import write_logp
 from vltools.io.progress import log
-from vltools.io.provenance import ids_digest, provenance
-from vltools.io.records import caption_ids
 
 
 @click.command("caption")
@@ -78,7 +68,14 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     With --pairs PAIRS.jsonl and an l2c checkpoint, describe the differences of each pair of PAIRS [--split]
     (FEATURES from segment-pool): one {"pair_id", "caption"} line per pair, in input order (beam search).
     """
-    from vltools.infer.caption import check_captions  # the inference layer loads only when the stage runs
+    from vltools.infer import runner
+    from vltools.infer.caption import caption_batches, check_captions, images_to_caption, logp_matrix, split_records
+    from vltools.infer.loader import load_model
+    from vltools.infer.runner import records_writer, shard_ids
+    from vltools.io.features import FeaturesReader
+    from vltools.io.logp import write_logp
+    from vltools.io.provenance import provenance
+    from vltools.io.records import caption_ids
 
     if pairs_path is not None:
         if captions is not None or logp or sample:
@@ -131,7 +128,13 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
               max_len: int | None, batch_size: int, device: str, resume: bool, shard: str | None) -> None:
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
+    from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
+    from vltools.infer import runner
     from vltools.infer.caption import check_captions
+    from vltools.infer.loader import load_model
+    from vltools.infer.pairs import describe_batches
+    from vltools.infer.runner import records_writer, shard_ids
+    from vltools.io.provenance import ids_digest
 
     loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)

@@ -16,12 +16,8 @@ from vltools.commands.options import (
     workers_option,
 )
 from vltools.errors import VLToolsError
-from vltools.infer.concept_scores import DEFAULT_LEVELS, ConceptScorer
-from vltools.infer.extract import RunOptions, extract
-from vltools.infer.loader import file_digest, load_model
-from vltools.infer.runner import check_output
-from vltools.text.concepts import ConceptVocabulary
-from vltools.vision.images import DEFAULT_MAX_PIXELS, list_inputs, parse_shard, shard_items
+from vltools.infer.settings import CONCEPT_LEVELS, RunOptions, parse_shard
+from vltools.vision.limits import DEFAULT_MAX_PIXELS
 
 
 def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int, ...]:
@@ -43,7 +39,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
                help="Features HDF5 (default: standard output, never a terminal).")
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="Check that this concepts file is the one the CNN was trained on (same K and concepts).")
-@click.option("--levels", default=",".join(map(str, DEFAULT_LEVELS)), show_default=True, callback=_levels,
+@click.option("--levels", default=",".join(map(str, CONCEPT_LEVELS)), show_default=True, callback=_levels,
               help="Grid levels n: n x n half-overlapping windows each; r = sum of n^2 (1,2,3,6 gives 50).")
 @click.option("--image-size", type=image_side(), default=448, show_default=True,
               help="Images are resized to this square before the windows are cut.")
@@ -62,6 +58,13 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     """Write /global = p (N, K) for the images of INPUTS (folder, image files, tar of images, list file or images
     JSONL): each image's r grid regions scored by the concept CNN, max-pooled element-wise over the regions. SCO
     trains on this file."""
+    from vltools.infer.concept_scores import ConceptScorer
+    from vltools.infer.extract import extract
+    from vltools.infer.loader import file_digest, load_model
+    from vltools.infer.runner import check_output
+    from vltools.text.concepts import ConceptVocabulary
+    from vltools.vision.images import list_inputs, shard_items
+
     check_output(output, resume)
     loaded = load_model(model_path, "concepts")
     model, payload = loaded.model, loaded.payload

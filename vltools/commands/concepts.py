@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.data.captions import read_split
-from vltools.io.atomic import text_output
 from vltools.io.progress import log
-from vltools.io.provenance import ids_digest, provenance
 from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 
 
@@ -25,6 +22,10 @@ from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 def command(captions: str, output: str | None, k: int, split: str | None, tagger: str) -> None:
     """Write the concept vocabulary of CAPS.jsonl: nouns, verbs, adjectives and numbers of the --split captions,
     Snowball-stemmed (tenses and plurals unified), the K most frequent; the file records the tagger used."""
+    from vltools.data.captions import read_split
+    from vltools.io.atomic import text_output
+    from vltools.io.provenance import ids_digest, provenance
+
     chosen = read_split(captions, split, default="train")
     used = resolve_tagger(tagger)
     info = {"provenance": provenance(captions=str(captions), split=chosen.name,

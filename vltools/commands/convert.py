@@ -11,20 +11,10 @@ import json
 import click
 
 from vltools.commands.options import output_option
-from vltools.data.converters import (
-    birds_to_words,
-    bottom_up,
-    cub,
-    flickr,
-    karpathy,
-    precomp,
-    visual_genome,
-)
+from vltools.data.converters import birds_to_words, bottom_up, karpathy
 from vltools.errors import VLToolsError
 from vltools.io import coco
-from vltools.io.atomic import binary_output, is_stdout, text_output
 from vltools.io.progress import log
-from vltools.io.records import read_records, write_records
 
 OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                       help="Output file (default: standard output).")
@@ -41,6 +31,8 @@ def command() -> None:
 
 
 def _wrote(count: int, what: str, output: str | None) -> None:
+    from vltools.io.atomic import is_stdout
+
     log.info("wrote %d %s to %s", count, what, "standard output" if is_stdout(output) else output)
 
 
@@ -60,6 +52,10 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
     """SCAN / VSE++ / SGRAF precomp DIRECTORY -> features HDF5 (--features) and captions JSONL (--captions).
 
     Image ids come from the ids file, else are "{split}_{index}"; caption ids are "{image_id}#{k}"."""
+    from vltools.data.converters import precomp
+    from vltools.io.atomic import binary_output, is_stdout
+    from vltools.io.records import write_records
+
     if features_out is None and captions_out is None:
         raise click.UsageError("give --features PATH, --captions PATH, or both")
     if features_out is not None and captions_out is not None and is_stdout(features_out) and is_stdout(captions_out):
@@ -89,6 +85,8 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
               help="Features dataset to export (default: regions if present, else global).")
 def to_precomp_command(features: str, captions: str, out_dir: str, split: str, field: str | None) -> None:
     """Features HDF5 + captions JSONL -> precomp files in OUT_DIR, in the features' image order."""
+    from vltools.data.converters import precomp
+
     paths = precomp.write_precomp(features, captions, out_dir, split, field)
     log.info("wrote %s", ", ".join(str(path) for path in paths.values()))
 
@@ -105,6 +103,8 @@ def to_precomp_command(features: str, captions: str, out_dir: str, split: str, f
 def karpathy_command(dataset: str, output: str | None, id_field: str, text_field: str, restval_as: str | None,
                      only_splits: tuple[str, ...]) -> None:
     """Karpathy dataset_{coco,flickr8k,flickr30k}.json -> captions JSONL (caption_id = sentid)."""
+    from vltools.io.records import write_records
+
     records = karpathy.read_karpathy(dataset, id_field, text_field, restval_as, set(only_splits) or None)
     _wrote(write_records(output, records), "captions", output)
 
@@ -117,6 +117,8 @@ def karpathy_command(dataset: str, output: str | None, id_field: str, text_field
               help="Image id of an annotations file: the numeric id or the image file_name.")
 def coco_command(coco_json: str, output: str | None, split: str | None, id_field: str) -> None:
     """COCO caption annotations, results JSON, or coco-caption SPICE input (its refs) -> captions JSONL."""
+    from vltools.io.records import write_records
+
     records = coco.read_coco(coco_json, split, id_field)
     _wrote(write_records(output, records), "captions", output)
 
@@ -126,6 +128,9 @@ def coco_command(coco_json: str, output: str | None, split: str | None, id_field
 @OUTPUT
 def to_coco_results_command(captions: str, output: str | None) -> None:
     """Captions JSONL (one caption per image) -> COCO results JSON [{"image_id", "caption"}]."""
+    from vltools.io.atomic import text_output
+    from vltools.io.records import read_records
+
     results = coco.coco_results(read_records(captions, "captions"), captions)
     with text_output(output) as stream:
         json.dump(results, stream, ensure_ascii=False)
@@ -143,6 +148,9 @@ def to_coco_results_command(captions: str, output: str | None) -> None:
 def flickr_command(tokens: str, output: str | None, train: str | None, val: str | None, test: str | None,
                    drop_unassigned: bool) -> None:
     """Flickr8k / Flickr30k token file (name.jpg#k TAB caption) -> captions JSONL; image_id = name.jpg."""
+    from vltools.data.converters import flickr
+    from vltools.io.records import write_records
+
     lists = {split: path for split, path in (("train", train), ("val", val), ("test", test)) if path}
     records = flickr.read_flickr(tokens, lists, drop_unassigned)
     _wrote(write_records(output, records), "captions", output)
@@ -159,6 +167,9 @@ def flickr_command(tokens: str, output: str | None, train: str | None, val: str 
 def visual_genome_command(regions: str, output: str | None, image_data: str | None, splits: str | None,
                           clip_boxes: bool, drop_unassigned: bool) -> None:
     """Visual Genome region_descriptions.json -> region captions JSONL (box = x1 y1 x2 y2)."""
+    from vltools.data.converters import visual_genome
+    from vltools.io.records import write_records
+
     if clip_boxes and image_data is None:
         raise click.UsageError("--clip-boxes needs --image-data")
     sizes = visual_genome.read_image_sizes(image_data) if image_data else None
@@ -174,6 +185,8 @@ def visual_genome_command(regions: str, output: str | None, image_data: str | No
               help="Image ids: the URL path (photos/ID/medium.jpg), its basename, or the whole URL.")
 def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> None:
     """Birds-to-Words TSV -> pairs JSONL, one record per description; pair_id is a hash of the two URLs."""
+    from vltools.io.records import write_records
+
     records = birds_to_words.read_birds_to_words(tsv, image_names)
     _wrote(write_records(output, records), "pair descriptions", output)
 
@@ -187,6 +200,9 @@ def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> No
 def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str, str], ...],
                 drop_unassigned: bool) -> None:
     """CUB text_c10 folder (<class>/<image>.txt, a caption a line) -> captions JSONL; image_id = <class>/<image>."""
+    from vltools.data.converters import cub
+    from vltools.io.records import write_records
+
     lists: dict[str, str] = {}
     for split, path in split_lists:
         if split in lists:
@@ -208,6 +224,8 @@ def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str,
 def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, max_regions: int | None,
                       dtype: str) -> None:
     """Bottom-up attention TSV file(s), or one folder of per-image .npz -> features HDF5."""
+    from vltools.io.atomic import binary_output
+
     names = [name.strip() for name in fields.split(",") if name.strip()]
     with binary_output(output) as target:
         count = bottom_up.convert_bottom_up(inputs, target, names, max_regions, dtype)
@@ -219,7 +237,7 @@ def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, 
 @OUTPUT
 def scan_vocab_command(scan_json: str, output: str | None) -> None:
     """SCAN / SGRAF vocabulary JSON -> vltools vocabulary file (same indices)."""
-    from vltools.data.converters import scan_vocab  # imported here: the vocabulary loads nltk (about 1 s)
+    from vltools.data.converters import scan_vocab
 
     vocab = scan_vocab.Vocabulary.from_scan_json(scan_json)
     scan_vocab.write_vocab_json(output, scan_vocab.vocab_document(vocab))
@@ -231,7 +249,7 @@ def scan_vocab_command(scan_json: str, output: str | None) -> None:
 @OUTPUT
 def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
     """vltools vocabulary file -> SCAN / SGRAF vocabulary JSON (word2idx, idx2word, idx)."""
-    from vltools.data.converters import scan_vocab  # imported here: the vocabulary loads nltk (about 1 s)
+    from vltools.data.converters import scan_vocab
 
     vocab = scan_vocab.read_vocab_file(vocab_file)
     scan_vocab.write_vocab_json(output, vocab.to_scan_json())
@@ -246,7 +264,6 @@ def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="vltools checkpoint to write.")
 def sgraf_checkpoint_command(checkpoint: str, vocab_file: str, trust: bool, output: str) -> None:
     """Released SGRAF checkpoint (model_best.pth.tar) -> vltools checkpoint for `match`, `train --resume`."""
-    # imported here so that the other subcommands do not load torch
     from vltools.data.converters.sgraf_checkpoint import import_sgraf_checkpoint
     from vltools.io.checkpoints import save_checkpoint
 
@@ -267,7 +284,6 @@ def bottom_up_weights_command(weights: str, trust: bool, output: str) -> None:
 
     Example: vltools convert bottom-up-weights bua-caffe-frcn-r101_k10-100.pth --trust -o bua.pt
     """
-    # imported here so that the other subcommands do not load torch
     from vltools.data.converters.bottom_up_weights import bottom_up_checkpoint
     from vltools.io.checkpoints import save_checkpoint
 

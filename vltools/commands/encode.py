@@ -12,17 +12,8 @@ from vltools.commands.options import (
     precision_option,
     workers_option,
 )
-from vltools.data.blocks import CaptionBlocks, FeatureBlocks
-from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
-from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.devices import resolve_device
-from vltools.infer.embed import embed_blocks, require_separable
-from vltools.infer.loader import check_features, hdf5_kind, load_model
-from vltools.infer.rmac import QueryOptions, encode_rmac
-from vltools.io.embeddings import write_embeddings
-from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
-from vltools.io.provenance import ids_digest
 
 
 @click.command("encode")
@@ -64,6 +55,16 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
     embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
     QUERIES.h5 DATABASE.h5` then ranks images for images."""
+    from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+    from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
+    from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
+    from vltools.infer.embed import embed_blocks, require_separable
+    from vltools.infer.loader import check_features, hdf5_kind, load_model
+    from vltools.infer.rmac import QueryOptions, encode_rmac
+    from vltools.io.embeddings import write_embeddings
+    from vltools.io.features import FeaturesReader
+    from vltools.io.provenance import ids_digest
+
     loaded = load_model(model_path, "encodable")
     if loaded.name == "rmac":
         options = QueryOptions(proxy_path, split or DEFAULT_SPLIT, first, with_text, add_words, subtract_words,

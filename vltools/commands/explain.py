@@ -8,14 +8,7 @@ import click
 
 from vltools.commands.options import image_side
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path
-from vltools.io.checkpoints import load_checkpoint
 from vltools.io.progress import log
-from vltools.io.records import id_file_name, read_records
-from vltools.models import model_from_checkpoint
-from vltools.vision.embedding import ImageStore
-from vltools.vision.gradcam import overlay, pair_heatmaps, side_by_side
-from vltools.vision.images import list_inputs
 
 
 @click.command("explain")
@@ -36,9 +29,18 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write
     OUT/<query>__<result>.png (a "/" in an id becomes "_"): the two images side by side, the regions that
     contributed most to their similarity highlighted in red."""
+    from vltools.io.atomic import atomic_path
+    from vltools.io.checkpoints import load_checkpoint
+    from vltools.io.records import id_file_name, read_records
+    from vltools.models import model_from_checkpoint
+    from vltools.vision.embedding import ImageStore
+    from vltools.vision.gradcam import overlay, pair_heatmaps, side_by_side
+    from vltools.vision.images import list_inputs
+
     records = [r for r in read_records(rankings, "rankings") if r["direction"] == "i2i"][:queries]
     if not records:
-        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images with vltools match first")
+        raise VLToolsError(f"{rankings}: no i2i rankings; rank images for images first: `vltools encode IMAGES "
+                           f"--model {model_path} -o EMB.h5`, then `vltools match EMB.h5 EMB.h5 -o I2I.jsonl`")
     payload = load_checkpoint(model_path)
     if payload.get("model") != "rmac":
         raise VLToolsError(f"{model_path}: explain needs an rmac checkpoint, not {payload.get('model')!r}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import FiniteFloat, image_run_options, image_side, make_run
-from vltools.infer.bottom_up import DEFAULT_WEIGHTS
-from vltools.infer.regions import REGION_KINDS, RegionOptions, extract_regions
+from vltools.infer.settings import BOTTOM_UP_WEIGHTS, REGION_KINDS
+from vltools.io.released import RELEASED
 
 
 @click.command("extract-regions")
@@ -34,7 +34,9 @@ from vltools.infer.regions import REGION_KINDS, RegionOptions, extract_regions
 @click.option("--detector-weights",
               help="detector: coco (torchvision COCO_V1) [default], none (random, for tests) or PATH to a state "
                    "dict; bottom-up: the checkpoint of `vltools convert bottom-up-weights` or its model-store name "
-                   f"[{DEFAULT_WEIGHTS}, registered by bin/fetch_bottom_up_weights.sh].")
+                   f"[{BOTTOM_UP_WEIGHTS}]; the released detectors are registered by "
+                   + ", ".join(f"{model.download.command} ({model.name})" for model in RELEASED.values()
+                             if model.option == "--detector-weights") + ".")
 @click.option("--detector-vocab", type=click.Path(exists=True, file_okay=False),
               help="bottom-up: the folder of the released objects_vocab.txt and attributes_vocab.txt, stored as the "
                    "label_names and attribute_names attributes (without it, /labels and /attributes are indices).")
@@ -48,6 +50,8 @@ def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, imag
     of image paths; or an `images` JSONL with image_id, path and optional boxes) as a features HDF5.
 
     Bad images are skipped, listed on standard error and in the output's /failed dataset."""
+    from vltools.infer.regions import RegionOptions, extract_regions
+
     options = RegionOptions(regions, global_pool, image_size, crop_size, num_regions, min_regions, max_regions,
                             score_threshold, detector_weights, detector_vocab, backbone, weights)
     if problem := options.problem():

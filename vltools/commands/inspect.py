@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from vltools.io.describe import describe
 from vltools.io.numbers import clean_numbers, dumps
 
 
@@ -14,6 +13,8 @@ from vltools.io.numbers import clean_numbers, dumps
 def command(files: tuple[str, ...], as_json: bool) -> None:
     """Validate each FILE (features, proxy, sims, embeddings HDF5; checkpoint; captions, regions, pairs,
     rankings JSONL) and print its kind, counts, shapes and provenance. Exit 1 on the first invalid file."""
+    from vltools.io.describe import describe
+
     for path in files:
         summary = describe(path)
         if as_json:

@@ -7,13 +7,8 @@ import click
 from vltools.commands.options import FiniteFloat, block_options, device_option, output_option, precision_option
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.infer.loader import load_model, load_models
-from vltools.infer.match import Search, input_kind, match_files
-from vltools.infer.topk import EXACT
-from vltools.io.model_store import resolve_models
+from vltools.infer.settings import EXACT
 from vltools.io.progress import log
-from vltools.io.records import write_records
-from vltools.io.sims import write_sims
 
 MEMORY_NOTE = """\b
 Memory (SGR at official sizes, default blocks, fp32): peak = ~0.7 GB (torch, model, one image block) + ~0.5 GB
@@ -66,6 +61,12 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str | 
     Queries follow input order: images in order of first mention in the split's captions, then captions
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
+    from vltools.infer.loader import load_model, load_models
+    from vltools.infer.match import Search, input_kind, match_files
+    from vltools.io.model_store import resolve_models
+    from vltools.io.records import write_records
+    from vltools.io.sims import write_sims
+
     kind = input_kind(first, bool(model_paths), rerank_k)
     first_stage_model = None
     if first_stage is not None and kind == "features":

@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from vltools.commands.options import output_option
-from vltools.io.atomic import binary_output
-from vltools.io.parts import merge_files
 from vltools.io.progress import log
 
 
@@ -24,6 +22,9 @@ def command(files: tuple[str, ...], output: str | None) -> None:
     dtypes; where they came from (source, split, command, time, digests) may differ and is kept per part in the
     `parts` attribute. An id in two files is an error. /failed lists are concatenated. Streams rows.
     """
+    from vltools.io.atomic import binary_output
+    from vltools.io.parts import merge_files
+
     paths = [Path(f) for f in files]
     with binary_output(output) as target:
         count = merge_files(paths, target)

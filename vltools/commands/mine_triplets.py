@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import click
-import numpy as np
 
 from vltools.commands.options import SEED_RANGE, FiniteFloat
-from vltools.data.triplets import MiningOptions, mine_round
 from vltools.errors import VLToolsError, shown_ids
-from vltools.io.embeddings import open_embeddings
 from vltools.io.progress import log
-from vltools.io.proxy import read_proxy_file
-from vltools.io.records import write_records
 
 
 @click.command("mine-triplets")
@@ -35,6 +30,13 @@ def command(proxy_path: str, embeddings: str | None, output: str | None, split: 
             pool: int, per_pair: int, margin: float, seed: int) -> None:
     """Sample a pool of images of a split (queries, relevant images from the proxy's neighbours, random others) and
     write every query's hardest triplets, as `train --model rmac` does every task.mine_every updates."""
+    import numpy as np
+
+    from vltools.data.triplets import MiningOptions, mine_round
+    from vltools.io.embeddings import open_embeddings
+    from vltools.io.proxy import read_proxy_file
+    from vltools.io.records import write_records
+
     proxy = read_proxy_file(proxy_path)
     rows = proxy.split_rows(split)
     if len(rows) == 0:

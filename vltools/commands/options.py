@@ -3,6 +3,8 @@ shard and resume, outputs. A stage composes the groups it needs; its own options
 
 Every value is checked here, at parse time (a usage error, exit 2), so the library below never re-validates an
 option: `--precision` goes from this Choice straight to `vltools.devices.autocast`.
+
+This module and what it imports load no torch (nor numpy): every stage's --help is built from it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import click
 
 from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError
-from vltools.infer.extract import RunOptions
-from vltools.vision.images import DEFAULT_MAX_PIXELS, parse_shard
+from vltools.infer.settings import RunOptions, parse_shard
+from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:K."
@@ -176,7 +178,8 @@ def image_run_options(func: Callable) -> Callable:
         click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=60.0, show_default=True,
                      help="How often finished rows are made durable in OUT.partial/ for --resume."),
         shard_option(),
-        click.option("--max-pixels", type=click.IntRange(1, 2**28), default=DEFAULT_MAX_PIXELS, show_default=True,
+        click.option("--max-pixels", type=click.IntRange(1, MAX_PIXELS_LIMIT), default=DEFAULT_MAX_PIXELS,
+                     show_default=True,
                      help="Images with more pixels are skipped as possible decompression bombs."),
         click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
                      help="Seed of random initialisation (--weights none)."),

@@ -6,7 +6,6 @@ import click
 
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
-from vltools.report.curves import default_metrics, draw_curves, read_training_log, save_figure
 
 
 @click.command("plot")
@@ -18,6 +17,8 @@ from vltools.report.curves import default_metrics, draw_curves, read_training_lo
 def command(logs: tuple[str, ...], output: str, metrics: tuple[str, ...]) -> None:
     """Draw training loss and validation metrics against iterations from LOGS (PATH.log.jsonl files written by
     `vltools train`); several logs share the figure, one colour per run, to compare them."""
+    from vltools.report.curves import default_metrics, draw_curves, read_training_log, save_figure
+
     runs = [read_training_log(path) for path in logs]
     chosen = list(metrics) or default_metrics(runs)
     for name in chosen:

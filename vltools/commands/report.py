@@ -9,19 +9,6 @@ import click
 from vltools.commands.options import SEED_RANGE
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
-from vltools.io.provenance import provenance
-from vltools.report.boxes import read_boxes
-from vltools.report.curves import read_training_log
-from vltools.report.gallery import (
-    caption_section,
-    file_summary,
-    parse_queries,
-    ranking_sections,
-    read_references,
-    read_scores,
-)
-from vltools.report.site import Header, write_report
-from vltools.vision.images import list_inputs
 
 FILE = click.Path(dir_okay=False)
 
@@ -74,6 +61,20 @@ def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], ite
     """Write OUT/, a static HTML report that opens from file:// or any web server (open OUT/index.html): the
     ranked results of sampled queries with the ground truth marked, generated captions beside their references,
     the scores, training curves and the provenance of every input. Images become thumbnails inside OUT."""
+    from vltools.io.provenance import provenance
+    from vltools.report.boxes import read_boxes
+    from vltools.report.curves import read_training_log
+    from vltools.report.gallery import (
+        caption_section,
+        file_summary,
+        parse_queries,
+        ranking_sections,
+        read_references,
+        read_scores,
+    )
+    from vltools.report.site import Header, write_report
+    from vltools.vision.images import list_inputs
+
     if item_scores and len(item_scores) > len(generated):
         raise click.UsageError("give at most one --item-scores per --generated file, in the same order")
     if not (rankings or generated or scores or logs or figures):

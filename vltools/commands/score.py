@@ -8,21 +8,10 @@ import math
 import click
 
 from vltools.commands.options import output_option
-from vltools.data.retrieval import is_matrix, score_retrieval
-from vltools.data.semantic import oracle_sims
-from vltools.eval import caption as caption_eval
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
-from vltools.infer.loader import hdf5_kind
-from vltools.io import caption_files
-from vltools.io import logp as logp_io
-from vltools.io import proxy as proxy_io
-from vltools.io import sims as sims_io
-from vltools.io.hdf5 import is_hdf5
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
-from vltools.io.proxy import read_proxy_file
-from vltools.io.records import read_records, write_records
 
 FILE = click.Path(dir_okay=False, allow_dash=True)
 
@@ -78,6 +67,10 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_met
     Only the predicted ids are scored; each must have references. Needs Java (pycocoevalcap's tokenizer and
     METEOR run on it).
     """
+    from vltools.eval import caption as caption_eval
+    from vltools.io import caption_files
+    from vltools.io.records import write_records
+
     predicted = caption_files.read_caption_file(predictions)
     references = caption_files.read_caption_file(refs)
     texts, ref_texts = caption_eval.pair_predictions(predicted, references)
@@ -134,6 +127,8 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
     released SCAN / SGRAF evaluation saves). Recalls are percentages; ranks are 1-based. For rankings (top-k
     lists) an answer beyond the list counts as not found, and medr / meanr are null when they cannot be known.
     """
+    from vltools.data.retrieval import is_matrix, score_retrieval
+
     if not any(map(is_matrix, scores)):
         if len(scores) > 1:
             raise click.UsageError("rankings JSONL are scored one at a time; ensembles need similarity matrices")
@@ -165,13 +160,20 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     (tfidf-proxy) whose tf-idf similarities rank the --split images (the text oracle). The query is
     removed from its own ranking. All values are percentages; AUC is over a log R axis normalised to [0, 1].
     """
+    from vltools.data.semantic import oracle_sims
+    from vltools.infer.loader import hdf5_kind
+    from vltools.io import proxy as proxy_io
+    from vltools.io import sims as sims_io
+    from vltools.io.hdf5 import is_hdf5
+    from vltools.io.records import read_records
+
     if proxy is None and triplets is None:
         raise click.UsageError("give --proxy for NDCG / PCC, --triplets for user agreement, or both")
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
     r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
     if is_hdf5(model) and hdf5_kind(model) == "proxy":
-        sims = oracle_sims(read_proxy_file(model), split, queries)
+        sims = oracle_sims(proxy_io.read_proxy_file(model), split, queries)
     else:
         sims = sims_io.read_sims(model) if is_hdf5(model) else None
     rankings = read_records(model, "rankings") if sims is None else None
@@ -212,6 +214,8 @@ def self_retrieval(logp: str, k_text: str) -> None:
 
     LOGP: HDF5 with /logp (n_captions x n_images), /image_ids and /caption_image_ids (or /caption_image_index).
     """
+    from vltools.io import logp as logp_io
+
     ks = tuple(_int_list(k_text, "--k"))
     if not ks or min(ks) < 1:
         raise click.BadParameter("give positive integers", param_hint="--k")

@@ -7,10 +7,7 @@ from pathlib import Path
 import click
 
 from vltools.commands.options import image_run_options, image_side, make_run
-from vltools.infer.extract import SegmentExtractor, extract
-from vltools.infer.runner import check_output
-from vltools.vision.images import list_inputs, parse_shard, shard_items
-from vltools.vision.masks import parse_class
+from vltools.infer.settings import parse_shard
 
 
 @click.command("segment-pool")
@@ -31,6 +28,11 @@ def command(inputs: tuple[str, ...], image_size: int, class_name: str, seg_weigh
     """For each image of INPUT (folder, image files, tar of images, list of paths or `images` JSONL): the
     backbone feature map F as /featmap (N, D, h, w) and the foreground mask B at the same h x w as /mask (N, h, w),
     values in [0, 1]: the input of L2C's segmentation-based pooling."""
+    from vltools.infer.extract import SegmentExtractor, extract
+    from vltools.infer.runner import check_output
+    from vltools.vision.images import list_inputs, shard_items
+    from vltools.vision.masks import parse_class
+
     check_output(output, bool(run["resume"]))
     all_items = list_inputs(inputs)
     items = shard_items(all_items, parse_shard(shard))

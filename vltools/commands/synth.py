@@ -6,7 +6,6 @@ import click
 
 from vltools.commands.options import SEED_RANGE, FiniteFloat
 from vltools.io.progress import log
-from vltools.synth.world import WorldOptions, write_world
 
 
 @click.command("synth")
@@ -27,6 +26,8 @@ def command(out: str, seed: int, images: int, pairs: int, aux_images: int, size:
     """Write a toy world of coloured shapes into the new folder OUT in vltools' formats: images and masks,
     images.jsonl (boxes), captions.jsonl (5 per image), regions.jsonl, pairs.jsonl, aux_captions.jsonl,
     README.txt. See OUT/README.txt for the grammar and the files."""
+    from vltools.synth.world import WorldOptions, write_world
+
     options = WorldOptions(seed=seed, images=images, pairs=pairs, aux_images=aux_images, size=size,
                            edit_fraction=edit_fraction)
     counts = write_world(out, options, force=force)

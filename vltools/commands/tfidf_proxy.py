@@ -5,11 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import output_option
-from vltools.data.semantic import build_proxy, image_texts
 from vltools.io.progress import log
-from vltools.io.provenance import ids_digest
-from vltools.io.proxy import write_proxy
-from vltools.io.records import read_records
 
 
 @click.command("tfidf-proxy")
@@ -31,6 +27,11 @@ def command(captions: str, output: str | None, images_path: str | None, method: 
     """Write the proxy of CAPS.jsonl (image or region captions, each with a split): one l2-normalised tf-idf row per
     image over the words of all its captions, the vocabulary and idf of the training split, and each image's k
     nearest images of its split. `score semantic --proxy` and `mine-triplets` read it."""
+    from vltools.data.semantic import build_proxy, image_texts
+    from vltools.io.provenance import ids_digest
+    from vltools.io.proxy import write_proxy
+    from vltools.io.records import read_records
+
     records = read_records(captions, "captions")
     images = read_records(images_path, "images") if images_path else None
     ids, splits, texts = image_texts(records, captions, images, images_path)

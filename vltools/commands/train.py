@@ -7,14 +7,8 @@ from pathlib import Path
 import click
 
 from vltools.commands.options import SEED_RANGE, FiniteFloat, precision_option
-from vltools.io.numbers import clean_numbers
 from vltools.io.progress import labelled, log
-from vltools.models import check_model_config
 from vltools.train import TASKS, config_defaults, task_module
-from vltools.train.config import build_config
-from vltools.train.distributed import distributed
-from vltools.train.state import seed_everything
-from vltools.train.trainer import train
 
 
 @click.command("train")
@@ -72,6 +66,13 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
     (default: 0, every validation caption).
     """
+    from vltools.io.numbers import clean_numbers
+    from vltools.models import check_model_config
+    from vltools.train.config import build_config
+    from vltools.train.distributed import distributed
+    from vltools.train.state import seed_everything
+    from vltools.train.trainer import train
+
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
                "train.device": device, "train.workers": workers, "train.precision": precision}

@@ -23,6 +23,7 @@ from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 CONCEPTS_GLOBAL = "concepts"  # the `global` attribute of a concept-scores file
+CONTEXT_COMMAND = "vltools extract-regions IMAGES --regions none --global tencrop -o CONTEXT.h5"  # SCO's context
 
 
 def sco_tokens(vocab: Vocabulary, captions: Sequence[str], max_words: int) -> list[list[int]]:
@@ -38,12 +39,12 @@ def check_global(path: str | os.PathLike, concepts: bool, dim: int | None = None
     """The `/global` width of a context (`concepts` False) or concept-scores file, checked against `dim`."""
     with FeaturesReader(path) as reader:
         if "global" not in reader.fields:
-            raise VLToolsError(f"{path}: has no /global dataset; SCO needs `extract-regions --global tencrop` "
-                               "context or `concept-scores` output")
+            raise VLToolsError(f"{path}: has no /global dataset; SCO needs context (`{CONTEXT_COMMAND}`) or "
+                               "concept scores (`vltools concept-scores IMAGES --model CONCEPTS.pt`)")
         is_concepts = reader.attrs.get("global") == CONCEPTS_GLOBAL
         width = reader.shape("global")[1]
     if is_concepts != concepts:
-        wanted = "concept scores (vltools concept-scores)" if concepts else "context (extract-regions --global)"
+        wanted = "concept scores (vltools concept-scores)" if concepts else f"context (`{CONTEXT_COMMAND}`)"
         raise VLToolsError(f"{path}: is {'a concept-scores' if is_concepts else 'a context'} file where {wanted} "
                            "was expected; give the context file first and the concept scores second")
     if dim is not None and width != dim:

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import itertools
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error, shown_ids
 from vltools.io.atomic import atomic_path
 from vltools.io.progress import log
-from vltools.io.proxy import Proxy
-from vltools.io.sims import Sims
+
+if TYPE_CHECKING:    # types only: `vltools score --help` reads DEFAULT_R without loading scipy and h5py
+    from vltools.io.proxy import Proxy
+    from vltools.io.sims import Sims
 
 DEFAULT_R = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 COUNT_FIELDS = ("o1", "o2", "o3")

@@ -27,8 +27,8 @@ import torch
 
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError
-from vltools.infer.extract import RunOptions
 from vltools.infer.loader import load_model
+from vltools.infer.settings import BOTTOM_UP_WEIGHTS, RunOptions
 from vltools.io.checkpoints import content_digest
 from vltools.io.features import BOTTOM_UP
 from vltools.io.model_store import resolve_models
@@ -36,9 +36,9 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.sources import read_class_names
 from vltools.models.bottom_up import BottomUpRegions
-from vltools.vision.images import DEFAULT_MAX_PIXELS, BadImage, ImageItem, load_rgb
+from vltools.vision.images import BadImage, ImageItem, load_rgb
+from vltools.vision.limits import DEFAULT_MAX_PIXELS
 
-DEFAULT_WEIGHTS = "bottom-up"  # the model-store name bin/fetch_bottom_up_weights.sh registers
 VOCAB_FILES = ("objects_vocab.txt", "attributes_vocab.txt")
 ROW_FIELDS = ("regions", "boxes", "labels", "label_scores", "attributes", "attribute_scores")
 INDEX_FIELDS = ("labels", "attributes")
@@ -84,7 +84,7 @@ class BottomUpExtractor:
 
     stage = "extract-regions"
 
-    def __init__(self, run: RunOptions, weights: str = DEFAULT_WEIGHTS, num_regions: int | None = 36,
+    def __init__(self, run: RunOptions, weights: str = BOTTOM_UP_WEIGHTS, num_regions: int | None = 36,
                  min_regions: int = 10, max_regions: int = 100, score_threshold: float = 0.2,
                  vocab_dir: str | Path | None = None) -> None:
         if num_regions is None and not 1 <= min_regions <= max_regions:

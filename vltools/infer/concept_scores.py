@@ -18,16 +18,14 @@ import torch
 from torchvision.ops import roi_align
 
 from vltools.devices import autocast, resolve_device
-from vltools.infer.extract import RunOptions
+from vltools.infer.settings import CONCEPT_LEVELS, RunOptions
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.models.concepts import ConceptCNN
 from vltools.vision.backbones import normalize
 from vltools.vision.images import ImageDataset, ImageItem
 
-DEFAULT_LEVELS = (1, 2, 3, 6)
 
-
-def grid_windows(h: int, w: int, levels: Sequence[int] = DEFAULT_LEVELS) -> torch.Tensor:
+def grid_windows(h: int, w: int, levels: Sequence[int] = CONCEPT_LEVELS) -> torch.Tensor:
     """The rule's windows [r, 4] as x1 y1 x2 y2 in pixels of an h x w image, level by level, row-major."""
     boxes = []
     for n in levels:
@@ -55,7 +53,7 @@ class ConceptScorer:
     stage = "concept-scores"
 
     def __init__(self, model: ConceptCNN, info: dict, run: RunOptions, image_size: int, crop_size: int,
-                 levels: Sequence[int] = DEFAULT_LEVELS) -> None:
+                 levels: Sequence[int] = CONCEPT_LEVELS) -> None:
         self.run, self.info = run, info
         self.device = resolve_device(run.device)
         self.model = model.to(self.device).eval()

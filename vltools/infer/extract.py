@@ -10,7 +10,6 @@ on which other images share its batch (a shard gives the same rows as a single r
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,12 @@ from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, input_error
 from vltools.infer import runner
 from vltools.infer.runner import check_output, features_writer, finish_features
+from vltools.infer.settings import RunOptions
 from vltools.io.atomic import output_name
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
-from vltools.vision.images import DEFAULT_MAX_PIXELS, ImageDataset, ImageItem, collate_items
+from vltools.vision.images import ImageDataset, ImageItem, collate_items
 from vltools.vision.masks import FCN_WEIGHTS, VOC_CLASSES, area_resize, build_fcn, mask_path
 from vltools.vision.pooling import average, rmac, ten_crop_average
 from vltools.vision.regions import (
@@ -42,22 +42,6 @@ from vltools.vision.regions import (
 DEFAULT_SIZES = {"shorter": 600, "square": 448, "longer": 576}
 LONG_SIDE_RATIO = 5 / 3  # shorter side 600 -> long side at most 1000, as for the bottom-up features
 MAX_FAILED_SHOWN = 20
-
-
-@dataclass
-class RunOptions:
-    """How to run: batching, devices and precision, output dtype, failure policy, resumption."""
-
-    batch_size: int = 8
-    workers: int = 2
-    device: str = "auto"
-    precision: str = "fp32"
-    dtype: str = "float16"
-    strict: bool = False
-    resume: bool = False
-    commit_seconds: float = 60.0
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    seed: int = 0
 
 
 def _shape_groups(samples: Sequence[dict]) -> list[list[int]]:

@@ -148,8 +148,9 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
     for item in loaded:
         if getattr(item.model, "inputs", "regions") != "regions":
             raise VLToolsError(f"{item.path}: model {item.name!r} reads per-image vectors (context and concept "
-                               "scores), not region features; run `vltools encode` on the images (with --concepts) "
-                               "and on the captions, then `vltools match IMG_EMB.h5 CAP_EMB.h5`")
+                               f"scores), not region features; run `vltools encode CONTEXT.h5 --concepts CONCEPTS.h5 "
+                               f"--model {item.path} -o IMG_EMB.h5` and `vltools encode CAPS.jsonl --model {item.path} "
+                               "-o CAP_EMB.h5`, then `vltools match IMG_EMB.h5 CAP_EMB.h5`")
     if "regions" not in reader.fields:
         raise VLToolsError(f"{reader.path}: has no /regions dataset; matching models need region features "
                            "(vltools extract-regions)")

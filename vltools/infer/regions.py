@@ -9,12 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vltools.errors import VLToolsError
-from vltools.infer.bottom_up import DEFAULT_WEIGHTS, BottomUpExtractor
-from vltools.infer.extract import RegionExtractor, RunOptions, extract
+from vltools.infer.bottom_up import BottomUpExtractor
+from vltools.infer.extract import RegionExtractor, extract
 from vltools.infer.runner import check_output
-from vltools.vision.images import list_inputs, parse_shard, shard_items
-
-REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
+from vltools.infer.settings import BOTTOM_UP_WEIGHTS, REGION_KINDS, RunOptions, parse_shard
+from vltools.vision.images import list_inputs, shard_items
 
 
 @dataclass
@@ -69,7 +68,7 @@ def extract_regions(inputs: Sequence[str | os.PathLike], output: str | os.PathLi
     fixed = None if options.variable else options.num_regions or 36
     if options.regions == "bottom-up":
         extractor: RegionExtractor | BottomUpExtractor = BottomUpExtractor(
-            run, options.detector_weights or DEFAULT_WEIGHTS, fixed, options.min_regions or 10,
+            run, options.detector_weights or BOTTOM_UP_WEIGHTS, fixed, options.min_regions or 10,
             options.max_regions or 100, options.score_threshold, options.detector_vocab)
     else:
         extractor = RegionExtractor(

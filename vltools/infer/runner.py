@@ -18,12 +18,12 @@ from typing import Protocol
 import numpy as np
 
 from vltools.errors import VLToolsError
+from vltools.infer.settings import parse_shard
 from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, output_name, spool_folder
 from vltools.io.partial import PartialRecords
 from vltools.io.parts import PartsWriter
 from vltools.io.progress import log, progress
 from vltools.io.records import write_records
-from vltools.vision.images import parse_shard
 
 Results = Mapping[str, np.ndarray] | Sequence[dict]
 Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]

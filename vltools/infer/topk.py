@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from vltools.errors import VLToolsError, first_line
-
-EXACT = "exact"
+from vltools.infer.settings import EXACT
 
 
 def faiss_available() -> bool:

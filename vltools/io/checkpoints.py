@@ -114,7 +114,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         path, "checkpoint", "no such checkpoint",
         "empty file, not a checkpoint; it may be from an interrupted copy, copy or train it again",
         "if you trust it (e.g. an official SGRAF checkpoint), import it once with "
-        "`vltools convert sgraf-checkpoint --trust`")
+        f"`vltools convert sgraf-checkpoint {path} --vocab VOCAB.json --trust -o CKPT.pt`")
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise VLToolsError(f"{path}: not a vltools checkpoint (no format '{CHECKPOINT_FORMAT}')")
     saved = payload.get("digest")

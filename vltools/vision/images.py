@@ -25,11 +25,10 @@ from vltools.errors import VLToolsError, input_error
 from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
+from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 from vltools.vision.masks import load_mask
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
-MAX_PIXELS_LIMIT = 2**28  # the most --max-pixels may allow: 768 MiB decoded as RGB, before any resizing
 EXIF_ORIENTATION = 0x0112
 SWAPPING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that rotate by 90 degrees
 RESIZE_MODES = ("shorter", "square", "longer")
@@ -217,19 +216,6 @@ def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
     if not items:
         raise VLToolsError(f"{', '.join(map(str, inputs))}: no images listed")
     return items
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """`i/n` -> (i, n) with 0 <= i < n; None stays None."""
-    if text is None:
-        return None
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise VLToolsError(f"--shard {text!r}: expected i/n, for example 0/4") from None
-    if count < 1 or not 0 <= index < count:
-        raise VLToolsError(f"--shard {text!r}: need 0 <= i < n")
-    return index, count
 
 
 def shard_items(items: Sequence[ImageItem], shard: tuple[int, int] | None) -> list[ImageItem]:

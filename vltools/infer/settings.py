@@ -1,0 +1,48 @@
+"""The inference layer's settings as plain values, without torch: how an image run goes (RunOptions), which
+inputs a shard takes (`--shard i/n`), and the names and defaults the stages offer (region kinds, the default
+bottom-up detector's store name, concept-score grid levels, exact search).
+
+The command line builds its options from these in every stage's --help, before any stage loads torch; the
+inference modules take them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vltools.errors import VLToolsError
+from vltools.vision.limits import DEFAULT_MAX_PIXELS
+
+REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
+BOTTOM_UP_WEIGHTS = "bottom-up"  # the default detector: the model-store name bin/fetch_bottom_up_weights.sh registers
+CONCEPT_LEVELS = (1, 2, 3, 6)    # SCO's grid levels n (n x n windows each): 50 regions
+EXACT = "exact"                  # search over embeddings by blocked matmul (else a FAISS index factory string)
+
+
+@dataclass
+class RunOptions:
+    """How to run: batching, devices and precision, output dtype, failure policy, resumption."""
+
+    batch_size: int = 8
+    workers: int = 2
+    device: str = "auto"
+    precision: str = "fp32"
+    dtype: str = "float16"
+    strict: bool = False
+    resume: bool = False
+    commit_seconds: float = 60.0
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    seed: int = 0
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """`i/n` -> (i, n) with 0 <= i < n; None stays None."""
+    if text is None:
+        return None
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise VLToolsError(f"--shard {text!r}: expected i/n, for example 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise VLToolsError(f"--shard {text!r}: need 0 <= i < n")
+    return index, count
