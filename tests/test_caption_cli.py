@@ -254,7 +254,7 @@ def mute_captioner(source, path):
     bias[payload["vocab"].index("<end>")] = 1e4
     state["decoder.output.bias"] = bias
     save_checkpoint(path, payload["model"], payload["config"], state, vocab=payload["vocab"],
-                    train_state=payload["train_state"])
+                    train_state=payload["train_state"], schema=payload["schema"])
     return path
 
 

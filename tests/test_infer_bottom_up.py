@@ -168,7 +168,7 @@ def test_a_missing_released_detector_names_the_command_that_fetches_it(tmp_path,
     monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
     with pytest.raises(VLToolsError) as error:
         BottomUpExtractor(RUN, name)
-    command = re.search(r"; run (bin/[^(]*) \(", str(error.value)).group(1)
+    command = re.search(r"run `(bin/[^`]*)`", str(error.value)).group(1)
     assert command == expected
     dest = tmp_path / "models"
     result = subprocess.run([*command.split(), str(dest)], cwd=ROOT, env={**os.environ, "VLTOOLS_OFFLINE": "1"},
