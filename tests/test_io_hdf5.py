@@ -112,3 +112,33 @@ def test_match_over_a_sims_file_with_a_flipped_header_exits_1_in_one_line(tmp_pa
     err = capsys.readouterr().err
     assert exit_info.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert f"{second}: /sims is damaged" in err and not out.exists()
+
+
+GUARDED_WRITE = """
+import errno, resource, sys
+import numpy as np
+from vltools.io.hdf5 import OutputFile, create_dataset
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+handle = OutputFile(sys.argv[1])
+dataset = create_dataset(handle, "x", shape=(0, 36, 512), maxshape=(None, 36, 512), dtype="f2", chunks=(1, 36, 512))
+for row in range(10):
+    dataset.resize(row + 1, axis=0)
+    dataset[row] = np.ones((36, 512), "f2")
+handle.close()
+try:
+    handle.check()
+except OSError as exc:
+    print(errno.errorcode[exc.errno], exc.filename)
+"""
+
+
+def test_a_write_past_the_file_size_limit_is_an_error_after_close_not_a_crash(tmp_path):
+    """HDF5 buffers writes, so the failure comes while the file closes: HDF5 must not see it (it crashes)."""
+    import subprocess
+    import sys
+    path = tmp_path / "big.h5"
+    result = subprocess.run([sys.executable, "-c", GUARDED_WRITE, str(path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["EFBIG", str(path)]
+    assert result.stderr == ""

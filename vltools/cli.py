@@ -209,7 +209,11 @@ def _terminating() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `vltools` entry point: `_main` with the SIGTERM handler installed for the call only."""
+    """The `vltools` entry point: `_main` with the SIGTERM handler installed for the call only. SIGXFSZ (a write
+    past `ulimit -f`) is ignored, so that such a write fails with EFBIG, reported in one line, instead of
+    killing the process (Python ignores it at start-up, but a program embedding Python may not)."""
+    with contextlib.suppress(ValueError):    # not the main thread: the process keeps its disposition
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     with _terminating():
         _main(argv)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from vltools.errors import VLToolsError, first_line
-from vltools.io.atomic import atomic_path
+from vltools.io.atomic import DeferredWrites, atomic_path, check_room
 from vltools.io.provenance import provenance
 
 CHECKPOINT_FORMAT = "vltools.checkpoint"
@@ -59,7 +59,8 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
                     vocab: list[str] | None = None, train_state: dict | None = None, *, schema: int) -> None:
     """Write a vltools checkpoint atomically; everything in it must be a tensor or a plain container. `schema` is
     the model's config schema version (vltools.models.schema_version), so that a later vltools whose defaults
-    changed meaning reads the config as it was meant; the provenance records the vltools version."""
+    changed meaning reads the config as it was meant; the provenance records the vltools version. A failed write
+    (full disk, file size limit) is one line naming `path`, and an earlier checkpoint there is kept."""
     payload = {
         "format": CHECKPOINT_FORMAT,
         "model": model,
@@ -72,7 +73,10 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
     }
     payload["digest"] = content_digest(_digested(payload))
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        check_room(tmp, sum(tensor.nbytes for tensor in payload["state_dict"].values()))
+        with DeferredWrites(tmp, truncate=True) as stream:   # torch.save reports a failed write without its cause
+            torch.save(payload, stream)
+            stream.check()
 
 
 def _is_pickle(path: Path) -> bool:

@@ -14,7 +14,16 @@ import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output
-from vltools.io.hdf5 import create_dataset, decode_strings, open_h5, read, refuse_nonfinite, set_attrs, string_dtype
+from vltools.io.hdf5 import (
+    OutputFile,
+    create_dataset,
+    decode_strings,
+    open_h5,
+    read,
+    refuse_nonfinite,
+    set_attrs,
+    string_dtype,
+)
 
 
 @dataclass
@@ -62,7 +71,7 @@ def open_embeddings(path: str | os.PathLike) -> Embeddings:
 def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
                      attrs: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
     """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
-    with binary_output(path) as target, h5py.File(target, "w") as handle:
+    with binary_output(path) as target, OutputFile(target) as handle:
         set_attrs(handle, "embeddings", attrs)
         handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
         if caption_image_ids is not None:
@@ -73,7 +82,9 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
             if "emb" not in handle:
                 create_dataset(handle, "emb", shape=(len(ids), block.shape[1]), dtype=np.float32,
                                chunks=(min(len(ids), 1024), block.shape[1]))
+            handle.check_room(block.nbytes)
             handle["emb"][row:row + len(block)] = block
+            handle.check()
             row += len(block)
         if row != len(ids):
             raise ValueError(f"{row} embeddings written for {len(ids)} ids")

@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.hdf5 import (
+    OutputFile,
     create_dataset,
     decode_strings,
     open_h5,
@@ -36,6 +36,8 @@ class FeaturesWriter:
     Every dataset is chunked by image so that readers can fetch any rows without loading the file.
     `append=True` reopens a partially written file (for `--resume`). `name` is what errors about rows call the
     file (default `path`): the user's output when `path` is a temporary part of it, never to be named to them.
+    A failed write (full disk, file size limit) is an OSError naming `path` (see `OutputFile`), raised by the
+    `add` or `close` it happened in; the file is then closed, for the caller to remove.
     """
 
     def __init__(self, path: str | os.PathLike, attrs: dict[str, object], dtype: str = "float16",
@@ -46,10 +48,10 @@ class FeaturesWriter:
         self.name = str(path if name is None else name)
         self.dtype = np.dtype(dtype)
         if append and self.path.exists():
-            self.handle = h5py.File(self.path, "a")
+            self.handle = OutputFile(self.path, "a")
             self._seen = set(decode_strings(self.handle["ids"][:]))
         else:
-            self.handle = h5py.File(self.path, "w")
+            self.handle = OutputFile(self.path, "w")
             set_attrs(self.handle, "features", {**attrs, "dtype": dtype})
             self.handle.create_dataset("ids", shape=(0,), maxshape=(None,), dtype=string_dtype(), chunks=(1024,))
             self._seen = set()
@@ -69,8 +71,20 @@ class FeaturesWriter:
         duplicate = [i for i in ids if i in self._seen]
         if duplicate or len(set(ids)) != len(ids):
             raise VLToolsError(f"{self.name}: duplicate image id {(duplicate or list(ids))[0]!r}")
-        n = len(ids)
         start = self.handle["ids"].shape[0]
+        try:
+            self._write(ids, start, arrays)
+            self.handle.check()
+        except OSError:
+            self.handle.close()
+            raise
+        self._seen.update(ids)
+
+    def _write(self, ids: Sequence[str], start: int, arrays: dict[str, np.ndarray]) -> None:
+        """Append `arrays` at row `start` (checked, cast, and refused before anything is written when they cannot
+        fit), then their ids."""
+        n = len(ids)
+        stored_arrays = {}
         for name, value in arrays.items():
             value = np.asarray(value)
             if value.shape[0] != n:
@@ -81,15 +95,16 @@ class FeaturesWriter:
                 create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
                                chunks=(1, *rest) if rest else (1024,))
             with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
-                stored = value.astype(dtype, copy=False)
+                stored_arrays[name] = value.astype(dtype, copy=False)
             if name in FLOAT_FIELDS:
-                _check_stored_finite(self.name, name, ids, value, stored)
+                _check_stored_finite(self.name, name, ids, value, stored_arrays[name])
+        self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
+        for name, stored in stored_arrays.items():
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
             dataset[start:start + n] = stored
         self.handle["ids"].resize(start + n, axis=0)
         self.handle["ids"][start:start + n] = np.array(list(ids), dtype=object)
-        self._seen.update(ids)
 
     def set_attr(self, name: str, value: object) -> None:
         """Record an extra attribute."""
@@ -104,16 +119,25 @@ class FeaturesWriter:
         self.handle.flush()
 
     def close(self) -> None:
-        """Record the checksum of /ids (strings cannot carry HDF5's checksum filter) and close the file."""
+        """Record the checksum of /ids (strings cannot carry HDF5's checksum filter) and close the file; raise
+        a write that failed (OSError naming the file)."""
         if self.handle:
             self.handle.attrs[IDS_CHECKSUM] = ids_digest(decode_strings(self.handle["ids"][:]))
-            self.handle.close()
+        self.handle.close()
+        self.handle.check()
+
+    def abandon(self) -> None:
+        """Close the file after a failure, raising nothing: the caller removes it."""
+        self.handle.close()
 
     def __enter__(self) -> FeaturesWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abandon()
 
 
 def _check_stored_finite(path: object, name: str, ids: Sequence[str], value: np.ndarray, stored: np.ndarray) -> None:

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError, first_line
-from vltools.io.atomic import binary_output
+from vltools.io.atomic import DeferredWrites, binary_output, check_room
 from vltools.io.provenance import provenance
 
 FORMAT_VERSION = 1
@@ -191,6 +191,41 @@ def open_h5(path: str | os.PathLike, kind: str | None = None) -> CheckedFile:
     return handle
 
 
+class OutputFile(h5py.File):
+    """An HDF5 file being written (`mode` "w" creates or empties it, "a" opens or creates it): the one way vltools
+    writes HDF5. HDF5 never sees a failed write (after one, closing the file crashes the process): the first
+    write error (full disk, over the file size limit, a failing device) is kept, and `check` raises it, as an
+    OSError naming `path`, for the caller to give up the file. `close` never raises; its `with` block
+    checks after closing, unless the block already failed."""
+
+    def __init__(self, path: str | os.PathLike, mode: str = "w") -> None:
+        self.stream = DeferredWrites(path, truncate=mode == "w")
+        try:
+            super().__init__(self.stream, mode)
+        except BaseException:
+            self.stream.close()
+            raise
+
+    def check(self) -> None:
+        """Raise the first write error (OSError naming the file), if any."""
+        self.stream.check()
+
+    def check_room(self, size: int) -> None:
+        """Refuse (OSError) to add `size` bytes the file's disk or the file size limit has no room for."""
+        check_room(self.stream.path, size)
+
+    def close(self) -> None:
+        """Close the file (datasets first, as h5py does) and the stream under it."""
+        if self.id.valid:
+            super().close()
+        self.stream.close()
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        self.close()
+        if exc is None:
+            self.check()
+
+
 def file_kind(handle: h5py.File) -> str | None:
     """The kind (`features`, `proxy`, ...) a file declares in its `format` attribute, if any."""
     fmt = handle.attrs.get("format")
@@ -289,7 +324,8 @@ def verify(handle: h5py.File, finite: tuple[str, ...] = (), block_bytes: int = 1
 def write_arrays(path: str | os.PathLike | None, kind: str, arrays: dict[str, object],
                  attrs: dict[str, object] | None = None) -> None:
     """Write a small HDF5 file of whole arrays (string lists become id datasets), atomically or to stdout."""
-    with binary_output(path) as target, h5py.File(target, "w") as handle:
+    with binary_output(path) as target, OutputFile(target) as handle:
+        handle.check_room(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray)))
         set_attrs(handle, kind, attrs or {})
         for name, value in arrays.items():
             if isinstance(value, list) and (not value or isinstance(value[0], str)):

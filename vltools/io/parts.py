@@ -16,13 +16,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error
 from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
-from vltools.io.hdf5 import decode_strings, string_dtype
+from vltools.io.hdf5 import OutputFile, decode_strings, string_dtype
 from vltools.io.progress import log
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
@@ -187,11 +186,15 @@ class PartsWriter:
             self.parts.remove(part)
             return
         tmp = Path(f"{part}.tmp")
-        merge_features([part], tmp, self.attrs, keep)
-        with h5py.File(tmp, "a") as handle:
-            handle.create_dataset("input_digests", data=np.array([self.digests.get(i, "") for i in keep],
-                                                                 dtype=object), dtype=string_dtype())
-        os.replace(tmp, part)
+        try:
+            merge_features([part], tmp, self.attrs, keep)
+            with OutputFile(tmp, "a") as handle:
+                handle.create_dataset("input_digests", data=np.array([self.digests.get(i, "") for i in keep],
+                                                                     dtype=object), dtype=string_dtype())
+            os.replace(tmp, part)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise output_error(self.output, exc) from exc
 
     def _check_options(self, part: Path, attrs: dict[str, object]) -> None:
         mine, theirs = comparable_attrs(self.attrs), comparable_attrs(attrs)
@@ -206,12 +209,16 @@ class PartsWriter:
         return self.folder / f"part-{number:06d}.h5"
 
     def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
-        """Append rows; commit the current part when it has been open for `commit_seconds`."""
-        if self._writer is None:
-            self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype,
-                                          name=self.output)
-            self._started = time.monotonic()
-        self._writer.add(ids, **arrays)
+        """Append rows; commit the current part when it has been open for `commit_seconds`. A failed write
+        (full disk) is one line naming the output; the caller then `discard`s the uncommitted part."""
+        try:
+            if self._writer is None:
+                self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype,
+                                              name=self.output)
+                self._started = time.monotonic()
+            self._writer.add(ids, **arrays)
+        except OSError as exc:
+            raise output_error(self.output, exc) from exc
         self._ids.extend(ids)
         self.done.update(ids)
         if time.monotonic() - self._started >= self.commit_seconds:
@@ -222,10 +229,14 @@ class PartsWriter:
         if self._writer is None:
             return
         tmp = self._writer.path
-        self._writer.handle.create_dataset(
-            "input_digests", data=np.array([self.digests.get(i, "") for i in self._ids], dtype=object),
-            dtype=string_dtype())
-        self._writer.close()
+        try:
+            self._writer.handle.create_dataset(
+                "input_digests", data=np.array([self.digests.get(i, "") for i in self._ids], dtype=object),
+                dtype=string_dtype())
+            self._writer.close()
+        except OSError as exc:
+            self.discard()
+            raise output_error(self.output, exc) from exc
         self._writer = None
         self._ids = []
         final = Path(str(tmp)[: -len(".tmp")])
@@ -235,7 +246,7 @@ class PartsWriter:
     def discard(self) -> None:
         """After a failure: drop the uncommitted part, and the folder when it holds no finished part."""
         if self._writer is not None:
-            self._writer.close()
+            self._writer.abandon()
             self._writer.path.unlink(missing_ok=True)
             self._writer = None
         if not self.parts:
@@ -243,11 +254,19 @@ class PartsWriter:
 
     def merge_into(self, target: Path, attrs: dict[str, object], order: Sequence[str],
                    failed: Sequence[str]) -> int:
-        """Commit, then merge every part into `target` in `order` (ids not written are left out)."""
+        """Commit, then merge every part into `target` in `order` (ids not written are left out). When `target`
+        cannot be written (full disk), the parts of a resumable run (`OUT.partial`) are kept, and the error says
+        so."""
         self.commit()
         present = [image_id for image_id in order if image_id in self.done]
         if self.parts:
-            return merge_features(self.parts, target, attrs, present, failed)
+            try:
+                return merge_features(self.parts, target, attrs, present, failed)
+            except OSError as exc:
+                if exc.filename != str(target) or str(self.folder) != f"{self.output}.partial":
+                    raise
+                raise output_error(self.output, exc, f"the {len(self.done)} finished images are kept in "
+                                                     f"{self.folder}: rerun with --resume to merge them") from exc
         with FeaturesWriter(target, {k: v for k, v in attrs.items() if k not in WRITER_ATTRS},
                             dtype=self.dtype) as writer:
             writer.set_failed(failed)
