@@ -68,12 +68,46 @@ def milvlg_state(model: BottomUpAttention) -> dict[str, torch.Tensor]:
     return state
 
 
+def rpn_in_order(state: dict[str, torch.Tensor], order: list[int], prefix: str = "proposal_generator.",
+                 anchors: str = "proposal_generator.anchor_generator.cell_anchors.0") -> dict[str, torch.Tensor]:
+    """A released state dict whose anchor k is anchor order[k] of `state`, with its RPN objectness (background
+    block, then object block) and delta channels (4 per anchor) moved along."""
+    index = torch.tensor(order)
+    count = len(order)
+    rows = {"objectness_logits": torch.cat([index, index + count]),
+            "anchor_deltas": (index[:, None] * 4 + torch.arange(4)).reshape(-1)}
+    moved = {anchors: state[anchors][index]}
+    for head, head_rows in rows.items():
+        for name in ("weight", "bias"):
+            key = f"{prefix}rpn_head.{head}.{name}"
+            moved[key] = state[key][head_rows]
+    return {**state, **moved}
+
+
+def detectron2_anchors() -> tuple[torch.Tensor, list[int]]:
+    """TINY's cell anchors as detectron2's DefaultAnchorGenerator makes them (sizes 16 x scale outer, ratios inner,
+    centred on 0, widths not rounded), and for each of them the index of the Caffe anchor it stands for."""
+    ratios, scales = [0.5, 1.0, 2.0], TINY["anchor_scales"]
+    anchors, caffe_index = [], []
+    for s, scale in enumerate(scales):
+        for r, ratio in enumerate(ratios):
+            w = (16.0 * scale) / ratio ** 0.5
+            h = ratio * w
+            anchors.append([-w / 2, -h / 2, w / 2, h / 2])
+            caffe_index.append(r * len(scales) + s)
+    return torch.tensor(anchors), caffe_index
+
+
 def airsplay_state(model: BottomUpAttention) -> dict[str, np.ndarray]:
     """The model's weights in py-bottom-up-attention's detectron2 conventions: one objectness logit per anchor
     (foreground minus background), background and "no attribute" last, no background box regressor, deltas scaled
-    by (10, 10, 5, 5), cls_embedding / fc_attr / attr_score, detectron2's own cell anchors."""
+    by (10, 10, 5, 5), cls_embedding / fc_attr / attr_score, detectron2's own cell anchors in detectron2's order
+    with the RPN channels in that order too."""
     sd = model.state_dict()
     count = sd["rpn.cell_anchors"].shape[0]
+    anchors, order = detectron2_anchors()
+    index = torch.tensor(order)
+    deltas = (index[:, None] * 4 + torch.arange(4)).reshape(-1)
     last = {k: torch.cat([sd[k][1:], sd[k][:1]]) for k in ("predictor.cls_score.weight", "predictor.cls_score.bias",
                                                            "predictor.cls_embed.weight", "predictor.attr_score.weight",
                                                            "predictor.attr_score.bias")}
@@ -84,12 +118,12 @@ def airsplay_state(model: BottomUpAttention) -> dict[str, np.ndarray]:
         "proposal_generator.rpn_head.conv.weight": sd["rpn.conv.weight"],
         "proposal_generator.rpn_head.conv.bias": sd["rpn.conv.bias"],
         "proposal_generator.rpn_head.objectness_logits.weight":
-            sd["rpn.objectness.weight"][count:] - sd["rpn.objectness.weight"][:count],
+            (sd["rpn.objectness.weight"][count:] - sd["rpn.objectness.weight"][:count])[index],
         "proposal_generator.rpn_head.objectness_logits.bias":
-            sd["rpn.objectness.bias"][count:] - sd["rpn.objectness.bias"][:count],
-        "proposal_generator.rpn_head.anchor_deltas.weight": sd["rpn.deltas.weight"],
-        "proposal_generator.rpn_head.anchor_deltas.bias": sd["rpn.deltas.bias"],
-        "proposal_generator.anchor_generator.cell_anchors.0": torch.zeros(count, 4),
+            (sd["rpn.objectness.bias"][count:] - sd["rpn.objectness.bias"][:count])[index],
+        "proposal_generator.rpn_head.anchor_deltas.weight": sd["rpn.deltas.weight"][deltas],
+        "proposal_generator.rpn_head.anchor_deltas.bias": sd["rpn.deltas.bias"][deltas],
+        "proposal_generator.anchor_generator.cell_anchors.0": anchors,
         "roi_heads.box_predictor.cls_score.weight": last["predictor.cls_score.weight"],
         "roi_heads.box_predictor.cls_score.bias": last["predictor.cls_score.bias"],
         "roi_heads.box_predictor.bbox_pred.weight": sd["predictor.bbox_pred.weight"][4:] * scale[:, None],
@@ -162,6 +196,40 @@ def test_caffe_anchors_are_used_when_the_file_has_none(tmp_path, released):
     torch.save({"model": state}, path)
     anchors = convert_bottom_up_weights(path, False, TINY)["rpn.cell_anchors"]
     assert torch.equal(anchors, caffe_anchors(16, [0.5, 1.0, 2.0], [1, 2]))
+
+
+def test_anchors_stored_in_another_order_convert_to_the_same_detector(tmp_path, released, model):
+    """The file's anchors say which RPN channels belong to which anchor: a file storing them in another order
+    (with its channels in that order) is the same detector, and converts to exactly the same one."""
+    _, state = released
+    order = [4, 0, 5, 2, 1, 3]
+    path = tmp_path / "permuted.pth"
+    torch.save({"model": rpn_in_order(state, order)}, path)
+    converted = convert_bottom_up_weights(path, trust=False, config=TINY)
+    for key, value in model.state_dict().items():
+        assert torch.equal(converted[key], value), key
+    fresh = BottomUpAttention(**TINY).eval()
+    fresh.load_state_dict(converted, strict=True)
+    features = torch.randn(1, 32, 5, 6, generator=torch.Generator().manual_seed(1))
+    for ours, theirs in zip(fresh.rpn(features), model.rpn(features), strict=True):
+        assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize(("anchors", "needle"), [
+    (lambda a: a * 3, "cell anchor 0 is 67x34 pixels, which is no anchor of the bottom-up detector's RPN "
+                      "(the nearest Caffe anchor is 46x24)"),
+    (lambda a: a[[0, 0, 2, 3, 4, 5]], "cell anchors 0 and 1 both match the Caffe anchor 23x12"),
+    (lambda a: a * 0, "cell anchor 0 is 1x1 pixels"),
+    (lambda a: -a, "the cell anchors are not boxes"),
+], ids=["sizes", "duplicate", "zeros", "inverted"])
+def test_anchors_that_are_not_the_caffe_anchors_are_refused(tmp_path, released, anchors, needle):
+    _, state = released
+    key = "proposal_generator.anchor_generator.cell_anchors.0"
+    state[key] = anchors(state[key])
+    path = tmp_path / "other-anchors.pth"
+    torch.save({"model": state}, path)
+    message = one_line_error(path)
+    assert f"'{key}'" in message and needle in message
 
 
 def one_line_error(path, config=TINY, trust=False) -> str:
@@ -243,7 +311,7 @@ def test_the_airsplay_layout_gives_the_same_detections(tmp_path, model):
     with open(path, "wb") as stream:
         pickle.dump({"model": airsplay_state(model), "__author__": "test"}, stream)
     converted = convert_bottom_up_weights(path, trust=True, config=TINY)
-    assert torch.equal(converted["rpn.cell_anchors"], model.rpn.cell_anchors)  # Caffe's, not the file's zeros
+    assert torch.equal(converted["rpn.cell_anchors"], model.rpn.cell_anchors)  # Caffe's, not detectron2's
     fresh = BottomUpAttention(**TINY).eval()
     fresh.load_state_dict(converted, strict=True)
     a, b = model.detect([image()])[0], fresh.detect([image()])[0]

@@ -105,13 +105,46 @@ def test_rouge_l_is_the_lcs_f_measure_with_beta_1_2():
         pytest.approx((1 + expected) / 2)
 
 
-def test_empty_references_are_refused_and_empty_predictions_counted(tmp_path, caplog):
+def test_empty_references_are_kept_with_a_warning_refused_when_strict_and_empty_predictions_counted(tmp_path,
+                                                                                                     caplog):
     refs = read_caption_file(jsonl(tmp_path / "refs.jsonl", [{"image_id": "a", "caption": "x"},
                                                              {"image_id": "b", "caption": " "},
                                                              {"image_id": "c", "caption": ""}]))
     predictions = read_caption_file(jsonl(tmp_path / "pred.jsonl", [{"image_id": i, "caption": "y"} for i in "ab"]))
     with pytest.raises(VLToolsError, match=r"refs.jsonl: line 2: empty reference for image_id 'b' \(1 empty"):
-        pair_predictions(predictions, refs)
+        pair_predictions(predictions, refs, strict=True)
+    assert pair_predictions(predictions, refs) == ({"a": "y", "b": "y"}, {"a": ["x"], "b": [" "]})
+    assert "refs.jsonl: 1 empty or blank references of predicted image_ids ('b')" in caplog.text
+    caplog.clear()
     blank = read_caption_file(jsonl(tmp_path / "blank.jsonl", [{"image_id": "a", "caption": ""}]))
-    assert pair_predictions(blank, refs) == ({"a": ""}, {"a": ["x"]})    # unpredicted c's empty reference is unused
+    assert pair_predictions(blank, refs, strict=True) == ({"a": ""}, {"a": ["x"]})  # c's empty reference is unused
     assert "blank.jsonl: 1 of 1 predictions are empty or blank (first: image_id 'a')" in caplog.text
+    assert "blank references" not in caplog.text
+
+
+def test_an_empty_reference_scores_as_pycocoevalcap_scores_it(tmp_path):
+    """The COCO server's code (PTB tokenizer, then each scorer) called directly on the same captions."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    references = {"1": ["A man rides a horse.", ""], "2": ["two dogs play in the snow", "dogs in snow"],
+                  "3": ["a cat on a mat"]}
+    predicted = {"1": "a man riding a horse .", "2": "Two dogs play", "3": "a cat sits on the mat"}
+    refs = read_caption_file(jsonl(tmp_path / "refs.jsonl", [{"image_id": i, "caption": text}
+                                                             for i, texts in references.items() for text in texts]))
+    predictions = read_caption_file(jsonl(tmp_path / "pred.jsonl", [{"image_id": i, "caption": text}
+                                                                    for i, text in predicted.items()]))
+    scores = score_captions(*pair_predictions(predictions, refs))
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": t} for t in texts] for i, texts in references.items()})
+    res = tokenizer.tokenize({i: [{"caption": text}] for i, text in predicted.items()})
+    bleu = Bleu(4).compute_score(gts, res, verbose=0)[0]
+    expected = dict(zip(("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"), bleu, strict=True))
+    expected["METEOR"] = Meteor().compute_score(gts, res)[0]  # its __del__ ends the java process
+    expected["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
+    expected["CIDEr"] = Cider().compute_score(gts, res)[0]
+    assert scores.metrics == pytest.approx(expected, abs=1e-9)
+    assert scores.per_item["1"]["CIDEr"] > 0

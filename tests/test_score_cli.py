@@ -95,6 +95,18 @@ def test_caption_input_errors(tmp_path, vltools_cmd):
     one_line_error(no_java, "java", "apt-get install default-jre-headless")
 
 
+def test_empty_reference_warned_by_default_refused_with_strict(tmp_path, vltools_cmd):
+    refs = jsonl(tmp_path / "refs.jsonl", [{"image_id": "1", "caption": "a dog runs"},
+                                           {"image_id": "1", "caption": ""}])
+    predictions = jsonl(tmp_path / "pred.jsonl", [{"image_id": "1", "caption": "a dog runs"}])
+    scored = vltools_cmd("score", "caption", predictions, "--refs", refs, "--no-meteor", "--no-spice")
+    assert stdout_json(scored)["Bleu_1"] == pytest.approx(1.0)
+    warnings = [line for line in scored.stderr.decode().splitlines() if "empty or blank references" in line]
+    assert len(warnings) == 1 and "1 empty or blank references of predicted image_ids ('1')" in warnings[0]
+    strict = vltools_cmd("score", "caption", predictions, "--refs", refs, "--no-meteor", "--no-spice", "--strict")
+    one_line_error(strict, "refs.jsonl", "line 2", "empty reference for image_id '1'")
+
+
 def sims_world(tmp_path, n_images=20, per_image=3, seed=0):
     rng = np.random.default_rng(seed)
     index = np.repeat(np.arange(n_images), per_image)

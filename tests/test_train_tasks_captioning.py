@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from reproducible import assert_same_losses_for_the_same_seed
 from tiny_captioning import PREP, make_caption_world, save_captioner
 
 from vltools.data.captioning import image_tensors
@@ -29,14 +30,18 @@ def world(tmp_path_factory):
         save_captioner(folder / "init.pt", AA, captions, seed=2)
 
 
-def task_for(world, objective: str, model: str = AA, **options):
+def config_for(world, objective: str, model: str = AA, **options) -> dict:
     folder, features, captions, ref, init = world
     values = {"task.objective": objective, "task.negatives": 3, **{f"task.{k}": v for k, v in PREP.items()}}
     if objective.startswith("cl"):
         values.update({"task.reference": str(ref), "task.init": str(init)})
     values.update(options)
-    config = build_config(config_defaults(model), options=values)
-    return build_task(model, [str(features), str(captions)], config)
+    return build_config(config_defaults(model), options=values)
+
+
+def task_for(world, objective: str, model: str = AA, **options):
+    _, features, captions, _, _ = world
+    return build_task(model, [str(features), str(captions)], config_for(world, objective, model, **options))
 
 
 def pair_logp(model, image: dict, tokens: list[int]) -> float:
@@ -154,3 +159,14 @@ def test_train_cli_writes_a_captioner_checkpoint_and_rejects_captioning_options_
     result = CliRunner().invoke(cli, ["train", "--model", "vse", "--reference", str(ref), str(features),
                                       str(captions), "-o", str(tmp_path / "v.pt")])
     assert result.exit_code == 2 and "--reference is not an option of --model vse" in result.output
+
+
+@pytest.mark.parametrize("objective", ["mle", "cl", "il"])
+def test_same_seed_same_losses_whatever_the_workers(world, tmp_path, objective):
+    """CL's negative captions are drawn while the data is fetched (in DataLoader workers, when there are any):
+    from the seed and the epoch, they are the same with or without workers."""
+    _, features, captions, _, _ = world
+    init = {} if objective == "cl" else {"task.init": str(world[4])}  # the tiny captioner (CL's default init)
+    config = config_for(world, objective, **{"train.batch_size": 25, "task.val_images": 2, **init})
+    assert_same_losses_for_the_same_seed(lambda c: build_task(AA, [str(features), str(captions)], c), config,
+                                         tmp_path)

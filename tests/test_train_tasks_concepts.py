@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.errors import VLToolsError
 from vltools.text.concepts import FALLBACK_TAGGER, ConceptVocabulary
@@ -153,15 +154,20 @@ def test_validation_images_are_the_unflipped_pixels_and_training_flips_at_random
     image = task.val_data[0]["image"]
     assert image.dtype == torch.uint8
     np.testing.assert_array_equal(image.permute(1, 2, 0).numpy(), pixels["im2"])
-    data = ConceptImages([ImageItem("im2", folder / "im2.png")], np.zeros((1, 3), np.float32), 32, True)
-    torch.manual_seed(0)
-    seen = set()
-    for _ in range(20):
+    data = ConceptImages([ImageItem("im2", folder / "im2.png")], np.zeros((1, 3), np.float32), 32, True, seed=5)
+    seen = []
+    for epoch in range(20):
+        data.set_epoch(epoch)
         got = data[0]["image"].permute(1, 2, 0).numpy()
         flipped = np.array_equal(got, pixels["im2"][:, ::-1])
         assert flipped or np.array_equal(got, pixels["im2"])
-        seen.add(flipped)
-    assert seen == {True, False}
+        seen.append(flipped)
+    assert set(seen) == {True, False}
+    again = ConceptImages([ImageItem("im2", folder / "im2.png")], np.zeros((1, 3), np.float32), 32, True, seed=5)
+    for epoch in range(20):  # the flips are the seed's and the epoch's, not those of torch's global generator
+        torch.manual_seed(epoch)
+        again.set_epoch(epoch)
+        assert np.array_equal(again[0]["image"].numpy(), pixels["im2"][:, ::-1].transpose(2, 0, 1)) == seen[epoch]
 
 
 def test_one_loss_step_is_eq_1_by_hand_with_its_gradient(world, task):
@@ -235,3 +241,9 @@ def test_checkpoint_info_records_the_concepts_and_inputs(world, task):
     assert info["config"] == {"backbone": "resnet18", "num_concepts": 3}
     assert info["inputs"]["images"] == inputs[0] and info["inputs"]["captions"] == inputs[1]
     assert info["inputs"]["weights"] == "none" and info["inputs"]["tagger"] == FALLBACK_TAGGER
+
+
+def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
+    config = tiny_config()
+    config["train"]["batch_size"] = 2
+    assert_same_losses_for_the_same_seed(lambda c: build_task("concepts", world[1], c), config, tmp_path)

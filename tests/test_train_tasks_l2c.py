@@ -8,6 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from l2c_helpers import TINY_MODEL, make_world
+from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.cli import cli
 from vltools.errors import VLToolsError
@@ -95,3 +96,9 @@ def test_bad_inputs_are_one_line_errors(world, tmp_path):
     with pytest.raises(VLToolsError, match="no captions in split 'test'"):
         build_task("l2c", [str(world[k]) for k in ("pairs", "features", "captions", "aux_features")],
                    config("task.aux_split=test"))
+
+
+def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
+    inputs = [str(world[k]) for k in ("pairs", "features", "captions", "aux_features")]
+    assert_same_losses_for_the_same_seed(lambda c: build_task("l2c", inputs, c), config("train.batch_size=6"),
+                                         tmp_path)

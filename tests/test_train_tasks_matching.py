@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from reproducible import assert_same_losses_for_the_same_seed
 from tiny_matching import make_world
 
 from vltools.errors import VLToolsError
@@ -99,3 +100,9 @@ def test_the_tokenizer_is_recorded_with_the_inputs(world):
 def test_the_features_extractor_is_recorded_with_the_inputs(world):
     """`match` warns when later features come from another extractor (vltools.infer.loader.check_features)."""
     assert task_for(world).checkpoint_info()["inputs"]["feature_extractor"] == "tiny (none), synthetic regions"
+
+
+def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
+    config = build_config(config_defaults("vse"), overrides=["model.embed_size=8", "model.word_dim=4",
+                                                             "train.batch_size=40"])
+    assert_same_losses_for_the_same_seed(lambda c: build_task("vse", [str(p) for p in world], c), config, tmp_path)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
@@ -49,16 +50,16 @@ def test_loss_is_hinge_plus_lambda_token_cross_entropy(files):
     task = build_task("sco", [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")], cfg)
     assert task.model_config["context_dim"] == 7 and task.model_config["concept_dim"] == 5
     batch = task.collate(task.train_data.__getitems__(list(range(16))))
-    torch.manual_seed(11)       # the negatives come from torch's global RNG (saved by the trainer for --resume)
+    task.generator = torch.Generator().manual_seed(11)  # the trainer's, reseeded before each loss
     loss = task.loss(task.model, batch)
     model = task.model
     v = model.fuse(batch["context"], batch["concepts"])
     sims = torch.nn.functional.normalize(v) @ torch.nn.functional.normalize(
         model.sentence(batch["tokens"], batch["lengths"])).t()
     same = batch["image_index"][:, None] == batch["image_index"][None, :]
-    torch.manual_seed(11)
-    caption_negatives = sample_negatives(same, 128)
-    image_negatives = sample_negatives(same.t(), 128).t()
+    generator = torch.Generator().manual_seed(11)
+    caption_negatives = sample_negatives(same, 128, generator)
+    image_negatives = sample_negatives(same.t(), 128, generator).t()
     diagonal = sims.diagonal()
     hinge = ((0.2 - diagonal[:, None] + sims).clamp(min=0)[caption_negatives].sum()
              + (0.2 - diagonal[None, :] + sims).clamp(min=0)[image_negatives].sum())
@@ -120,3 +121,11 @@ def test_single_side_inputs_and_errors(files):
         writer.add(["im0", "im1"], **{"global": np.zeros((2, 7))})
     with pytest.raises(VLToolsError, match="image_id 'im2' has no row in .*short.h5"):
         build_task("sco", [str(files / "short.h5"), str(files / "cnp.h5"), captions], config(generation=False))
+
+
+def test_same_seed_same_losses_whatever_the_workers(files, tmp_path):
+    """SCO's sampled negatives come from the trainer's generator, reseeded from (seed, iteration, share)."""
+    cfg = config(generation=True)
+    cfg["train"]["batch_size"] = 6
+    inputs = [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")]
+    assert_same_losses_for_the_same_seed(lambda c: build_task("sco", inputs, c), cfg, tmp_path)

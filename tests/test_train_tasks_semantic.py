@@ -11,6 +11,7 @@ import torch
 from click.testing import CliRunner
 from matching_helpers import fails
 from PIL import Image
+from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.cli import cli
 from vltools.io.checkpoints import load_checkpoint
@@ -103,3 +104,11 @@ def test_proxy_images_missing_from_the_images_file(world, capsys):
     err = fails(capsys, "train", "--model", "rmac", *OPTIONS, "--device", "cpu", str(world / "few.jsonl"),
                 str(world / "proxy.h5"), "-o", str(world / "x.pt"))
     assert "not in" in err and len(err.strip().splitlines()) == 1
+
+
+def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
+    """The triplets are mined and drawn from (seed, epoch)."""
+    settings = [o for o in OPTIONS if o != "--set"]
+    config = build_config(config_defaults("rmac"), overrides=[*settings, "train.batch_size=2"])
+    inputs = [str(world / "images.jsonl"), str(world / "proxy.h5")]
+    assert_same_losses_for_the_same_seed(lambda c: build_task("rmac", inputs, c), config, tmp_path)

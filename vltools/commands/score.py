@@ -57,15 +57,19 @@ def command() -> None:
                    "again. Predictions are always tokenised.")
 @click.option("--no-spice", is_flag=True, help="Skip SPICE even when its Stanford CoreNLP models are installed.")
 @click.option("--no-meteor", is_flag=True, help="Skip METEOR (its Java process takes seconds to start).")
+@click.option("--strict", is_flag=True,
+              help="Refuse empty or blank references of predicted ids (exit 1) instead of scoring them as the COCO "
+                   "evaluation code does, with a warning counting them.")
 @output_option("--per-image", "per_image", type=click.Path(dir_okay=False),
               help="Also write each item's scores as JSONL (keyed like the predictions).")
-def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_meteor: bool,
+def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_meteor: bool, strict: bool,
             per_image: str | None) -> None:
     """BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) of PREDICTIONS, as the COCO evaluation server computes them.
 
     PREDICTIONS: one caption per image (captions JSONL or COCO results JSON) or per pair (pair_id + caption).
-    Only the predicted ids are scored; each must have references. Needs Java (pycocoevalcap's tokenizer and
-    METEOR run on it).
+    Only the predicted ids are scored; each must have references. An empty reference is scored as the COCO
+    server scores it (it matches nothing), with a warning; --strict refuses it. Needs Java (pycocoevalcap's
+    tokenizer and METEOR run on it).
     """
     from vltools.eval import caption as caption_eval
     from vltools.io import caption_files
@@ -73,7 +77,7 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_met
 
     predicted = caption_files.read_caption_file(predictions)
     references = caption_files.read_caption_file(refs)
-    texts, ref_texts = caption_eval.pair_predictions(predicted, references)
+    texts, ref_texts = caption_eval.pair_predictions(predicted, references, strict=strict)
     caption_eval.java_path()
     spice = not no_spice
     if spice and (reason := caption_eval.spice_missing()):

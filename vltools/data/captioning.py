@@ -2,8 +2,9 @@
 
 One item per ground-truth caption of the split (its image's features read from the features HDF5
 when the batch is fetched). For Contrastive Learning each item also carries `negatives` captions
-drawn afresh every time (uniformly among the split's captions of other images: Dai & Lin's c_/t);
-for the introspective baseline each image has one fixed mismatched image (`mismatch`, chosen once).
+drawn afresh every epoch (uniformly among the split's captions of other images: Dai & Lin's c_/t), from
+a generator keyed by (seed, epoch, item) (vltools.data.draws); for the introspective baseline each image
+has one fixed mismatched image (`mismatch`, chosen once from the seed).
 
 A collated batch holds `image.<field>` tensors (the split's features datasets), `tokens`
 [(1 + K) B, L] (B captions, then the K negative sets in order) or, with mismatched images, [2B, L]
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from vltools.data.captions import CaptionSplit, FeaturesDataset
+from vltools.data.draws import NEGATIVES, EpochDraws
 from vltools.text.captions import pad_tokens
 
 IMAGE = "image."
@@ -38,17 +40,17 @@ def image_tensors(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             else torch.from_numpy(np.asarray(value, dtype=np.float32)) for name, value in arrays.items()}
 
 
-def draw_negatives(image_index: np.ndarray, count: int, items: np.ndarray, generator: torch.Generator | None = None
-                   ) -> np.ndarray:
-    """[len(items), count] caption indices, each a caption of an image other than item's own (uniformly)."""
+def draw_negatives(image_index: np.ndarray, count: int, item: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` caption indices drawn with `rng`, each a caption of an image other than caption `item`'s own
+    (uniformly)."""
     n = len(image_index)
-    own = image_index[items][:, None]
+    own = image_index[item]
     if len(np.unique(image_index)) < 2:
         raise ValueError("mismatched captions need at least two images")
-    draws = torch.randint(n, (len(items), count), generator=generator).numpy()
+    draws = rng.integers(n, size=count)
     clash = image_index[draws] == own
     while clash.any():
-        draws[clash] = torch.randint(n, (int(clash.sum()),), generator=generator).numpy()
+        draws[clash] = rng.integers(n, size=int(clash.sum()))
         clash = image_index[draws] == own
     return draws
 
@@ -60,14 +62,16 @@ def fixed_mismatches(images: int, seed: int) -> np.ndarray:
     return (np.arange(images) + offsets) % images
 
 
-class CaptioningDataset(FeaturesDataset):
-    """The split's captions with their images' features, optional negatives (CL) or mismatched images (IL)."""
+class CaptioningDataset(FeaturesDataset, EpochDraws):
+    """The split's captions with their images' features, optional negatives (CL, drawn from `seed` and the epoch)
+    or mismatched images (IL)."""
 
     def __init__(self, features_path: str | os.PathLike, split: CaptionSplit, tokens: Sequence[Sequence[int]],
-                 fields: Sequence[str], negatives: int = 0, mismatch: np.ndarray | None = None) -> None:
+                 fields: Sequence[str], negatives: int = 0, mismatch: np.ndarray | None = None,
+                 seed: int = 0) -> None:
         super().__init__(features_path)
         self.split, self.tokens, self.fields = split, list(tokens), list(fields)
-        self.negatives, self.mismatch = negatives, mismatch
+        self.negatives, self.mismatch, self.seed = negatives, mismatch, seed
 
     def __len__(self) -> int:
         return len(self.split)
@@ -82,9 +86,10 @@ class CaptioningDataset(FeaturesDataset):
         items = [{"image": image, "tokens": self.tokens[i]} for image, i in zip(self._images(images), indices,
                                                                                  strict=True)]
         if self.negatives:
-            drawn = draw_negatives(self.split.caption_image_index, self.negatives, indices)
-            for item, row in zip(items, drawn, strict=True):
-                item["negatives"] = [self.tokens[j] for j in row]
+            for item, index in zip(items, indices, strict=True):
+                drawn = draw_negatives(self.split.caption_image_index, self.negatives, int(index),
+                                       self.rng(NEGATIVES, int(index)))
+                item["negatives"] = [self.tokens[j] for j in drawn]
         if self.mismatch is not None:
             for item, other in zip(items, self._images(self.mismatch[images]), strict=True):
                 item["mismatch"] = other

@@ -36,11 +36,14 @@ class CaptionScores:
     bleu_counts: dict[str, object]
 
 
-def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple[dict[str, str], dict[str, list[str]]]:
+def pair_predictions(predictions: CaptionFile, references: CaptionFile,
+                     strict: bool = False) -> tuple[dict[str, str], dict[str, list[str]]]:
     """One prediction per id, each with its references; the references of unpredicted ids are left out.
 
-    An empty or blank reference of a predicted id is refused (BLEU and CIDEr against it mean nothing); empty
-    predictions are scored (they score 0) and counted in one warning."""
+    An empty or blank reference of a predicted id is kept and scored as the COCO evaluation code scores it
+    (it tokenises to nothing, so it matches nothing but still counts in BLEU's closest length and CIDEr's
+    document frequencies), with one warning counting them; `strict` refuses them instead. Empty predictions
+    are scored (they score 0) and counted in one warning."""
     duplicates = [i for i, texts in predictions.texts.items() if len(texts) > 1]
     if duplicates:
         first = duplicates[0]
@@ -53,11 +56,16 @@ def pair_predictions(predictions: CaptionFile, references: CaptionFile) -> tuple
                           f"in {references.path}: {shown_ids(missing)}", "score against the matching reference file")
     predicted = {i: texts[0] for i, texts in predictions.texts.items()}
     blank = [(i, k) for i in predicted for k, text in enumerate(references.texts[i]) if not text.strip()]
-    if blank:
+    if blank and strict:
         item, k = blank[0]
         raise input_error(references.path, references.where[item][k], f"empty reference for {predictions.key} "
                           f"{item!r} ({len(blank)} empty or blank references of predicted ids)",
-                          "drop or fill the empty references: a caption metric against them is meaningless")
+                          "drop or fill the empty references, or score without --strict as the COCO server does")
+    if blank:
+        blank_ids = list(dict.fromkeys(i for i, _ in blank))
+        log.warning("%s: %d empty or blank references of predicted %ss (%s); they are scored as the COCO "
+                    "evaluation code scores them (--strict refuses them)", references.path, len(blank),
+                    predictions.key, shown_ids(blank_ids))
     empty = [i for i, text in predicted.items() if not text.strip()]
     if empty:
         log.warning("%s: %d of %d predictions are empty or blank (first: %s %r); they are scored as they are",

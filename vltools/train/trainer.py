@@ -10,7 +10,12 @@ position) written atomically after each epoch and every `save_every` iterations.
 Determinism and scale: the data order is a function of (seed, epoch) only, and each global batch of
 `batch_size` items is split into `world_size x accumulate` shares, so one process with
 `accumulate=N` computes the same gradients as N DistributedDataParallel processes (gradients are the
-mean over shares; each share's loss sees only its own items as negatives).
+mean over shares; each share's loss sees only its own items as negatives). Random draws are the seed's too
+(vltools.data.draws): before each epoch the loop tells the training data its epoch (`set_epoch`, when it has
+one), so that the draws made while fetching an item depend on (seed, epoch, item) only; and a task with a
+`generator` attribute gets a torch.Generator reseeded from (seed, iteration, share) before each share's loss.
+So neither the number of DataLoader workers nor of processes changes them, and a resumed run draws the same.
+Dropout uses torch's global generator, seeded from the seed and the rank and saved for --resume.
 
 Auxiliary data (L2C's single-image captions beside its image pairs): a task may also give `aux_data`,
 `aux_collate`, `aux_batch_size` and `aux_every`; every `aux_every`-th step then also draws a batch of
@@ -37,6 +42,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast
 from vltools.errors import VLToolsError
 from vltools.io.atomic import check_parent, is_device, output_lock
@@ -71,6 +77,8 @@ class Task(Protocol):
 
     # optional: `start_epoch(model, epoch, device)`, called on every process before each epoch's data is drawn
     # (semantic retrieval re-mines its triplets with the current model there)
+    # optional: `generator`, an attribute the loop sets to a torch.Generator it reseeds before each share's loss
+    # (see the module docstring); draw from it in `loss` (SCO's sampled negatives)
     # optional, for a second data stream alternating with the main one (see the module docstring):
     # aux_data: Dataset; aux_batch_size: int; aux_every: int; def aux_collate(self, items) -> dict
 
@@ -125,6 +133,9 @@ class Trainer:
         self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None}
         self.log: JsonLog
         self.resume = resume
+        self.generator = torch.Generator()
+        if hasattr(task, "generator"):
+            task.generator = self.generator
         torch.manual_seed(self.options["seed"] + env.rank)
 
     def run(self) -> dict:
@@ -149,6 +160,9 @@ class Trainer:
             start_epoch(self.model, epoch, self.env.device)
             self.model.train()
         self.sampler.set_epoch(epoch, self.state["step"])
+        set_data_epoch = getattr(self.task.train_data, "set_epoch", None)
+        if set_data_epoch is not None:
+            set_data_epoch(epoch)
         loader = DataLoader(self.task.train_data, batch_sampler=self.sampler, collate_fn=self.task.collate,
                             num_workers=self.options["workers"], pin_memory=self.env.device.type == "cuda",
                             generator=torch.Generator().manual_seed(self.options["seed"] + epoch))
@@ -194,6 +208,8 @@ class Trainer:
                 extra = self.task.aux_collate(fetch(self.task.aux_data, aux[micro]))
                 batch = {**batch, **{f"aux_{key}": value for key, value in extra.items()}}
             batch = to_device(batch, self.env.device)
+            share = self.env.rank * accumulate + micro  # the same share of the global batch under DDP or accumulate
+            self.generator.manual_seed(keyed_seed(self.options["seed"], LOSS, iteration, share))
             sync = not self.env.active or micro == accumulate - 1
             with contextlib.nullcontext() if sync else self.wrapped.no_sync():
                 with autocast(self.env.device, self.options["precision"]):

@@ -10,7 +10,8 @@ detectron2 state dicts:
   objectness channels, background first), `roi_heads.res5.*`, `roi_heads.box_predictor.{cls_score,bbox_pred,
   cls_embed,attr_linear1,attr_linear2}` with background as class 0 and "no attribute" as attribute 0. The module
   names map one to one; `proposal_generator.anchor_generator.cell_anchors.0`, when the file has it, is kept (it is
-  what the port runs), and otherwise the Caffe anchors are used.
+  what the port runs, since detectron2 loads this buffer over the anchors its config generates), put in Caffe's
+  order (see below), and otherwise the Caffe anchors are used.
 - airsplay/py-bottom-up-attention, `faster_rcnn_from_caffe_attr.pkl` (a detectron2 pickle of numpy arrays): the
   same backbone and res5 names, but in detectron2's conventions (`detectron2/modeling/roi_heads/fast_rcnn.py`,
   `proposal_generator/rpn.py` of that fork and its demo notebooks): one sigmoid objectness logit per anchor,
@@ -18,9 +19,16 @@ detectron2 state dicts:
   BBOX_REG_WEIGHTS (10, 10, 5, 5), "no attribute" last among the 401 attributes, and `cls_embedding`, `fc_attr`,
   `attr_score` for the attribute branch. These are mapped back: objectness (0, logit) per anchor (the same
   softmax), classes and attributes rotated so that background and "no attribute" come first, zero deltas for the
-  background and the deltas divided by (10, 10, 5, 5). Its anchors (detectron2's, which that fork centres
-  differently on purpose) are not used: the Caffe anchors the RPN was trained with are. This mapping follows that
-  code; it was not checked against the file itself.
+  background and the deltas divided by (10, 10, 5, 5). Its anchors' values (detectron2's, which that fork centres
+  and sizes slightly differently on purpose) are not used: the Caffe anchors the RPN was trained with are. This
+  mapping follows that code; it was not checked against the file itself.
+
+The RPN's channels are paired with anchors by position: channel k (objectness k and A + k, deltas 4k .. 4k + 3)
+belongs to cell anchor k. vltools runs them in Caffe's order (ratios outer, scales inner), while detectron2
+generates sizes outer, ratios inner. So when a file holds its cell anchors, each one is matched to the Caffe anchor
+of the same width and height (within 20%, one to one), and the objectness and delta channels are permuted into
+Caffe's order with it; a file whose anchors do not match the Caffe anchors is refused, naming the first that
+differs.
 
 Files are read with `torch.load(weights_only=True)`; a pickle (the .pkl, or a .pth holding other objects) is read
 only with `trust=True`, since unpickling can run code from the file.
@@ -29,6 +37,7 @@ only with `trust=True`, since unpickling can run code from the file.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import zipfile
@@ -46,6 +55,7 @@ MODEL_NAME = "bottom-up"
 MILVLG = "bottom-up-attention.pytorch"
 AIRSPLAY = "py-bottom-up-attention"
 ANCHORS = "rpn.cell_anchors"
+ANCHOR_TOLERANCE = 1.2  # a file's anchor matches a Caffe anchor when its width and height are within this factor
 # (released prefix, vltools prefix), for each layout
 RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
     MILVLG: (
@@ -66,6 +76,7 @@ RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
         ("proposal_generator.rpn_head.conv.", "rpn.conv."),
         ("proposal_generator.rpn_head.objectness_logits.", "rpn.objectness."),
         ("proposal_generator.rpn_head.anchor_deltas.", "rpn.deltas."),
+        ("proposal_generator.anchor_generator.cell_anchors.0", ANCHORS),
         ("roi_heads.res5.", "res5."),
         ("roi_heads.box_predictor.cls_score.", "predictor.cls_score."),
         ("roi_heads.box_predictor.bbox_pred.", "predictor.bbox_pred."),
@@ -76,11 +87,9 @@ RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # what a layout is recognised by
 MARKERS = {MILVLG: "roi_heads.box_predictor.attr_linear1.weight", AIRSPLAY: "roi_heads.box_predictor.fc_attr.weight"}
-# entries that carry no weights: BatchNorm's update counter, detectron2's input normalisation buffers, and the
-# anchors of the detectron2 fork (see the module docstring)
+# entries that carry no weights: BatchNorm's update counter and detectron2's input normalisation buffers
 IGNORED_SUFFIXES = (".num_batches_tracked",)
-IGNORED_KEYS = {MILVLG: ("pixel_mean", "pixel_std"),
-                AIRSPLAY: ("pixel_mean", "pixel_std", "proposal_generator.anchor_generator.cell_anchors.0")}
+IGNORED_KEYS = ("pixel_mean", "pixel_std")
 AIRSPLAY_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # detectron2's default ROI_BOX_HEAD.BBOX_REG_WEIGHTS
 
 
@@ -188,7 +197,7 @@ def convert_state_dict(state: dict[str, torch.Tensor], config: dict | None = Non
     origin: dict[str, str] = {}
     extra = []
     for key, tensor in state.items():
-        if key.endswith(IGNORED_SUFFIXES) or key in IGNORED_KEYS[layout]:
+        if key.endswith(IGNORED_SUFFIXES) or key in IGNORED_KEYS:
             continue
         ours = _rename(key, layout)
         if ours is None or ours not in expected:
@@ -200,10 +209,9 @@ def convert_state_dict(state: dict[str, torch.Tensor], config: dict | None = Non
         raise VLToolsError(f"{where}: {_count(len(extra), 'unexpected entry', 'unexpected entries')} for the "
                            f"bottom-up detector ({layout}): "
                            f"{shown_ids(sorted(extra))}; is it another model (ResNet-152, detectron2-trained)?")
-    if ANCHORS not in converted:
-        config_full = {**BottomUpAttention.DEFAULTS, **(config or {})}
-        converted[ANCHORS] = caffe_anchors(int(config_full["anchor_base"]), config_full["anchor_ratios"],
-                                           config_full["anchor_scales"])
+    config_full = {**BottomUpAttention.DEFAULTS, **(config or {})}
+    caffe = caffe_anchors(int(config_full["anchor_base"]), config_full["anchor_ratios"], config_full["anchor_scales"])
+    converted.setdefault(ANCHORS, caffe)
     missing = [key for key in expected if key not in converted]
     if missing:
         names = [_released_name(key, layout) for key in missing]
@@ -216,7 +224,57 @@ def convert_state_dict(state: dict[str, torch.Tensor], config: dict | None = Non
             raise VLToolsError(f"{where}: {name!r} has shape {tuple(state[name].shape) if name in state else ()} "
                                f"but the bottom-up detector needs {shape} there (converted from {layout}); "
                                "is it another model or configuration?")
+    if ANCHORS in origin:
+        order = anchor_order(converted[ANCHORS], caffe, f"{where}: {origin[ANCHORS]!r}")
+        converted.update(_rpn_in_order(converted, order))
+        if layout == AIRSPLAY:
+            converted[ANCHORS] = caffe
     return {key: converted[key].detach().to(torch.float32).contiguous() for key in expected}, layout
+
+
+def _sizes(anchors: torch.Tensor) -> torch.Tensor:
+    """(A, 4) x1, y1, x2, y2 -> (A, 2) widths and heights, Caffe's way (x2 - x1 + 1)."""
+    anchors = anchors.to(torch.float64)
+    return anchors[:, 2:] - anchors[:, :2] + 1.0
+
+
+def anchor_order(anchors: torch.Tensor, caffe: torch.Tensor, where: object) -> list[int]:
+    """For each Caffe anchor, the index of the file's anchor of the same width and height (within
+    ANCHOR_TOLERANCE; the centres are not compared, detectron2 puts them elsewhere), or a one-line error naming
+    `where` and the first anchor that has no match or shares one."""
+    def size(wh: torch.Tensor) -> str:
+        return f"{wh[0].item():g}x{wh[1].item():g}"
+
+    theirs, ours = _sizes(anchors), _sizes(caffe)
+    if not bool(torch.isfinite(theirs).all() and (theirs > 0).all()):
+        raise VLToolsError(f"{where}: the cell anchors are not boxes (a width or height is zero, negative or not "
+                           "finite); the file's RPN cannot be paired with anchors, fetch the file again")
+    distance = (theirs[:, None].log() - ours[None].log()).abs().amax(dim=-1)  # (file, Caffe): the larger log ratio
+    nearest = distance.argmin(dim=1)
+    matched: dict[int, int] = {}
+    for index, caffe_index in enumerate(nearest.tolist()):
+        if distance[index, caffe_index] > math.log(ANCHOR_TOLERANCE):
+            raise VLToolsError(f"{where}: cell anchor {index} is {size(theirs[index])} pixels, which is no anchor of "
+                               f"the bottom-up detector's RPN (the nearest Caffe anchor is {size(ours[caffe_index])}); "
+                               "is it another model or configuration?")
+        if caffe_index in matched:
+            raise VLToolsError(f"{where}: cell anchors {matched[caffe_index]} and {index} both match the Caffe anchor "
+                               f"{size(ours[caffe_index])}, so the RPN channels cannot be paired with anchors; is it "
+                               "another model or configuration?")
+        matched[caffe_index] = index
+    return [matched[i] for i in range(len(caffe))]
+
+
+def _rpn_in_order(state: dict[str, torch.Tensor], order: list[int]) -> dict[str, torch.Tensor]:
+    """The anchors and the RPN's objectness (A background, A object) and delta (4 per anchor) outputs of a state
+    dict, anchor k of the result being anchor order[k] of `state`."""
+    count = len(order)
+    index = torch.tensor(order)
+    objectness = torch.cat([index, index + count])
+    deltas = (index[:, None] * 4 + torch.arange(4)).reshape(-1)
+    return {ANCHORS: state[ANCHORS][index],
+            **{f"rpn.objectness.{n}": state[f"rpn.objectness.{n}"][objectness] for n in ("weight", "bias")},
+            **{f"rpn.deltas.{n}": state[f"rpn.deltas.{n}"][deltas] for n in ("weight", "bias")}}
 
 
 def _count(number: int, one: str, many: str) -> str:

@@ -8,7 +8,8 @@ stored in the checkpoint, the preprocessing in its train_state config.
 Objectives (task.objective, `train --objective`):
 - `mle`: the token cross-entropy of the ground-truth captions (vltools.losses.sequence_cross_entropy);
 - `cl`: -J of eqs. 7-10 (vltools.losses.contrastive_objective): each batch's B ground-truth pairs are
-  the positives, K = task.negatives sets of B captions of other images (drawn afresh) the negatives,
+  the positives, K = task.negatives sets of B captions of other images (drawn afresh each epoch, from the
+  seed) the negatives,
   G = ln p_target - ln p_reference summed over words and `<end>`, nu = task.nu; the reference
   (`--reference REF.pt`) is frozen in eval mode; the target starts from `--init` (default: the reference);
 - `cl-p` / `cl-n`: only the positive / negative term of eq. 9 (Table 4);
@@ -116,7 +117,8 @@ class CaptioningTask:
         negatives = self.options["negatives"] if self.objective in ("cl", "cl-p", "cl-n") else 0
         mismatch = (fixed_mismatches(len(train.image_ids), config["train"]["seed"]) if self.objective == "il"
                     else None)
-        self.train_data = CaptioningDataset(features, train, tokens, self.fields, negatives, mismatch)
+        self.train_data = CaptioningDataset(features, train, tokens, self.fields, negatives, mismatch,
+                                            seed=config["train"]["seed"])
         self.val_images = val.image_ids[:self.options["val_images"] or None]
         self._val_refs: dict[str, list[str]] | None = None
         self.inputs = {"features": str(features), "captions": str(captions), "train_split": train.name,

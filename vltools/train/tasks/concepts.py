@@ -2,7 +2,8 @@
 images with Eq. 1 (see vltools.models.concepts), validation by the mean average precision over concepts.
 
 Targets are multi-hot over the concept vocabulary: every concept of any caption of the image. Images are
-resized to `task.image_size` squares and flipped horizontally at random in training.
+resized to `task.image_size` squares and flipped horizontally at random in training (each image's flip in
+each epoch drawn from train.seed, vltools.data.draws).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vltools.data.captions import read_split
+from vltools.data.draws import FLIPS, EpochDraws
 from vltools.errors import VLToolsError
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
@@ -49,12 +51,14 @@ def average_precision(scores: np.ndarray, targets: np.ndarray) -> float:
     return 100.0 * float(np.mean(aps)) if aps else 0.0
 
 
-class ConceptImages(Dataset):
-    """Decoded, resized images with their multi-hot targets; `flip` mirrors them at random (training)."""
+class ConceptImages(Dataset, EpochDraws):
+    """Decoded, resized images with their multi-hot targets; `flip` mirrors them at random (training), each
+    image in each epoch as `seed` draws it."""
 
-    def __init__(self, items: Sequence[ImageItem], targets: np.ndarray, image_size: int, flip: bool) -> None:
+    def __init__(self, items: Sequence[ImageItem], targets: np.ndarray, image_size: int, flip: bool,
+                 seed: int = 0) -> None:
         self.images = ImageDataset(items, "square", image_size)
-        self.items, self.targets, self.flip = list(items), targets, flip
+        self.items, self.targets, self.flip, self.seed = list(items), targets, flip, seed
 
     def __len__(self) -> int:
         return len(self.items)
@@ -65,7 +69,7 @@ class ConceptImages(Dataset):
             raise VLToolsError(f"{self.items[index].path}: image {self.items[index].image_id!r}: {sample['error']}; "
                                "fix or remove it")
         image = sample["image"]
-        if self.flip and torch.rand(()) < 0.5:
+        if self.flip and self.rng(FLIPS, index).random() < 0.5:
             image = image.flip(2)
         return {"image": image, "target": self.targets[index]}
 
@@ -92,7 +96,8 @@ class ConceptTask:
         self.model, self.weights = build_concept_cnn(model["backbone"], str(self.options["weights"]), len(vocabulary))
         size = int(self.options["image_size"])
         self.train_data = ConceptImages([items[i] for i in train.image_ids], vocabulary.targets(
-            train.image_ids, train.captions, [train.image_ids[i] for i in train.caption_image_index]), size, True)
+            train.image_ids, train.captions, [train.image_ids[i] for i in train.caption_image_index]), size, True,
+            seed=config["train"]["seed"])
         self.val_data = ConceptImages([items[i] for i in val.image_ids], vocabulary.targets(
             val.image_ids, val.captions, [val.image_ids[i] for i in val.caption_image_index]), size, False)
         self.inputs = {"images": images, "captions": captions, "weights": self.weights, "tagger": vocabulary.tagger,

@@ -85,6 +85,7 @@ class SCOTask:
     """Training data, L_mat + lambda L_gen, and rsum validation of one SCO configuration."""
 
     metric = "rsum"
+    generator: torch.Generator | None = None  # the trainer's, reseeded from (seed, iteration, share) for each loss
 
     def __init__(self, config: dict, context: str | None, concepts: str | None, captions: str | os.PathLike,
                  train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary) -> None:
@@ -107,7 +108,7 @@ class SCOTask:
         sims, logp = model(batch["context"], batch["concepts"], batch["tokens"], batch["lengths"])
         same = batch["image_index"][:, None] == batch["image_index"][None, :]
         loss = sampled_hinge_loss(sims, margin=self.options["margin"], negatives=int(self.options["negatives"]),
-                                  positive_mask=same)   # drawn from torch's RNG, which the trainer saves for --resume
+                                  positive_mask=same, generator=self.generator)
         if logp is not None and self.options["gen_weight"] > 0:
             loss = loss + self.options["gen_weight"] * sequence_cross_entropy(logp, batch["tokens"][:, 1:],
                                                                                reduction="sum")
