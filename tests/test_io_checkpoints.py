@@ -1,4 +1,5 @@
 import argparse
+import pickle
 
 import pytest
 import torch
@@ -27,8 +28,30 @@ def test_foreign_and_broken_files(tmp_path):
     with pytest.raises(VLToolsError, match="not a vltools checkpoint"):
         load_checkpoint(tmp_path / "plain.pt")
     (tmp_path / "broken.pt").write_bytes(b"garbage")
-    with pytest.raises(VLToolsError, match="not a readable checkpoint"):
+    with pytest.raises(VLToolsError, match="broken.pt: not a vltools checkpoint: it is neither a torch zip archive "
+                                           "nor a pickle"):
         load_checkpoint(tmp_path / "broken.pt")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 12, b"hello world\n", b"junk"])
+def test_a_garbage_file_is_one_complete_line_without_torchs_advice(tmp_path, content):
+    (tmp_path / "garbage.pt").write_bytes(content)
+    with pytest.raises(VLToolsError) as caught:
+        load_checkpoint(tmp_path / "garbage.pt")
+    message = str(caught.value)
+    assert message == (f"{tmp_path / 'garbage.pt'}: not a vltools checkpoint: it is neither a torch zip archive nor "
+                       "a pickle (another kind of file, or corrupt); give a vltools checkpoint")
+
+
+def test_a_full_pickle_names_the_trusted_import(tmp_path):
+    with open(tmp_path / "full.pkl", "wb") as stream:
+        pickle.dump({"opt": argparse.Namespace(a=1)}, stream)
+    with pytest.raises(VLToolsError) as caught:
+        load_checkpoint(tmp_path / "full.pkl")
+    message = str(caught.value)
+    assert "\n" not in message and "weights_only" not in message
+    assert message.startswith(f"{tmp_path / 'full.pkl'}: needs pickle to load")
+    assert message.endswith("--trust -o CKPT.pt`")
 
 
 def test_empty_and_corrupted_checkpoints_are_refused_in_one_line(tmp_path):
@@ -45,7 +68,8 @@ def test_empty_and_corrupted_checkpoints_are_refused_in_one_line(tmp_path):
     with pytest.raises(VLToolsError, match="flipped.pt: the checkpoint's content does not match its digest"):
         load_checkpoint(tmp_path / "flipped.pt")
     (tmp_path / "cut.pt").write_bytes(bytes(data[: len(data) // 2]))
-    with pytest.raises(VLToolsError, match="cut.pt: not a readable checkpoint"):
+    with pytest.raises(VLToolsError, match="cut.pt: not a readable vltools checkpoint, it is truncated or corrupt; "
+                                           "copy or write it again$"):
         load_checkpoint(tmp_path / "cut.pt")
 
 

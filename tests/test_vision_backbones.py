@@ -80,7 +80,7 @@ def test_wrong_weights_file_is_a_one_line_error(tmp_path):
         build_backbone("resnet18", str(other))
     junk = tmp_path / "junk.pt"
     junk.write_text("not torch")
-    with pytest.raises(VLToolsError, match="junk.pt: not a readable state dict"):
+    with pytest.raises(VLToolsError, match="junk.pt: not a state dict: it is neither a torch zip archive nor a pickle"):
         build_backbone("resnet18", str(junk))
     with pytest.raises(VLToolsError, match="no such weights file"):
         build_backbone("resnet18", str(tmp_path / "missing.pt"))

@@ -7,12 +7,11 @@ import hashlib
 import os
 import pickle
 import warnings
-import zipfile
 from pathlib import Path
 
 import torch
 
-from vltools.errors import VLToolsError, first_line
+from vltools.errors import VLToolsError
 from vltools.io.atomic import DeferredWrites, atomic_path, check_room
 from vltools.io.provenance import provenance
 
@@ -79,10 +78,10 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
             stream.check()
 
 
-def _is_pickle(path: Path) -> bool:
-    """Whether `path` is a bare pickle (legacy torch.save): it starts with the pickle protocol opcode."""
+def _starts_with(path: Path, magic: bytes) -> bool:
+    """Whether the file at `path` begins with `magic` (a zip archive: b"PK\\x03\\x04"; a pickle: b"\\x80")."""
     with open(path, "rb") as stream:
-        return not zipfile.is_zipfile(path) and stream.read(1) == b"\x80"
+        return stream.read(len(magic)) == magic
 
 
 class NeedsPickle(VLToolsError):
@@ -101,21 +100,24 @@ def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: st
         with warnings.catch_warnings():  # the safe unpickler warns about protocols before refusing a plain pickle
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc) and not _is_pickle(path):
-            raise VLToolsError(f"{path}: not a readable {what} ({first_line(exc)})") from exc
-        raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
-                          f"{pickle_fix}") from exc
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        raise VLToolsError(f"{path}: not a readable {what}, it is truncated or corrupt ({first_line(exc)})") \
-            from exc
+    except Exception as exc:  # whatever the unpickler raises, the file is unusable as it is
+        # torch's own messages run over several sentences; what the file is says more, in one complete line
+        pickled = _starts_with(path, b"\x80")
+        if isinstance(exc, pickle.UnpicklingError) and ("Unsupported global" in str(exc) or pickled):
+            raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
+                              f"{pickle_fix}") from exc
+        if not pickled and not _starts_with(path, b"PK\x03\x04"):
+            raise VLToolsError(f"{path}: not a {what}: it is neither a torch zip archive nor a pickle (another kind "
+                               f"of file, or corrupt); give a {what}") from exc
+        raise VLToolsError(f"{path}: not a readable {what}, it is truncated or corrupt; copy or write it "
+                           "again") from exc
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Load a vltools checkpoint safely (no pickle) and verify its digest; refuse anything else in one line."""
     path = Path(path)
     payload = load_weights_only(
-        path, "checkpoint", "no such checkpoint",
+        path, "vltools checkpoint", "no such checkpoint",
         "empty file, not a checkpoint; it may be from an interrupted copy, copy or train it again",
         "if you trust it (e.g. an official SGRAF checkpoint), import it once with "
         f"`vltools convert sgraf-checkpoint {path} --vocab VOCAB.json --trust -o CKPT.pt`")
