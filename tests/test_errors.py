@@ -1,13 +1,14 @@
 """The user-facing error: the one exception class, the standard "file: where: problem; fix" message, the first
-line of any exception, and the short list of ids that error messages show."""
+line of any exception, the short list of ids that error messages show, and what a path that is not a file is."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from vltools.errors import VLToolsError, first_line, input_error, shown_ids
+from vltools.errors import VLToolsError, first_line, input_error, require_file, shown_ids
 
 
 def test_vltools_error_is_an_ordinary_exception_carrying_its_message():
@@ -68,3 +69,20 @@ def test_shown_ids_counts_the_ids_past_the_limit():
 
 def test_shown_ids_quotes_ids_holding_quotes_and_spaces_unambiguously():
     assert shown_ids(["it's", "a b"]) == "\"it's\", 'a b'"
+
+
+def test_require_file_returns_a_regular_file_as_a_path(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    assert require_file(str(tmp_path / "a.txt")) == tmp_path / "a.txt"
+
+
+def test_require_file_says_what_a_path_that_is_not_a_file_is(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(VLToolsError, match=r"pipe: is a named pipe, not a file; give a regular file$"):
+        require_file(tmp_path / "pipe")
+    with pytest.raises(VLToolsError, match=r"^/dev/null: is a device, not a file; give a regular file$"):
+        require_file("/dev/null")
+    with pytest.raises(VLToolsError, match=r": is a folder, not a file; give a JSONL$"):
+        require_file(tmp_path, give="a JSONL")
+    with pytest.raises(VLToolsError, match=r"missing.txt: no such config file$"):
+        require_file(tmp_path / "missing.txt", "no such config file")

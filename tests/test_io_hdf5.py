@@ -1,3 +1,5 @@
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -44,6 +46,14 @@ def test_is_hdf5_tells_hdf5_from_text(tmp_path):
     assert is_hdf5(tmp_path / "e.h5") and not is_hdf5(tmp_path / "r.jsonl") and not is_hdf5("-")
     with pytest.raises(VLToolsError, match="no such file"):
         is_hdf5(tmp_path / "absent.h5")
+
+
+def test_is_hdf5_refuses_a_named_pipe_by_name_instead_of_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe.h5")
+    with pytest.raises(VLToolsError, match=r"pipe.h5: is a named pipe, not a file; give a regular file$"):
+        is_hdf5(tmp_path / "pipe.h5")
+    with pytest.raises(VLToolsError, match=r"pipe.h5: is a named pipe, not a file"):
+        open_h5(tmp_path / "pipe.h5")
 
 
 def flip(path, target, position) -> None:

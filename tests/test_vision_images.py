@@ -69,6 +69,16 @@ def test_duplicate_ids_and_empty_folder_are_errors(tmp_path):
         list_inputs([tmp_path / "empty"])
 
 
+def test_a_named_pipe_or_a_device_is_named_as_such_not_missing(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(VLToolsError, match=r"pipe: is a named pipe, not a file; give an image folder"):
+        list_inputs([tmp_path / "pipe"])
+    with pytest.raises(VLToolsError, match=r"^/dev/null: is a device, not a file; give an image folder"):
+        list_inputs(["/dev/null"])
+    with pytest.raises(VLToolsError, match=r"absent: no such file or folder; give an image folder"):
+        list_inputs([tmp_path / "absent"])
+
+
 def test_shard_takes_every_nth_item():
     items = list(range(10))
     assert shard_items(items, (1, 3)) == [1, 4, 7]

@@ -19,7 +19,7 @@ import torch
 
 from vltools.data.blocks import BatchedDataset
 from vltools.data.converters.scan_vocab import load_vocabulary as read_vocabulary_json
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, require_file
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import caption_ids, read_records
@@ -127,9 +127,7 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
     vltools checkpoint), or else built from `captions` (words seen at least `threshold` times)."""
     if path is None:
         return Vocabulary.build(captions, threshold=threshold)
-    path = Path(path)
-    if not path.exists():
-        raise VLToolsError(f"{path}: no such vocabulary file")
+    path = require_file(path, "no such vocabulary file")
     if path.suffix in (".pt", ".pth"):
         payload = load_checkpoint(path)
         if not payload.get("vocab"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, require_file
 from vltools.io.atomic import DeferredWrites, atomic_path, check_room
 from vltools.io.provenance import provenance
 
@@ -91,9 +91,7 @@ class NeedsPickle(VLToolsError):
 def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: str, pickle_fix: str) -> object:
     """The one safe torch.load (weights_only=True, on the CPU): a missing, empty, pickled, truncated or corrupt file
     is one line naming it (`absent`, `empty`: what to say; `pickle_fix`: how to import a trusted pickle)."""
-    path = Path(path)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: {absent}")
+    path = require_file(path, absent)
     if path.stat().st_size == 0:
         raise VLToolsError(f"{path}: {empty}")
     try:

@@ -7,7 +7,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, require_file
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify
@@ -105,9 +105,7 @@ def describe(path: str | os.PathLike) -> dict:
     """Dispatch on the file's content: HDF5 signature, zip (torch checkpoint), else JSONL."""
     if str(path) == "-":
         raise VLToolsError("inspect reads files, not standard input (-); save the data to a file and give its path")
-    path = Path(path)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: no such file")
+    path = require_file(path)
     if path.stat().st_size == 0:
         raise VLToolsError(f"{path}: empty file")
     if is_hdf5(path):

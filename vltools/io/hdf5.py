@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vltools.errors import VLToolsError, first_line
+from vltools.errors import VLToolsError, first_line, require_file
 from vltools.io.atomic import DeferredWrites, binary_output, check_room
 from vltools.io.provenance import provenance
 
@@ -33,11 +33,8 @@ def is_hdf5(path: str | os.PathLike) -> bool:
     `-` (standard input) is never HDF5."""
     if str(path) == "-":
         return False
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
-    except FileNotFoundError:
-        raise VLToolsError(f"{path}: no such file") from None
+    with open(require_file(path), "rb") as stream:  # a named pipe would block here: refused by name first
+        return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
 
 
 REWRITE = "rerun the stage that wrote it, or restore the file from a copy"
@@ -164,9 +161,7 @@ def _checked(item: object, path: object) -> object:
 def open_h5(path: str | os.PathLike, kind: str | None = None) -> CheckedFile:
     """Open a vltools HDF5 file for reading; check it is HDF5 and, if `kind` is given, of that kind. The one
     way vltools reads HDF5: every later h5py/HDF5 error on it is one line naming the file (`CheckedFile`)."""
-    path = Path(path)
-    if not path.exists():
-        raise VLToolsError(f"{path}: no such file")
+    path = require_file(path)
     try:
         handle = CheckedFile(path, "r")
     except OSError as exc:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
-from vltools.errors import VLToolsError, input_error
+from vltools.errors import input_error, require_file
 
 UNASSIGNED = "unassigned"
 
@@ -18,9 +17,7 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     Lines are split on "\\n" only (as SCAN's `open(..., 'rb')` loop does), so a caption containing
     another Unicode line separator stays one caption.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: no such file")
+    path = require_file(path)
     with open(path, "rb") as stream:
         for number, raw in enumerate(stream, 1):
             try:
@@ -70,9 +67,7 @@ def read_id_list(path: str | os.PathLike) -> list[str]:
 
 def load_json(path: str | os.PathLike) -> object:
     """Parse a JSON file; a syntax error names the line and column."""
-    path = Path(path)
-    if not path.is_file():
-        raise VLToolsError(f"{path}: no such file")
+    path = require_file(path)
     try:
         with open(path, encoding="utf-8") as stream:
             return json.load(stream)

@@ -13,11 +13,10 @@ import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import yaml
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, require_file
 
 # The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
 TRAIN_DEFAULTS: dict[str, object] = {
@@ -102,9 +101,7 @@ def _unknown(defaults: Mapping[str, Mapping[str, object]], key: str, source: str
 
 def read_yaml(path: str | os.PathLike) -> dict:
     """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
-    path = Path(path)
-    if not path.exists():
-        raise VLToolsError(f"{path}: no such config file")
+    path = require_file(path, "no such config file")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vltools.errors import VLToolsError, input_error
+from vltools.errors import VLToolsError, input_error, require_file
 from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
@@ -205,8 +205,8 @@ def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
             items.extend(found)
         elif path.is_file():
             items.extend(_file_items(path))
-        else:
-            raise VLToolsError(f"{path}: no such file or folder; give {ACCEPTED}")
+        else:  # not a folder nor a file: says what is there (a named pipe, a device) or that nothing is
+            require_file(path, f"no such file or folder; give {ACCEPTED}", ACCEPTED)
     seen: set[str] = set()
     for item in items:
         if item.image_id in seen:
