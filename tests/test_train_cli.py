@@ -60,6 +60,7 @@ def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
     (["--set", "train.lr=nan"], "train.lr must be a finite number, not nan"),
     (["--set", "train.seed=-5"], "train.seed must be in [0, 4294967295], not -5"),
     (["--set", "model.dropout=5"], "model.dropout must be in [0.0, 1.0), not 5.0"),
+    (["--set", "train.epochs=-1", "--epochs", "2"], "--set train.epochs=-1: train.epochs must be in [1, inf), not -1"),
 ])
 def test_bad_settings_exit_1(world, tmp_path, capsys, extra, message):
     features, captions = world

@@ -69,6 +69,17 @@ def test_bad_overrides_name_the_key(override, message):
         build_config(DEFAULTS, None, [override])
 
 
+def test_a_set_value_out_of_range_is_refused_even_when_an_option_sets_the_key(tmp_path):
+    with pytest.raises(VLToolsError, match=r"^--set train.epochs=-1: train.epochs must be in \[1, inf\), not -1$"):
+        build_config(DEFAULTS, None, ["train.epochs=-1"], {"train.epochs": 5})
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: -1\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"c.yaml: train.lr must be in \[0.0, inf\), not -1.0$"):
+        build_config(DEFAULTS, path, ["train.lr=0.1"])
+    with pytest.raises(VLToolsError, match=r"^option --epochs: train.epochs must be in \[1, inf\), not 0$"):
+        build_config(DEFAULTS, None, [], {"train.epochs": 0})
+
+
 def test_bad_yaml_files(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  epochz: 3\n", encoding="utf-8")

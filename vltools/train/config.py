@@ -125,7 +125,8 @@ def parse_override(text: str) -> tuple[str, str]:
 
 def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str | os.PathLike | None = None,
                  overrides: Iterable[str] = (), options: Mapping[str, object] | None = None) -> dict:
-    """Defaults, updated by the YAML file, then the `--set` overrides, then explicit options (highest).
+    """Defaults, updated by the YAML file, then the `--set` overrides, then explicit options (highest). Every value
+    is range-checked where it is given, so a bad `--set` is refused even when an option then sets the same key.
 
     The file holds sections (`train:`, `task:`, `model:`); `--set` takes `section.key=value` or a bare
     `key=value` when only one section has that key; `options` maps keys the same way to values.
@@ -141,20 +142,18 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
             for name, value in values.items():
                 full = f"{section}.{name}"
                 _locate(defaults, full, source)
-                config[section][name] = coerce(value, defaults[section][name], full, source)
+                config[section][name] = checked(full, coerce(value, defaults[section][name], full, source), source)
     for text in overrides:
         key, value = parse_override(text)
         section, name = _locate(defaults, key, f"--set {text}")
         default = defaults[section][name]
         parsed = yaml.safe_load(value) if default is None else value
-        config[section][name] = coerce(parsed, default, key, f"--set {text}")
+        config[section][name] = checked(key, coerce(parsed, default, key, f"--set {text}"), f"--set {text}")
     for key, value in (options or {}).items():
         if value is not None:
             section, name = _locate(defaults, key, f"option {key}")
-            config[section][name] = coerce(value, defaults[section][name], key, f"option --{name}")
-    for section, values in config.items():
-        for name, value in values.items():
-            check_range(f"{section}.{name}", value)
+            config[section][name] = checked(key, coerce(value, defaults[section][name], key, f"option --{name}"),
+                                            f"option --{name}")
     return config
 
 
@@ -168,6 +167,15 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
     "seed": (0, True, 2**32 - 1, True),    # what numpy, torch and random all accept
 }
+
+
+def checked(key: str, value: object, source: str) -> object:
+    """`value` once it is in its key's range (check_range); the error names `source` (the file or option)."""
+    try:
+        check_range(key, value)
+    except VLToolsError as exc:
+        raise VLToolsError(f"{source}: {exc}") from None
+    return value
 
 
 def check_range(key: str, value: object) -> None:
