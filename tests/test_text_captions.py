@@ -20,6 +20,11 @@ def test_vocabulary_keeps_words_seen_min_count_times():
     assert vocab.words == ["<pad>", "<start>", "<end>", "<unk>", "a", "cat"]
 
 
+def test_a_min_count_above_every_word_is_refused_naming_it():
+    with pytest.raises(VLToolsError, match=r"holds no word seen at least 1000000 times .*; lower task.min_count$"):
+        CaptionPreprocessing(min_count=10**6).build_vocab(["A cat.", "a dog"])
+
+
 def test_encode_cuts_to_max_words_keeps_end_and_pads():
     prep = CaptionPreprocessing(min_count=1, max_words=3)
     vocab = prep.build_vocab(["a b c d e", "b"])

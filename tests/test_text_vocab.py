@@ -20,6 +20,15 @@ def test_build_keeps_words_at_threshold_in_first_seen_order():
     assert vocab.decode([1, 5, 4, 3, 2, 4]) == "a b <unk>"
 
 
+def test_a_vocabulary_with_no_word_beyond_the_specials_is_refused_naming_the_setting():
+    with pytest.raises(VLToolsError, match=r"^the vocabulary built from the training captions holds no word seen at "
+                                           r"least 1000000 times \(the most frequent is seen 3 times\); lower "
+                                           r"task.min_count$"):
+        Vocabulary.build(["b a", "a b", "a c"], threshold=10**6, setting="task.min_count")
+    with pytest.raises(VLToolsError, match="seen 0 times"):
+        Vocabulary.build([], threshold=1)
+
+
 def test_scan_json_round_trip_preserves_indices(tmp_path):
     words = ["<pad>", "<start>", "<end>", "<unk>", "dog", "cat"]
     data = {"word2idx": {w: i for i, w in enumerate(words)}, "idx2word": {str(i): w for i, w in enumerate(words)},

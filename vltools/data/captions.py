@@ -126,7 +126,7 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
     """The vocabulary given by `path` (SCAN vocab JSON, vltools vocabulary file, a JSON list of words, or a
     vltools checkpoint), or else built from `captions` (words seen at least `threshold` times)."""
     if path is None:
-        return Vocabulary.build(captions, threshold=threshold)
+        return Vocabulary.build(captions, threshold=threshold, setting="task.vocab_threshold")
     path = require_file(path, "no such vocabulary file")
     if path.suffix in (".pt", ".pth"):
         payload = load_checkpoint(path)

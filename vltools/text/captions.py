@@ -47,7 +47,8 @@ class CaptionPreprocessing:
 
     def build_vocab(self, captions: Iterable[str]) -> Vocabulary:
         """Words seen at least `min_count` times in `captions` (counted before the length cut)."""
-        return Vocabulary.build(captions, threshold=self.min_count, tokenizer=TOKENIZERS[self.tokenizer])
+        return Vocabulary.build(captions, threshold=self.min_count, tokenizer=TOKENIZERS[self.tokenizer],
+                                setting="task.min_count")
 
     def encode_one(self, vocab: Vocabulary, caption: str) -> list[int]:
         """`<start> w1 .. wn <end>` ids of one caption."""

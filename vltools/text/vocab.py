@@ -74,12 +74,18 @@ class Vocabulary:
 
     @classmethod
     def build(cls, captions: Iterable[str], threshold: int = 4,
-              tokenizer: Callable[[str], list[str]] = tokenize) -> Vocabulary:
-        """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab)."""
+              tokenizer: Callable[[str], list[str]] = tokenize, setting: str = "the count threshold") -> Vocabulary:
+        """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab). None (only the
+        specials: every caption would be `<unk>`, a model trained on nothing) is refused, naming `setting`."""
         counts = Counter()
         for caption in captions:
             counts.update(tokenizer(caption))
-        return cls([*SPECIALS, *(w for w, n in counts.items() if n >= threshold and w not in SPECIALS)])
+        words = [w for w, n in counts.items() if n >= threshold and w not in SPECIALS]
+        if not words:
+            most = max(counts.values(), default=0)
+            raise VLToolsError(f"the vocabulary built from the training captions holds no word seen at least "
+                               f"{threshold} times (the most frequent is seen {most} times); lower {setting}")
+        return cls([*SPECIALS, *words])
 
     def __len__(self) -> int:
         return len(self.words)
