@@ -116,6 +116,15 @@ def test_num_concepts_equal_to_k_is_accepted(world):
     assert build_task("concepts", inputs, tiny_config(num_concepts=3)).model.classifier.out_features == 3
 
 
+def test_an_image_size_below_the_backbone_stride_is_refused(world):
+    _, inputs, _ = world
+    config = tiny_config()
+    config["task"]["image_size"] = 1
+    with pytest.raises(VLToolsError, match=r"^task.image_size=1 is smaller than the 32-pixel stride of backbone "
+                                           r"resnet18, .*; set task.image_size to at least 32$"):
+        build_task("concepts", inputs, config)
+
+
 def test_three_inputs_are_required(world):
     _, inputs, _ = world
     with pytest.raises(VLToolsError, match="--model concepts takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; "

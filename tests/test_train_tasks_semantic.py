@@ -14,6 +14,7 @@ from PIL import Image
 from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.cli import cli
+from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
 from vltools.train import config_defaults
 from vltools.train.config import build_config
@@ -47,6 +48,12 @@ def task_of(folder, *overrides: str):
     settings = [o for o in [*OPTIONS, *overrides] if o != "--set"]
     config = build_config(config_defaults("rmac"), overrides=settings, options={"train.device": "cpu"})
     return build_task("rmac", [str(folder / "images.jsonl"), str(folder / "proxy.h5")], config)
+
+
+def test_an_image_size_below_the_backbone_stride_is_refused(world):
+    with pytest.raises(VLToolsError, match=r"^task.image_size=4 is smaller than the 32-pixel stride of backbone "
+                                           r"resnet18, .*; set task.image_size to at least 32$"):
+        task_of(world, "--set", "task.image_size=4")
 
 
 def test_whitening_is_fitted_to_the_region_vectors(world):

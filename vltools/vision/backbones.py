@@ -198,6 +198,15 @@ def build_backbone(name: str, weights: str = "imagenet") -> tuple[Backbone, str]
     return Backbone(trunk, spec.stride, spec.dim).eval(), describe_weights(weights, qualified)
 
 
+def check_image_size(name: str, size: int, setting: str) -> None:
+    """Refuse training images smaller than backbone `name`'s stride: every layer would run on padding and the
+    feature map would be one cell whatever the image, so the model would learn from nothing."""
+    stride = BACKBONES[name].stride
+    if size < stride:
+        raise VLToolsError(f"{setting}={size} is smaller than the {stride}-pixel stride of backbone {name}, so its "
+                           f"feature map would hold nothing of the image; set {setting} to at least {stride}")
+
+
 def normalize(images: torch.Tensor) -> torch.Tensor:
     """uint8 (B, 3, H, W) in [0, 255] -> float, ImageNet-normalised."""
     mean = torch.tensor(IMAGENET_MEAN, device=images.device).view(1, 3, 1, 1)

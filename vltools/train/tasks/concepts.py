@@ -24,7 +24,7 @@ from vltools.models import schema_version
 from vltools.models.concepts import ConceptCNN, build_concept_cnn, concept_loss
 from vltools.text.concepts import ConceptVocabulary
 from vltools.train.config import TRAIN_DEFAULTS
-from vltools.vision.backbones import normalize
+from vltools.vision.backbones import check_image_size, normalize
 from vltools.vision.images import ImageDataset, ImageItem, list_inputs
 
 TASK_DEFAULTS: dict[str, object] = {"image_size": 224, "weights": "imagenet", "val_batch_size": 64}
@@ -95,6 +95,7 @@ class ConceptTask:
         self.model_config = model
         self.model, self.weights = build_concept_cnn(model["backbone"], str(self.options["weights"]), len(vocabulary))
         size = int(self.options["image_size"])
+        check_image_size(model["backbone"], size, "task.image_size")
         self.train_data = ConceptImages([items[i] for i in train.image_ids], vocabulary.targets(
             train.image_ids, train.captions, [train.image_ids[i] for i in train.caption_image_index]), size, True,
             seed=config["train"]["seed"])

@@ -29,7 +29,7 @@ from vltools.losses import SEMANTIC_LOSSES, semantic_loss
 from vltools.models import build_model, default_config, schema_version
 from vltools.models.rmac import pca_whitening
 from vltools.train.config import TRAIN_DEFAULTS
-from vltools.vision.backbones import build_backbone
+from vltools.vision.backbones import build_backbone, check_image_size
 from vltools.vision.embedding import ImageStore, embed_images, pad_batch
 from vltools.vision.images import list_inputs
 
@@ -84,6 +84,7 @@ class SemanticTask:
         self.proxy, self.store, self.train_rows, self.val_rows = proxy, store, train_rows, val_rows
         self.model_config = {**config["model"], "text": self.options["loss"] != "v"}
         self.model: nn.Module = build_model("rmac", self.model_config, len(proxy.vocab))
+        check_image_size(self.model_config["backbone"], int(self.options["image_size"]), "task.image_size")
         if self.options["weights"] != "none":
             backbone, _ = build_backbone(self.model_config["backbone"], self.options["weights"])
             self.model.backbone.load_state_dict(backbone.state_dict())
