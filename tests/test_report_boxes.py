@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -38,6 +39,19 @@ def test_boxes_are_read_best_first_with_attribute_and_object_names(tmp_path):
 def test_without_names_a_box_shows_its_numbers(tmp_path):
     write_features(tmp_path / "f.h5", names=False)
     assert read_boxes(tmp_path / "f.h5", ["b"], max_boxes=5)["b"] == [Box(2, 2, 8, 8, "attr 0 class 1")]
+
+
+def test_a_file_holding_none_of_the_shown_ids_warns_in_one_line(tmp_path, caplog):
+    write_features(tmp_path / "f.h5")
+    with caplog.at_level(logging.WARNING, logger="vltools"):
+        assert read_boxes(tmp_path / "f.h5", ["x", "y"], max_boxes=2) == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"report --boxes: {tmp_path / 'f.h5'} holds none of the 2 shown images (e.g. 'x'), so no boxes are drawn; "
+        "give the features extracted from these images"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vltools"):
+        read_boxes(tmp_path / "f.h5", ["x", "a"], max_boxes=2)
+    assert caplog.records == []
 
 
 def test_a_file_without_boxes_is_one_line(tmp_path):

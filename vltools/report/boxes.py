@@ -16,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
 
 COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45")
 
@@ -54,12 +55,16 @@ def _label(index: int | None, names: list[str] | None, prefix: str) -> str:
 
 def read_boxes(path: str | os.PathLike, ids: list[str], max_boxes: int) -> dict[str, list[Box]]:
     """The `max_boxes` best boxes (by `/label_scores` when present, else in file order) of each id of `ids`
-    that the features file holds; a file without `/boxes` is a one-line error."""
+    that the features file holds; a file without `/boxes` is a one-line error, one holding none of `ids` a
+    one-line warning (the report would silently show no boxes)."""
     with FeaturesReader(path) as reader:
         if "boxes" not in reader.fields:
             raise VLToolsError(f"{path}: has no /boxes dataset; give the features of extract-regions with detector "
                                "or bottom-up regions")
         known = [i for i in ids if i in reader.index]
+        if ids and not known:
+            log.warning("report --boxes: %s holds none of the %d shown images (e.g. %r), so no boxes are drawn; give "
+                        "the features extracted from these images", path, len(ids), ids[0])
         fields = [f for f in ("boxes", "num_regions", "labels", "label_scores", "attributes") if f in reader.fields]
         arrays = reader.read(known, fields) if known else {}
         objects, attributes = _names(reader, "label_names"), _names(reader, "attribute_names")
