@@ -10,6 +10,7 @@ import pytest
 from vltools.errors import VLToolsError
 from vltools.infer import runner
 from vltools.io.features import FeaturesReader
+from vltools.io.parts import PartsWriter
 
 IDS = [f"im{n}" for n in range(7)]
 
@@ -106,3 +107,25 @@ def test_a_check_that_refuses_the_records_leaves_nothing_not_even_the_partial(tm
         assert writer.finish(IDS, seen.append) == len(IDS)
     written = (tmp_path / "caps.jsonl").read_text() if to_file else capsys.readouterr().out
     assert [json.loads(line)["image_id"] for line in written.splitlines()] == IDS
+
+
+@pytest.mark.parametrize("field", ["boxes", "label_scores"])
+def test_nan_detector_outputs_are_refused_by_id_naming_the_output_and_leave_no_partial_folder(tmp_path, field):
+    """The tester's detector with NaN weights: the refusal named OUT.partial/part-000000.h5 'corrupt' at the merge
+    and left OUT.partial/ behind; a NaN box or score is now refused as it is written, naming OUT, and the run's
+    failure removes a folder that holds no finished part."""
+    folder = tmp_path / "feats.h5.partial"
+    writer = runner.FeaturesPartsWriter(PartsWriter(folder, {}, "float16", commit_seconds=3600, resume=False,
+                                                    output="feats.h5"))
+    rows = {"regions": np.zeros((2, 2, 3), np.float32)}
+    bad = {"boxes": np.zeros((2, 2, 4), np.float32), "label_scores": np.zeros((2, 2), np.float32)}
+    bad[field][1] = np.nan
+
+    def produce(ids):
+        yield ids, {**rows, **bad}
+
+    with pytest.raises(VLToolsError) as error:
+        runner.run("extract-regions", ["a", "b"], writer, produce)
+    assert str(error.value) == f"feats.h5: image id 'b': the model gave NaN or infinite /{field} values; check the " \
+                               "weights and the image"
+    assert not folder.exists()

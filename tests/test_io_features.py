@@ -155,6 +155,16 @@ def test_a_row_that_would_be_stored_non_finite_is_refused_naming_its_id(tmp_path
             writer.add(["c"], regions=nan)
 
 
+@pytest.mark.parametrize("field", ["boxes", "label_scores", "attribute_scores", "mask"])
+def test_nan_in_any_float_field_is_refused_as_it_is_written(tmp_path, field):
+    shapes = {"boxes": (1, 2, 4), "label_scores": (1, 2), "attribute_scores": (1, 2), "mask": (1, 2)}
+    values = np.full(shapes[field], np.nan, dtype=np.float32)
+    with FeaturesWriter(tmp_path / "part.h5", {"stage": "test"}, dtype="float32", name="feats.h5") as writer:
+        with pytest.raises(VLToolsError, match=rf"^feats.h5: image id 'a': the model gave NaN or infinite /{field} "
+                                               r"values; check the weights and the image$"):
+            writer.add(["a"], regions=np.zeros((1, 2, 3), np.float32), **{field: values})
+
+
 def test_errors_about_rows_call_the_file_by_the_name_given(tmp_path):
     """A temporary part of an output is named as the output the user gave."""
     large = np.full((1, 3, 4), 1e6, dtype=np.float32)

@@ -96,7 +96,7 @@ class FeaturesWriter:
                                chunks=(1, *rest) if rest else (1024,))
             with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
                 stored_arrays[name] = value.astype(dtype, copy=False)
-            if name in FLOAT_FIELDS:
+            if np.issubdtype(stored_arrays[name].dtype, np.floating):  # every float the readers will check
                 _check_stored_finite(self.name, name, ids, value, stored_arrays[name])
         self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
         for name, stored in stored_arrays.items():
