@@ -19,7 +19,7 @@ from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
 from vltools.io.progress import log
 from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
-from vltools.text.vocab import Vocabulary
+from vltools.text.vocab import Coverage, Vocabulary
 
 # what each stage accepts: the model names, and the one line that refuses any other checkpoint
 ROLES = {
@@ -70,9 +70,10 @@ class LoadedModel:
         """The caption preprocessing the model was trained with (captioners, L2C)."""
         return CaptionPreprocessing.from_config(self.payload.get("train_state", {}).get("config", {}).get("task", {}))
 
-    def tokenize(self, captions: Sequence[str]) -> list[list[int]]:
-        """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary."""
-        return self.vocab.encode_all(captions)
+    def tokenize(self, captions: Sequence[str], coverage: Coverage | None = None) -> list[list[int]]:
+        """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary; `coverage`,
+        when given, counts the words encoded and those outside the vocabulary."""
+        return self.vocab.encode_all(captions, coverage=coverage)
 
 
 def file_digest(path: str | os.PathLike) -> str:

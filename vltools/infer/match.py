@@ -91,7 +91,7 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     for item in models:
         item.model.to(options.device)
     coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
-    tokens = models[0].vocab.encode_all(chosen.captions, coverage=coverage)
+    tokens = models[0].tokenize(chosen.captions, coverage)
     coverage.report(" + ".join(item.path.name for item in models))
     modules = [item.model for item in models]
     sims = None
