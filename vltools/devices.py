@@ -14,8 +14,8 @@ from vltools.errors import VLToolsError
 if TYPE_CHECKING:
     import torch
 
-AUTOCAST_PRECISIONS = ("bf16", "fp16")    # autocast to torch.bfloat16, torch.float16
-PRECISIONS = ("fp32", *AUTOCAST_PRECISIONS)
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}   # --precision -> the torch dtype autocast runs in
+PRECISIONS = ("fp32", *AUTOCAST_DTYPES)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -39,7 +39,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision not in AUTOCAST_PRECISIONS:
-        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_PRECISIONS)}")
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    if precision not in AUTOCAST_DTYPES:
+        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_DTYPES)}")
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, AUTOCAST_DTYPES[precision]))
