@@ -63,18 +63,13 @@ vltools match --model "$OUT/sgr.pt" "$OUT/photos.h5" "$CAPTIONS" --sims "$OUT/ph
 vltools score retrieval "$OUT/photos_sims.h5" > "$OUT/photos_scores.json"
 echo "each photo's best caption (a toy model: it knows colours and positions, not cats or rockets):"
 python - "$OUT/photos_rankings.jsonl" "$CAPTIONS" <<'EOF'
-import json
 import sys
 
-rankings, captions = (open(path, encoding="utf-8") for path in sys.argv[1:])
-texts, seen = {}, {}
-for line in captions:  # a caption without caption_id is <image_id>#<k>, k its index among its image's captions
-    record = json.loads(line)
-    image = record["image_id"]
-    seen[image] = seen.get(image, -1) + 1
-    texts[record.get("caption_id", f"{image}#{seen[image]}")] = record["caption"]
-for line in rankings:
-    ranking = json.loads(line)
+from vltools.io.records import caption_ids, read_records
+
+captions = read_records(sys.argv[2], "captions")
+texts = dict(zip(caption_ids(captions), (record["caption"] for record in captions), strict=True))
+for ranking in read_records(sys.argv[1], "rankings"):
     if ranking["direction"] == "i2t":
         best = ranking["ids"][0]
         mark = "right" if best.startswith(ranking["query"] + "#") else "wrong"
