@@ -1,4 +1,5 @@
-"""`vltools tfidf-proxy`: the tf-idf caption proxy of semantic similarity (Gordo & Larlus section 4)."""
+"""`vltools tfidf-proxy`: the caption proxies of semantic similarity (Gordo & Larlus section 4): tf-idf of words or
+objects, or word2vec + Fisher vectors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,24 @@ import click
 
 from vltools.commands.options import output_option
 from vltools.io.progress import log
+from vltools.text.fisher import FisherSettings
+from vltools.text.word2vec import Word2VecSettings
+
+W2V, FV = Word2VecSettings(), FisherSettings()
+TRAINING = ("dim", "window", "epochs", "min_count")     # word2vec-fv options that configure the vectors' training
+FISHER_ONLY = ("word_vectors", "components", "seed", *TRAINING)
+
+
+def check_method(ctx: click.Context, method: str) -> None:
+    """word2vec-fv's options given with another method, or training options with --word-vectors: usage errors."""
+    given = [name for name in FISHER_ONLY
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    flag = {name: "--" + name.replace("_", "-") for name in given}
+    if method != "word2vec-fv" and given:
+        raise click.UsageError(f"{flag[given[0]]} is an option of --method word2vec-fv, not {method}")
+    trained = [name for name in given if name in TRAINING]
+    if "word_vectors" in given and trained:
+        raise click.UsageError(f"{flag[trained[0]]} sets the training of word vectors, which --word-vectors replaces")
 
 
 @click.command("tfidf-proxy")
@@ -15,19 +34,41 @@ from vltools.io.progress import log
 @click.option("--images", "images_path", type=click.Path(dir_okay=False),
               help="Images JSONL: every image it lists gets a row (those without captions the zero vector), in its "
                    "order; captions naming other images are an error. Default: the images the captions name.")
-@click.option("--method", type=click.Choice(["captions", "objects"]), default="captions", show_default=True,
-              help="captions: Snowball-stemmed words of every caption of an image; objects: each caption is one "
-                   "object synset (a term of its own, not stemmed), e.g. from Visual Genome objects.")
+@click.option("--method", type=click.Choice(["captions", "objects", "word2vec-fv"]), default="captions",
+              show_default=True,
+              help="captions: tf-idf of the Snowball-stemmed words of every caption of an image; objects: each caption "
+                   "is one object synset (a term of its own, not stemmed), e.g. from Visual Genome objects; "
+                   "word2vec-fv: the Fisher vector of the word2vec vectors of all the image's caption words.")
+@click.option("--word-vectors", type=click.Path(dir_okay=False),
+              help="word2vec-fv: read the captions' words from this word2vec binary file (e.g. "
+                   "GoogleNews-vectors-negative300.bin) instead of training vectors on the training split.")
+@click.option("--components", type=click.IntRange(min=1), default=FV.components, show_default=True,
+              help="word2vec-fv: Gaussians of the mixture (the Fisher vector has 2 x components x dim values).")
+@click.option("--dim", type=click.IntRange(min=1), default=W2V.dim, show_default=True,
+              help="word2vec-fv: dimensions of the trained word vectors.")
+@click.option("--window", type=click.IntRange(min=1), default=W2V.window, show_default=True,
+              help="word2vec-fv: skip-gram context window (words either side).")
+@click.option("--epochs", type=click.IntRange(min=1), default=W2V.epochs, show_default=True,
+              help="word2vec-fv: training passes over the training split's captions.")
+@click.option("--min-count", type=click.IntRange(min=1), default=W2V.min_count, show_default=True,
+              help="word2vec-fv: words seen fewer times in the training split get no vector.")
+@click.option("--seed", type=int, default=W2V.seed, show_default=True,
+              help="word2vec-fv: seed of the word2vec training and of the mixture's start.")
 @click.option("--k", type=click.IntRange(min=1), default=32, show_default=True,
               help="Nearest images kept per image, within its split (the relevant set of triplet mining).")
 @click.option("--train-split", default="train", show_default=True,
-              help="The vocabulary and the idf are fitted on this split only.")
-def command(captions: str, output: str | None, images_path: str | None, method: str, k: int,
-            train_split: str) -> None:
-    """Write the proxy of CAPS.jsonl (image or region captions, each with a split): one l2-normalised tf-idf row per
-    image over the words of all its captions, the vocabulary and idf of the training split, and each image's k
-    nearest images of its split. `score semantic --proxy` and `mine-triplets` read it."""
-    from vltools.data.semantic import build_proxy, image_texts
+              help="The vocabulary and the idf (word2vec-fv: the trained word vectors and the mixture) are fitted "
+                   "on this split only.")
+@click.pass_context
+def command(ctx: click.Context, captions: str, output: str | None, images_path: str | None, method: str,
+            word_vectors: str | None, components: int, dim: int, window: int, epochs: int, min_count: int, seed: int,
+            k: int, train_split: str) -> None:
+    """Write the proxy of CAPS.jsonl (image or region captions, each with a split): one l2-normalised row per image
+    over the words of all its captions (tf-idf with the vocabulary and idf of the training split, or the Fisher
+    vector of its words' word2vec vectors), and each image's k nearest images of its split. `score semantic` and
+    `mine-triplets` read it."""
+    check_method(ctx, method)
+    from vltools.data.semantic import build_fisher_proxy, build_proxy, image_texts
     from vltools.io.provenance import ids_digest
     from vltools.io.proxy import write_proxy
     from vltools.io.records import read_records
@@ -35,8 +76,14 @@ def command(captions: str, output: str | None, images_path: str | None, method: 
     records = read_records(captions, "captions")
     images = read_records(images_path, "images") if images_path else None
     ids, splits, texts = image_texts(records, captions, images, images_path)
-    proxy = build_proxy(ids, splits, texts, train_split, k, stem=method == "captions")
+    settings: dict[str, object] = {}
+    if method == "word2vec-fv":
+        proxy, settings = build_fisher_proxy(ids, splits, texts, train_split, k, FisherSettings(components, seed=seed),
+                                             Word2VecSettings(dim, window, epochs, min_count, seed), word_vectors)
+    else:
+        proxy = build_proxy(ids, splits, texts, train_split, k, stem=method == "captions")
     k = proxy.neighbors.shape[1]
     write_proxy(output, proxy, {"method": method, "k": k, "train_split": train_split, "captions": captions,
-                                "ids_digest": ids_digest(ids)})
-    log.info("tfidf-proxy: %d images, %d stems, k=%d", len(ids), len(proxy.vocab), k)
+                                "ids_digest": ids_digest(ids), **settings})
+    log.info("tfidf-proxy: %d images, %d %s, k=%d", len(ids), len(proxy.vocab),
+             "Fisher vector values" if method == "word2vec-fv" else "stems", k)

@@ -1,17 +1,23 @@
-"""Semantic retrieval data: the texts of each image grouped for the tf-idf proxy, and the proxy built from them."""
+"""Semantic retrieval data: the texts of each image grouped for a proxy, and the proxies built from them (tf-idf,
+word2vec + Fisher vector)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from vltools.errors import VLToolsError, input_error, shown_ids
 from vltools.io.progress import log
 from vltools.io.proxy import ProxyFile
 from vltools.io.sims import Sims
-from vltools.text.tfidf import Stemmer, count_matrix, fit_tfidf, nearest_neighbors
+from vltools.io.word2vec import read_word2vec_binary
+from vltools.text.fisher import FisherSettings, fisher_columns, fisher_vectors, fit_gmm
+from vltools.text.tfidf import Stemmer, count_matrix, fit_tfidf, nearest_neighbors, words
+from vltools.text.word2vec import Word2VecSettings, train_word2vec
 
 
 def image_texts(records: Sequence[dict], source: object, images: Sequence[dict] | None = None,
@@ -47,38 +53,97 @@ def image_texts(records: Sequence[dict], source: object, images: Sequence[dict] 
     return ids, [split_of[i] for i in ids], [texts[i] for i in ids]
 
 
-def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
-                k: int, stem: bool = True) -> ProxyFile:
-    """The tf-idf proxy of images' texts: vocabulary and idf from `train_split`, k neighbours within each split
-    (k at most the largest split's size minus one: more cannot be found, and would only pad memory).
-
-    `stem` False takes each text as one term (object synsets) instead of stemming its words."""
-    stemmer = Stemmer()
-    bags = ([s for text in group for s in stemmer(text)] if stem else list(group) for group in texts)
-    counts, terms = count_matrix(bags, len(ids))
-    split_array = np.array(splits, dtype=object)
-    train_rows = np.flatnonzero(split_array == train_split)
-    if len(train_rows) == 0:
+def training_rows(splits: Sequence[str], train_split: str) -> np.ndarray:
+    """Rows of the training split; none is an error naming the splits there are."""
+    rows = np.flatnonzero(np.array(splits, dtype=object) == train_split)
+    if len(rows) == 0:
         raise VLToolsError(f"no image is in the training split {train_split!r} (splits: "
                            f"{', '.join(sorted(set(splits)))}); give --train-split")
-    tfidf = fit_tfidf(counts, terms, train_rows)
-    if len(tfidf.empty_rows):
-        log.warning("%d images have no vocabulary word and get the zero vector: %s", len(tfidf.empty_rows),
-                    shown_ids([ids[i] for i in tfidf.empty_rows]))
+    return rows
+
+
+def split_neighbors(matrix: sp.csr_matrix, splits: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k nearest rows of its own split by dot product, and their similarities (k at most the largest
+    split's size minus one: more cannot be found, and would only pad memory)."""
     largest = max(Counter(splits).values())
     if k > max(largest - 1, 1):
         log.warning("k=%d neighbours is more than the largest split (%d images) can give; keeping k=%d", k, largest,
                     max(largest - 1, 1))
         k = max(largest - 1, 1)
-    neighbors = np.full((len(ids), k), -1, dtype=np.int64)
-    sims = np.full((len(ids), k), np.nan, dtype=np.float32)
+    split_array = np.array(splits, dtype=object)
+    neighbors = np.full((len(splits), k), -1, dtype=np.int64)
+    sims = np.full((len(splits), k), np.nan, dtype=np.float32)
     for split in dict.fromkeys(splits):
         rows = np.flatnonzero(split_array == split)
         if len(rows) <= k:
             log.warning("split %r has %d images: fewer than k + 1 = %d, so neighbour lists are padded with -1",
                         split, len(rows), k + 1)
-        neighbors[rows], sims[rows] = nearest_neighbors(tfidf.matrix, rows, k)
+        neighbors[rows], sims[rows] = nearest_neighbors(matrix, rows, k)
+    return neighbors, sims
+
+
+def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
+                k: int, stem: bool = True) -> ProxyFile:
+    """The tf-idf proxy of images' texts: vocabulary and idf from `train_split`, k neighbours within each split.
+
+    `stem` False takes each text as one term (object synsets) instead of stemming its words."""
+    stemmer = Stemmer()
+    bags = ([s for text in group for s in stemmer(text)] if stem else list(group) for group in texts)
+    counts, terms = count_matrix(bags, len(ids))
+    tfidf = fit_tfidf(counts, terms, training_rows(splits, train_split))
+    if len(tfidf.empty_rows):
+        log.warning("%d images have no vocabulary word and get the zero vector: %s", len(tfidf.empty_rows),
+                    shown_ids([ids[i] for i in tfidf.empty_rows]))
+    neighbors, sims = split_neighbors(tfidf.matrix, splits, k)
     return ProxyFile(list(ids), list(splits), tfidf.matrix, tfidf.vocab, tfidf.idf, neighbors, sims)
+
+
+def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
+                       k: int, fisher: FisherSettings, word2vec: Word2VecSettings,
+                       vectors_path: str | os.PathLike | None = None) -> tuple[ProxyFile, dict[str, object]]:
+    """The word2vec + Fisher vector proxy (Gordo & Larlus Table 1): each image's words (unstemmed, all captions
+    together) as one set, its l2-normalised Fisher vector under a mixture fitted on the training split's word
+    occurrences, k neighbours within each split. The word vectors are those of the captions' words in the word2vec
+    binary file `vectors_path` (the published ones) or, without it, trained on the training split's captions.
+    Returns the proxy (columns "mu:k:d" / "sigma:k:d", idf 1) and the settings and counts to record in its
+    attributes."""
+    train = training_rows(splits, train_split)
+    bags = [[w for text in group for w in words(text)] for group in texts]
+    if vectors_path is not None:
+        word_vectors = read_word2vec_binary(vectors_path, {w for bag in bags for w in bag})
+    else:
+        sentences = [words(text) for row in train for text in texts[row]]
+        try:
+            word_vectors = train_word2vec(sentences, word2vec)
+        except ValueError as exc:
+            raise VLToolsError(f"word2vec: {exc}; lower --min-count or give --word-vectors") from None
+    counts, terms = count_matrix(bags, len(ids))
+    index = {word: i for i, word in enumerate(word_vectors.words)}
+    known = np.array([i for i, term in enumerate(terms) if term in index], dtype=np.int64)
+    counts = counts[:, known].tocsr()
+    vectors = word_vectors.vectors[[index[terms[i]] for i in known]].astype(np.float64)
+    train_counts = np.asarray(counts[train].sum(axis=0)).ravel()
+    if not train_counts.any():
+        raise VLToolsError(f"no word of the training split {train_split!r} has a word vector; give --word-vectors "
+                           f"with the captions' language, or train the vectors (no --word-vectors)")
+    try:
+        gmm = fit_gmm(vectors[train_counts > 0], train_counts[train_counts > 0], fisher)
+    except ValueError as exc:
+        raise VLToolsError(f"Gaussian mixture: {exc} of the training split; lower --components") from None
+    matrix = sp.csr_matrix(fisher_vectors(counts, vectors, gmm))
+    empty = np.flatnonzero(np.diff(counts.indptr) == 0)
+    if len(empty):
+        log.warning("%d images have no word with a word vector and get the zero vector: %s", len(empty),
+                    shown_ids([ids[i] for i in empty]))
+    neighbors, sims = split_neighbors(matrix, splits, k)
+    columns = fisher_columns(fisher.components, word_vectors.dim)
+    proxy = ProxyFile(list(ids), list(splits), matrix, columns, np.ones(len(columns)), neighbors, sims)
+    source = ({"word_vectors": str(vectors_path)} if vectors_path is not None else
+              {"word2vec": "skip-gram, 5 negative samples", "window": word2vec.window, "epochs": word2vec.epochs,
+               "min_count": word2vec.min_count})
+    return proxy, {**source, "word_dim": word_vectors.dim, "components": fisher.components,
+                   "gmm_iterations": fisher.iterations, "seed": fisher.seed, "words_with_vectors": len(known),
+                   "words_without_vectors": len(terms) - len(known), "images_without_words": len(empty)}
 
 
 def oracle_sims(proxy: ProxyFile, split: str, queries: int | None = None) -> Sims:

@@ -3,6 +3,12 @@
 Layout: `/ids` (N,), `/splits` (N,), `/tfidf/{data,indices,indptr,shape}` (CSR, rows l2-normalised), `/vocab`
 (V,), `/idf` (V,), `/neighbors` (N, k) int32 row numbers into `/ids` within the row's split (-1: none),
 `/neighbor_sims` (N, k) float32 (NaN: none). `score semantic` reads `/ids` and `/tfidf` only.
+
+`/tfidf` holds whatever rows the proxy's `method` attribute names, each l2-normalised, relevance being their dot
+product: tf-idf of stems (`captions`) or of object synsets (`objects`), with `/vocab` the terms and `/idf` their idf;
+or Fisher vectors of word2vec vectors (`word2vec-fv`), with `/vocab` naming each column "mu:k:d" or "sigma:k:d"
+(the gradient for component k's mean or variance in dimension d) and `/idf` all ones. The method's settings are
+attributes beside it.
 """
 
 from __future__ import annotations

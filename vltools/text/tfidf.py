@@ -27,6 +27,11 @@ DENSE_DF = 0.05  # stems in more than this fraction of a split's images go to th
 BLOCK_ROWS = 512
 
 
+def words(text: str) -> list[str]:
+    """The words of `text`: lower case, runs of letters and digits, in order (unstemmed)."""
+    return WORD.findall(text.lower())
+
+
 @cache
 def _stemmer():
     from nltk.stem.snowball import SnowballStemmer
@@ -48,7 +53,7 @@ class Stemmer:
 
     def __call__(self, text: str) -> list[str]:
         """The stems of `text`'s words, in order."""
-        return [self.stem(word) for word in WORD.findall(text.lower())]
+        return [self.stem(word) for word in words(text)]
 
 
 def count_matrix(bags: Iterable[Sequence[str]], n_rows: int) -> tuple[sp.csr_matrix, list[str]]:

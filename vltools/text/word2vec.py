@@ -1,0 +1,50 @@
+"""word2vec vectors of caption words trained here (Gordo & Larlus Table 1, "word2vec + FV").
+
+The paper uses the published GoogleNews vectors (Mikolov et al. 2013); they cannot be downloaded here, so the
+vectors are trained on the training split's captions with gensim's skip-gram (negative sampling, 5 noise words),
+the hyper-parameters of `Word2VecSettings`. Training is deterministic: one worker thread, a seed, and a word hash
+(CRC-32) that does not depend on PYTHONHASHSEED as Python's `hash` does. gensim is imported only when training runs.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vltools.io.word2vec import WordVectors
+
+
+@dataclass(frozen=True)
+class Word2VecSettings:
+    """Skip-gram settings: `dim` 300 is the published vectors' size, `window` 5 and `min_count` 5 the word2vec tool's
+    defaults, `epochs` 5 gensim's (passes over the sentences)."""
+
+    dim: int = 300
+    window: int = 5
+    epochs: int = 5
+    min_count: int = 5
+    seed: int = 0
+
+
+def stable_hash(word: str) -> int:
+    """A hash of a word that is the same in every process (gensim seeds word vectors with it)."""
+    return zlib.crc32(word.encode("utf-8"))
+
+
+def train_word2vec(sentences: Sequence[Sequence[str]], settings: Word2VecSettings) -> WordVectors:
+    """Skip-gram vectors of the words seen at least `min_count` times in `sentences` (lists of words); no such word
+    is a ValueError."""
+    counts = Counter(word for sentence in sentences for word in sentence)
+    if not counts or max(counts.values()) < settings.min_count:
+        raise ValueError(f"no word occurs {settings.min_count} times in the {len(sentences)} training sentences "
+                         f"(min count {settings.min_count})")
+    from gensim.models import Word2Vec
+
+    model = Word2Vec(sentences=[list(s) for s in sentences], vector_size=settings.dim, window=settings.window,
+                     min_count=settings.min_count, epochs=settings.epochs, seed=settings.seed, sg=1, negative=5,
+                     workers=1, hashfxn=stable_hash)
+    return WordVectors(list(model.wv.index_to_key), np.array(model.wv.vectors, dtype=np.float32))
