@@ -99,3 +99,99 @@ def test_k_beyond_the_largest_split_keeps_what_can_be_found(tmp_path, caplog):
     assert (proxy.neighbors[:20] >= 0).all() and (proxy.neighbors[20:, 9:] == -1).all()
     with h5py.File(tmp_path / "proxy.h5") as handle:
         assert int(handle.attrs["k"]) == 19
+
+
+def write_user_study(tmp_path):
+    """Captions where q and a share their words and b shares none, and a triplet whose annotators all chose a."""
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions)
+    with open(captions, "a") as stream:
+        for image, caption in (("q", "a dog and a cat"), ("a", "a cat near a dog"), ("b", "a car in the snow")):
+            stream.write(json.dumps({"image_id": image, "caption": caption, "split": "val"}) + "\n")
+    triplets = tmp_path / "study.jsonl"
+    triplets.write_text(json.dumps({"query": "q", "a": "a", "b": "b", "o1": 4, "o2": 0, "o3": 1}) + "\n"
+                        + json.dumps({"query": "q", "a": "b", "b": "a", "o1": 0, "o2": 3, "o3": 0}) + "\n")
+    return captions, triplets
+
+
+AGREEMENT = 100 * (4 / 5 + 3 / 3) / 2     # q closer to a in both triplets: w o_i / (o1 + o2), w = (o1 + o2) / total
+FV_SMALL = ("--method", "word2vec-fv", "--dim", "8", "--components", "2", "--min-count", "1", "--epochs", "20")
+
+
+def test_word2vec_fisher_proxy_end_to_end(tmp_path):
+    captions, triplets = write_user_study(tmp_path)
+    images = tmp_path / "images.jsonl"
+    listed = [(i, "val") for i in ("q", "a", "b", "none")] + [(f"im{i}", "train" if i < 20 else "val")
+                                                             for i in range(30)]
+    images.write_text("".join(json.dumps({"image_id": i, "path": f"{i}.png", "split": split}) + "\n"
+                              for i, split in listed))
+    run("tfidf-proxy", str(captions), "--images", str(images), *FV_SMALL, "--k", "4", "-o", str(tmp_path / "fv.h5"))
+    proxy = read_proxy_file(tmp_path / "fv.h5")
+    assert proxy.ids[:4] == ["q", "a", "b", "none"] and proxy.tfidf.shape == (34, 2 * 2 * 8)
+    assert proxy.vocab[:2] == ["mu:0:0", "mu:0:1"] and proxy.vocab[-1] == "sigma:1:7" and (proxy.idf == 1).all()
+    norms = np.sqrt(np.asarray(proxy.tfidf.multiply(proxy.tfidf).sum(axis=1)).ravel())
+    np.testing.assert_allclose(np.delete(norms, 3), 1, rtol=1e-5)
+    assert norms[3] == 0                                                   # "none" has no caption: zero vector
+    np.testing.assert_allclose((proxy.tfidf[0] @ proxy.tfidf[1].T).toarray(), 1, rtol=1e-5)  # same words
+    with h5py.File(tmp_path / "fv.h5") as handle:
+        attrs = dict(handle.attrs)
+    assert attrs["method"] == "word2vec-fv" and attrs["components"] == 2 and attrs["word_dim"] == 8
+    assert attrs["min_count"] == 1 and attrs["images_without_words"] == 1
+    # vectors are trained on the training split only: "a" and the 8 WORDS; "and", "near", "in", "the" get none
+    assert attrs["words_with_vectors"] == 9 and attrs["words_without_vectors"] == 4
+    result = json.loads(run("score", "semantic", str(tmp_path / "fv.h5"), "--split", "val", "--triplets",
+                            str(triplets)))
+    assert result["n_triplets"] == 2 and result["user_agreement"] == AGREEMENT
+    out = run("mine-triplets", str(tmp_path / "fv.h5"), "--queries", "3", "--relevant", "2", "--pool", "10",
+              "--per-pair", "2")
+    assert out.strip()
+
+
+def write_vectors(path, words: dict[str, tuple[float, ...]]) -> None:
+    """A word2vec binary file: "N D", then word, space, D little-endian float32, newline."""
+    dim = len(next(iter(words.values())))
+    path.write_bytes(f"{len(words)} {dim}\n".encode() + b"".join(
+        w.encode() + b" " + np.array(v, dtype="<f4").tobytes() + b"\n" for w, v in words.items()))
+
+
+def test_word2vec_fisher_proxy_with_published_vectors(tmp_path):
+    captions, triplets = write_user_study(tmp_path)
+    rng = np.random.default_rng(0)
+    known = {w: tuple(rng.normal(size=3)) for w in ["zebra", *WORDS]}           # no vector for "a", "and", ...
+    write_vectors(tmp_path / "vectors.bin", known)
+    run("tfidf-proxy", str(captions), "--method", "word2vec-fv", "--word-vectors", str(tmp_path / "vectors.bin"),
+        "--components", "3", "-o", str(tmp_path / "fv.h5"))
+    proxy = read_proxy_file(tmp_path / "fv.h5")
+    assert proxy.tfidf.shape == (33, 2 * 3 * 3)
+    with h5py.File(tmp_path / "fv.h5") as handle:
+        assert handle.attrs["word_vectors"] == str(tmp_path / "vectors.bin") and "window" not in handle.attrs
+        assert handle.attrs["words_with_vectors"] == len(WORDS)
+    result = json.loads(run("score", "semantic", str(tmp_path / "fv.h5"), "--split", "val", "--triplets",
+                            str(triplets)))
+    assert result["user_agreement"] == AGREEMENT
+
+
+def test_word2vec_fisher_options_and_bad_vector_files(tmp_path, capsys):
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions)
+    write_vectors(tmp_path / "vectors.bin", {w: (1.0, float(i)) for i, w in enumerate(WORDS)})
+    for args, said in ((["--word-vectors", str(tmp_path / "vectors.bin")], "--word-vectors is an option of --method "
+                        "word2vec-fv, not captions"),
+                       (["--method", "objects", "--components", "4"], "--components is an option of --method "
+                        "word2vec-fv, not objects"),
+                       (["--method", "word2vec-fv", "--word-vectors", str(tmp_path / "vectors.bin"), "--dim", "8"],
+                        "--dim sets the training of word vectors, which --word-vectors replaces")):
+        result = CliRunner().invoke(cli, ["tfidf-proxy", str(captions), *args, "-o", str(tmp_path / "p.h5")])
+        assert result.exit_code == 2 and said in result.output, result.output
+    data = (tmp_path / "vectors.bin").read_bytes()
+    (tmp_path / "vectors.bin").write_bytes(data[:-6])
+    err = fails(capsys, "tfidf-proxy", str(captions), "--method", "word2vec-fv", "--word-vectors",
+                str(tmp_path / "vectors.bin"), "-o", str(tmp_path / "p.h5"))
+    assert f"{tmp_path / 'vectors.bin'}: record 8 of 8" in err and "'snow'" in err and "truncated" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "p.h5").exists()
+    err = fails(capsys, "tfidf-proxy", str(captions), "--method", "word2vec-fv", "--min-count", "1000",
+                "-o", str(tmp_path / "p.h5"))
+    assert "no word occurs 1000 times" in err and "--min-count" in err and not (tmp_path / "p.h5").exists()
+    err = fails(capsys, "tfidf-proxy", str(captions), *FV_SMALL[:4], "--components", "50", "--min-count", "1",
+                "-o", str(tmp_path / "p.h5"))
+    assert "cannot fit 50 mixture components" in err and "--components" in err

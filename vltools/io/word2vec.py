@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vltools.errors import input_error, require_file
+from vltools.errors import VLToolsError, input_error, require_file
 
 CHUNK_BYTES = 1 << 24
 MAX_WORD_BYTES = 1000        # longer than any real word: the file is not word2vec's binary format
@@ -41,6 +41,17 @@ def read_header(path: str | os.PathLike, line: bytes) -> tuple[int, int]:
     return int(fields[0]), int(fields[1])
 
 
+def truncated(path: str | os.PathLike, number: int, n_words: int, offset: int, rest: bytes,
+              record: int) -> VLToolsError:
+    """The error for a file that ends inside record `number` (`rest`: its bytes, from `offset` in the file)."""
+    start = len(rest) - len(rest.lstrip(b"\n"))               # the previous record's newline
+    word, space, vector = rest[start:].partition(b" ")
+    shown = word[:80].decode("utf-8", "replace")
+    present = f"{len(vector)} of the vector's {record} bytes" if space else "no space after the word"
+    return input_error(path, f"record {number} of {n_words} (byte {offset + start}, word {shown!r})",
+                       f"the file ends inside the record ({present})", "the file is truncated: download it again")
+
+
 def read_word2vec_binary(path: str | os.PathLike, wanted: Iterable[str]) -> WordVectors:
     """The vectors of the `wanted` words found in a word2vec binary file, in file order; a truncated or malformed
     file is an error naming it and the record (number, word and byte offset) where it breaks."""
@@ -62,11 +73,7 @@ def read_word2vec_binary(path: str | os.PathLike, wanted: Iterable[str]) -> Word
                                           f"no space within {MAX_WORD_BYTES} bytes: not a word", GIVE)
                     more = stream.read(CHUNK_BYTES)
                     if not more:
-                        word = buffer[pos:space if space >= 0 else None].strip()[:80]
-                        raise input_error(path, f"record {number} of {n_words} (byte {offset + pos}, word {word!r})",
-                                          f"the file ends inside the record ({len(buffer) - pos} bytes "
-                                          f"left, {record} needed for the vector)", "the file is truncated: "
-                                          "download it again")
+                        raise truncated(path, number, n_words, offset + pos, buffer[pos:], record)
                     buffer, offset, pos = buffer[pos:] + more, offset + pos, 0
                 word = buffer[pos:space].lstrip(b"\n")
                 if word in keys:

@@ -100,7 +100,7 @@ def word_terms(x: np.ndarray, gmm: Gmm) -> np.ndarray:
     z = (x[:, None, :] - gmm.means[None]) / np.sqrt(gmm.variances)[None]
     mu = gamma * z / np.sqrt(gmm.weights)[None, :, None]
     sigma = gamma * (z ** 2 - 1) / np.sqrt(2 * gmm.weights)[None, :, None]
-    return np.concatenate([mu.reshape(len(x), -1), sigma.reshape(len(x), -1)], axis=1)
+    return np.concatenate([mu.reshape(len(x), gmm.means.size), sigma.reshape(len(x), gmm.means.size)], axis=1)
 
 
 def fisher_vectors(counts: sp.csr_matrix, vectors: np.ndarray, gmm: Gmm, block: int = BLOCK_ROWS) -> np.ndarray:

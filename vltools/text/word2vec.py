@@ -3,7 +3,9 @@
 The paper uses the published GoogleNews vectors (Mikolov et al. 2013); they cannot be downloaded here, so the
 vectors are trained on the training split's captions with gensim's skip-gram (negative sampling, 5 noise words),
 the hyper-parameters of `Word2VecSettings`. Training is deterministic: one worker thread, a seed, and a word hash
-(CRC-32) that does not depend on PYTHONHASHSEED as Python's `hash` does. gensim is imported only when training runs.
+(CRC-32) that does not depend on PYTHONHASHSEED as Python's `hash` does (gensim 4 draws the initial vectors from the
+seed alone; the hash is its per-word seeding hook, given so that no gensim version depends on the hash seed).
+gensim is imported only when training runs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Word2VecSettings:
 
 
 def stable_hash(word: str) -> int:
-    """A hash of a word that is the same in every process (gensim seeds word vectors with it)."""
+    """A hash of a word that is the same in every process (gensim's `hashfxn`)."""
     return zlib.crc32(word.encode("utf-8"))
 
 
