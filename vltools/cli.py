@@ -47,7 +47,7 @@ STAGES = {
     "concepts": ("concepts", "SCO's concept vocabulary: the K most frequent concept words of the captions."),
     "concept-scores": ("concept_scores", "SCO's concept scores p of images: concept CNN over r regions, max-pooled."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
-    "tfidf-proxy": ("tfidf_proxy", "tf-idf proxy of semantic similarity from captions, with each image's neighbours."),
+    "tfidf-proxy": ("tfidf_proxy", "Caption proxy of semantic similarity (tf-idf, word2vec + FV), with neighbours."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
     "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
     "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
