@@ -195,3 +195,13 @@ def test_word2vec_fisher_options_and_bad_vector_files(tmp_path, capsys):
     err = fails(capsys, "tfidf-proxy", str(captions), *FV_SMALL[:4], "--components", "50", "--min-count", "1",
                 "-o", str(tmp_path / "p.h5"))
     assert "cannot fit 50 mixture components" in err and "--components" in err
+
+
+def test_word_vectors_of_none_of_the_words(tmp_path, capsys):
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions)
+    write_vectors(tmp_path / "vectors.bin", {"zebra": (1.0, 2.0), "giraffe": (0.5, 0.5)})
+    err = fails(capsys, "tfidf-proxy", str(captions), "--method", "word2vec-fv", "--word-vectors",
+                str(tmp_path / "vectors.bin"), "-o", str(tmp_path / "p.h5"))
+    assert f"{tmp_path / 'vectors.bin'}: none of the 9 words" in err and "training split" in err
+    assert not (tmp_path / "p.h5").exists()

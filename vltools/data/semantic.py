@@ -120,16 +120,18 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
     counts, terms = count_matrix(bags, len(ids))
     index = {word: i for i, word in enumerate(word_vectors.words)}
     known = np.array([i for i, term in enumerate(terms) if term in index], dtype=np.int64)
-    counts = counts[:, known].tocsr()
     vectors = word_vectors.vectors[[index[terms[i]] for i in known]].astype(np.float64)
-    train_counts = np.asarray(counts[train].sum(axis=0)).ravel()
+    train_counts = np.asarray(counts[train][:, known].sum(axis=0)).ravel()
     if not train_counts.any():
-        raise VLToolsError(f"no word of the training split {train_split!r} has a word vector; give --word-vectors "
-                           f"with the captions' language, or train the vectors (no --word-vectors)")
+        train_words = np.count_nonzero(np.asarray(counts[train].sum(axis=0)))
+        raise input_error(vectors_path, None, f"none of the {train_words} words of the captions of the training "
+                          f"split {train_split!r} has a vector here", "give the vectors of the captions' language, "
+                          "or train them (no --word-vectors)")
     try:
         gmm = fit_gmm(vectors[train_counts > 0], train_counts[train_counts > 0], fisher)
     except ValueError as exc:
         raise VLToolsError(f"Gaussian mixture: {exc} of the training split; lower --components") from None
+    counts = counts[:, known].tocsr()
     matrix = sp.csr_matrix(fisher_vectors(counts, vectors, gmm))
     empty = np.flatnonzero(np.diff(counts.indptr) == 0)
     if len(empty):
