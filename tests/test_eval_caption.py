@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.caption import java_path, pair_predictions, rouge_l, score_captions
+from vltools.eval.caption import java_path, meteor_pairs, pair_predictions, rouge_l, score_captions
 from vltools.io.caption_files import read_caption_file
+
+DATA = Path(__file__).parent / "data"
 
 
 def write(path, text: str):
@@ -148,3 +151,23 @@ def test_an_empty_reference_scores_as_pycocoevalcap_scores_it(tmp_path):
     expected["CIDEr"] = Cider().compute_score(gts, res)[0]
     assert scores.metrics == pytest.approx(expected, abs=1e-9)
     assert scores.per_item["1"]["CIDEr"] > 0
+
+
+def test_meteor_pairs_equal_pycocoevalcaps_meteor_of_each_pair_alone(caplog):
+    """Real COCO captions (a generated one against three of its references, and references against each other),
+    each pair also scored alone by pycocoevalcap's own Meteor: one compute_score call per pair."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    entries = json.loads((DATA / "coco_caption" / "fakecap_1000_tokenized_refs_and_tests.spice_input.json")
+                         .read_text(encoding="utf-8"))[:4]
+    pairs = [(entry["test"], ref) for entry in entries for ref in entry["refs"][:3]]
+    pairs += [(entries[0]["refs"][1], entries[0]["refs"][0]), (entries[0]["refs"][0], entries[0]["refs"][1]),
+              ("A man rides a horse.", "a man riding a horse"), pairs[0]]
+    caplog.set_level("INFO", logger="vltools")
+    scores = meteor_pairs(pairs, chunk=5)    # three chunks: the chunk boundary is crossed
+    reference = Meteor()
+    expected = {(h, r): reference.compute_score({"0": [r]}, {"0": [h]})[1][0] for h, r in pairs}
+    assert scores == pytest.approx(expected, abs=1e-12)
+    assert len(scores) == len(pairs) - 1
+    assert scores[pairs[12]] != scores[pairs[13]]    # the argument order matters: hypothesis, then reference
+    assert "METEOR: 16 sentence pairs, 15 distinct" in caplog.text

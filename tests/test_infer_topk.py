@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.infer.topk import exact_search, faiss_available, rankings, search, topk_rows
+from vltools.infer.topk import exact_search, faiss_available, search, topk_rows
 
 
 def brute(queries: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -39,14 +39,6 @@ def test_exact_search_blocks_match_brute_force(data, batch_queries, batch_galler
     want_values, want_indices = brute(queries, gallery, 6)
     np.testing.assert_array_equal(indices, want_indices)
     np.testing.assert_allclose(values, want_values, rtol=1e-5, atol=1e-6)
-
-
-def test_rankings_records_drop_missing_results():
-    values = np.array([[0.9, 0.5, -np.inf]], dtype=np.float32)
-    indices = np.array([[2, 0, -1]])
-    (record,) = rankings(["q"], ["a", "b", "c"], values, indices, "i2t")
-    assert record == {"query": "q", "direction": "i2t", "ids": ["c", "a"], "scores": [pytest.approx(0.9),
-                                                                                     pytest.approx(0.5)]}
 
 
 def test_empty_inputs_are_an_error(data):

@@ -1,10 +1,11 @@
 import json
 import re
 
+import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.records import caption_ids, detect_kind, id_file_name, read_records, write_records
+from vltools.io.records import caption_ids, detect_kind, id_file_name, ranking_records, read_records, write_records
 
 GOOD = {
     "captions": {"image_id": "a", "caption": "a red circle", "split": "train", "caption_id": "a#0"},
@@ -182,3 +183,11 @@ def test_a_bidirectional_control_or_a_name_that_is_not_utf8_in_an_id_is_refused(
     write_lines(path, [json.dumps(GOOD[kind]), json.dumps({**GOOD[kind], "caption_id": "z", name: value})])
     with pytest.raises(VLToolsError, match=rf"bad.jsonl: line 2: field '{name}' {re.escape(problem)}; ids name"):
         read_records(path, kind)
+
+
+def test_rankings_records_drop_missing_results():
+    values = np.array([[0.9, 0.5, -np.inf]], dtype=np.float32)
+    indices = np.array([[2, 0, -1]])
+    (record,) = ranking_records(["q"], ["a", "b", "c"], values, indices, "i2t")
+    assert record == {"query": "q", "direction": "i2t", "ids": ["c", "a"], "scores": [pytest.approx(0.9),
+                                                                                     pytest.approx(0.5)]}

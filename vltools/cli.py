@@ -48,6 +48,7 @@ STAGES = {
     "concept-scores": ("concept_scores", "SCO's concept scores p of images: concept CNN over r regions, max-pooled."),
     "caption": ("caption", "Captions of images by beam search, greedy or sampling; --logp scores captions."),
     "tfidf-proxy": ("tfidf_proxy", "Caption proxy of semantic similarity (tf-idf, word2vec + FV), with neighbours."),
+    "caption-kernel": ("caption_kernel", "METEOR match kernel of two images' captions for user-study pairs (Gordo 4)."),
     "mine-triplets": ("mine_triplets", "Hard (query, relevant, irrelevant) image triplets from a proxy (Gordo 6.1)."),
     "baseline": ("baseline", "Pair descriptions that look at no image (most frequent, text-only)."),
     "explain": ("explain", "Grad-CAM pictures of the regions that make ranked image pairs similar (Gordo Fig. 3)."),
@@ -89,6 +90,8 @@ EXAMPLES = {
                       "    -o concept_scores.h5",
     "tfidf-proxy": "vltools tfidf-proxy world/captions.jsonl --k 8 -o proxy.h5",
     "mine-triplets": "vltools mine-triplets proxy.h5 -o triplets.jsonl",
+    "caption-kernel": "vltools caption-kernel world/regions.jsonl --pairs world/user_study.jsonl -o kernel.jsonl\n"
+                      "vltools score semantic kernel.jsonl --triplets world/user_study.jsonl",
     "baseline": "vltools baseline most-frequent world/pairs.jsonl --split test -o descriptions.jsonl",
     "explain": "vltools train --model rmac world/images.jsonl proxy.h5 --epochs 1 --batch-size 16 \\\n"
                "    --set model.backbone=resnet18 --set model.scales=1.0 --set task.weights=none \\\n"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from vltools.io.progress import log, quiet_children
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
 SPICE_CORENLP = "stanford-corenlp-3.6.0"
+# sentence pairs meteor_pairs sends before reading their statistics back: 256 lines of at most 23 numbers stay
+# under the 64 KiB pipe buffer, so java never blocks on a full stdout while it still has input to read
+METEOR_CHUNK = 256
 
 
 @dataclass
@@ -141,6 +145,46 @@ def _meteor() -> Iterator[object]:
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+def meteor_field(text: str) -> str:
+    """`text` as one field of the METEOR jar's line protocol: one line, no `|||` (its field separator)."""
+    return " ".join(text.replace("|||", " ").split())
+
+
+def meteor_pairs(pairs: Iterable[tuple[str, str]], chunk: int = METEOR_CHUNK) -> dict[tuple[str, str], float]:
+    """METEOR 1.5 of each distinct (hypothesis, reference) pair, the reference alone, as pycocoevalcap computes it
+    (its jar, English, `-norm`: the jar lower-cases and tokenises), each pair scored once, in one java process.
+
+    The jar's `-stdio` protocol: `SCORE ||| reference ||| hypothesis` answers the pair's statistics, and
+    `EVAL ||| stats ||| stats ...` each one's score, then their aggregate. Pairs go `chunk` at a time, each chunk's
+    answers read before the next is sent, so that neither pipe fills while the other side waits (the deadlock of
+    writing tens of thousands of lines first). Logs how many pairs were asked, how many distinct, pairs per second.
+    """
+    asked = 0
+    scores: dict[tuple[str, str], float] = {}
+    for pair in pairs:
+        asked += 1
+        scores.setdefault(pair, 0.0)
+    distinct = list(scores)
+    start = time.perf_counter()
+    with _meteor() as scorer:
+        process = scorer.meteor_p
+        for first in range(0, len(distinct), chunk):
+            block = distinct[first:first + chunk]
+            process.stdin.write("".join(f"SCORE ||| {meteor_field(reference)} ||| {meteor_field(hypothesis)}\n"
+                                        for hypothesis, reference in block).encode())
+            process.stdin.flush()
+            stats = [process.stdout.readline().decode().strip() for _ in block]
+            process.stdin.write(f"EVAL ||| {' ||| '.join(stats)}\n".encode())
+            process.stdin.flush()
+            for pair in block:
+                scores[pair] = float(process.stdout.readline().decode())
+            process.stdout.readline()    # the chunk's aggregate score
+    seconds = time.perf_counter() - start
+    log.info("METEOR: %d sentence pairs, %d distinct, scored in %.1f s (%.0f pairs/s, java start included)",
+             asked, len(distinct), seconds, len(distinct) / max(seconds, 1e-9))
+    return scores
 
 
 def _bleu(gts: dict[str, list[str]], res: dict[str, list[str]]) -> tuple[list[float], list[list[float]], dict]:

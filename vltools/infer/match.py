@@ -24,10 +24,11 @@ from vltools.infer.embed import full_sims, require_separable
 from vltools.infer.loader import LoadedModel, check_features, hdf5_kind
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
-from vltools.infer.topk import EXACT, drop_self, rankings, search, topk_rows
+from vltools.infer.topk import EXACT, drop_self, search, topk_rows
 from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
+from vltools.io.records import ranking_records
 from vltools.io.sims import average_sims, read_sims
 from vltools.text.vocab import Coverage
 
@@ -64,9 +65,9 @@ class Matches:
 
     def rankings(self) -> Iterator[dict]:
         """Rankings records (the rankings JSONL kind): every row's list, then every column's."""
-        yield from rankings(self.row_ids, self.column_ids, *self.forward, self.direction)
+        yield from ranking_records(self.row_ids, self.column_ids, *self.forward, self.direction)
         if self.backward is not None:
-            yield from rankings(self.column_ids, self.row_ids, *self.backward, "t2i")
+            yield from ranking_records(self.column_ids, self.row_ids, *self.backward, "t2i")
 
 
 def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:

@@ -105,19 +105,6 @@ def search(queries, gallery, k: int, index: str = EXACT, nprobe: int = 16,
     return faiss_search(queries, gallery, k, index, nprobe)
 
 
-def rankings(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.ndarray, indices: np.ndarray,
-             direction: str) -> Iterator[dict]:
-    """Rankings records (vltools `rankings` JSONL kind) from top-k scores and gallery indices, queries in order.
-
-    FAISS marks missing results (an IVF probe that found fewer than k) with index -1; those are dropped.
-    """
-    for query, row_values, row_indices in zip(query_ids, np.asarray(values), np.asarray(indices), strict=True):
-        keep = row_indices >= 0
-        yield {"query": query, "direction": direction,
-               "ids": [gallery_ids[i] for i in row_indices[keep]],
-               "scores": [float(v) for v in row_values[keep]]}
-
-
 def drop_self(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.ndarray, indices: np.ndarray,
               k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-(k + 1) lists without the query's own id (where the gallery holds it), cut to k; -1 pads short lists."""

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
 from vltools.io.ids import id_problem
@@ -272,6 +274,20 @@ def caption_ids(records: Iterable[dict], path: object = "captions") -> list[str]
                                    "give every caption a caption_id, or none")
             first[caption_id] = number
     return ids
+
+
+def ranking_records(query_ids: Sequence[str], gallery_ids: Sequence[str], values: np.ndarray, indices: np.ndarray,
+                    direction: str) -> Iterator[dict]:
+    """Rankings records (vltools `rankings` JSONL kind) from top-k scores and gallery indices, queries in order.
+
+    Index -1 marks a missing result (FAISS's, when an IVF probe found fewer than k; the padding of lists shorter
+    than the longest); those are dropped.
+    """
+    for query, row_values, row_indices in zip(query_ids, np.asarray(values), np.asarray(indices), strict=True):
+        keep = row_indices >= 0
+        yield {"query": query, "direction": direction,
+               "ids": [gallery_ids[i] for i in row_indices[keep]],
+               "scores": [float(v) for v in row_values[keep]]}
 
 
 def read_records(path: str | os.PathLike, kind: str) -> list[dict]:
