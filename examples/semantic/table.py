@@ -1,10 +1,11 @@
 """Print Gordo & Larlus's Table 2 (and Table 1 when a user study is given) from `vltools score semantic` JSON files,
 and draw Figure 2 (NDCG@R and PCC@R of every row).
 
-Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J --proxy PROXY.h5 [--split S] [--first N]
-       [--triplets USER_STUDY.jsonl] [--objects OBJECTS.json] [--figure FIG.png]
-The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same queries and
-database, scored by vltools' own functions; mean and standard deviation.
+Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J [objects=J meteor=J word2vec=J generated=J]
+       --proxy PROXY.h5 [--split S] [--first N] [--triplets USER_STUDY.jsonl] [--figure FIG.png]
+With --triplets, Table 1 needs the four proxy rows (objects, meteor, word2vec, generated: `score semantic` JSON with
+user_agreement). The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same
+queries and database, scored by vltools' own functions; mean and standard deviation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("
 # the paper's Table 2 on Visual Genome: US, NDCG AUC, PCC AUC
 PAPER = {"oracle": (76.3, 100, 100), "random": (50.0, 10.2, -0.2), "baseline": (64.0, 58.4, 16.1),
          "wsabie": (67.8, 61.0, 15.7), "v": (76.9, 70.1, 20.7), "vt": (77.2, 68.8, 21.1), "vtt": (78.6, 74.4, 22.5)}
+# Table 1 below the annotators, in the paper's order: row, label, the paper's agreement
+TABLE1 = (("baseline", "Visual baseline: R-MAC", "64.0"), ("objects", "Object annotations: tf-idf", "63.4"),
+          ("meteor", "Human captions: METEOR", "72.1"), ("word2vec", "Human captions: word2vec + FV", "70.1"),
+          ("oracle", "Human captions: tf-idf", "76.3"), ("generated", "Generated captions: tf-idf", "62.5"),
+          ("random", "Random (x5)", "50.0 +- 0.8"))
 
 
 def random_rows(proxy_path: str, split: str, first: int | None, triplets: str | None) -> list[dict]:
@@ -76,7 +82,6 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--first", type=int)
     parser.add_argument("--triplets")
-    parser.add_argument("--objects")
     parser.add_argument("--figure")
     args = parser.parse_args()
     results = {}
@@ -84,6 +89,9 @@ def main() -> None:
         name, path = item.split("=", 1)
         with open(path, encoding="utf-8") as stream:
             results[name] = [json.load(stream)]
+    missing = [name for name, _, _ in TABLE1 if name != "random" and name not in results]
+    if args.triplets and missing:
+        parser.error(f"--triplets: Table 1 needs the rows {', '.join(missing)} (NAME=score.json)")
     results["random"] = random_rows(args.proxy, args.split, args.first, args.triplets)
     print(args.title)
     print(f"{'Method':<30}{'US':>14}{'NDCG AUC':>14}{'PCC AUC':>14}    paper (Visual Genome): US / NDCG / PCC")
@@ -97,14 +105,9 @@ def main() -> None:
     if args.triplets:
         print("\nTable 1: agreement with the (simulated) users, percent")
         agreement, decisions = annotator_agreement(args.triplets)
-        lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6"),
-                 ("Visual baseline: R-MAC", cell([r.get("user_agreement") for r in results["baseline"]]), "64.0")]
-        if args.objects:
-            with open(args.objects, encoding="utf-8") as stream:
-                lines.append(("Object annotations: tf-idf", cell([json.load(stream).get("user_agreement")]), "63.4"))
-        lines += [("Human captions: METEOR", "not run (README)", "72.1"),
-                  ("Human captions: tf-idf", cell([r.get("user_agreement") for r in results["oracle"]]), "76.3"),
-                  ("Random (x5)", cell([r.get("user_agreement") for r in results["random"]]), "50.0 +- 0.8")]
+        lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6")]
+        lines += [(label, cell([r.get("user_agreement") for r in results[name]]), paper)
+                  for name, label, paper in TABLE1]
         print(f"{'Method':<30}{'score':>18}    paper")
         for label, value, paper in lines:
             print(f"{label:<30}{value:>18}    {paper}")
