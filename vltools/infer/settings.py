@@ -14,6 +14,9 @@ from vltools.errors import VLToolsError
 from vltools.vision.limits import DEFAULT_MAX_PIXELS
 
 REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
+GLOBAL_POOLS = ("avg", "rmac", "tencrop")  # --global: average pooling, R-MAC, SCO's 10-crop average
+BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
+FEATURE_DTYPES = ("float16", "float32")   # storage types of feature datasets
 BOTTOM_UP_WEIGHTS = "bottom-up"  # the default detector: the model-store name bin/fetch_bottom_up_weights.sh registers
 CONCEPT_LEVELS = (1, 2, 3, 6)    # SCO's grid levels n (n x n windows each): 50 regions
 EXACT = "exact"                  # search over embeddings by blocked matmul (else a FAISS index factory string)
