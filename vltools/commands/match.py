@@ -70,7 +70,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str | 
     kind = input_kind(first, bool(model_paths), rerank_k)
     first_stage_model = None
     if first_stage is not None and kind == "features":
-        stage_paths = resolve_models([first_stage], "--first-stage")
+        stage_paths = resolve_models([first_stage], "first_stage")
         if len(stage_paths) != 1:
             raise VLToolsError(f"--first-stage {first_stage}: names an ensemble of {len(stage_paths)} checkpoints; "
                                "the first stage is one separable model")
