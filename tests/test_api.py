@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pydoc
 import subprocess
 import sys
 
@@ -41,9 +42,18 @@ def world(tmp_path_factory):
 
 
 def test_importing_vltools_does_not_import_torch():
-    code = "import sys, vltools; print('torch' in sys.modules, callable(vltools.match))"
+    code = "import sys, vltools; names = dir(vltools); print('torch' in sys.modules, callable(vltools.match))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_the_api_is_discoverable_with_dir_and_help():
+    api = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval"]
+    assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
+    shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
+    for name in api:     # in the module's docstring with its one line, and documented below it
+        assert f"    {name}" in shown
+    assert "match(first, second, model" in shown and "rank captions for images" in shown
 
 
 def test_match_gives_what_the_stage_writes(world, tmp_path):
@@ -57,6 +67,9 @@ def test_match_gives_what_the_stage_writes(world, tmp_path):
         (written.image_ids, written.caption_ids, written.caption_image_ids)
     assert list(found.rankings()) == read_records(tmp_path / "r.jsonl", "rankings")
     assert found.sims.shape == (7, 21)      # the test split only: 7 images x 3 captions
+    assert repr(found) == "Matches(i2t + t2i, 7 images x 21 captions, top 3, sims 7 x 21)"
+    loaded = vltools.load_model(sgr)
+    assert repr(loaded) == f"LoadedModel('sgr', {str(sgr)!r}, {len(loaded.words)} words)"
 
 
 def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world, tmp_path):

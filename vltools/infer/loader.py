@@ -50,6 +50,10 @@ class LoadedModel:
     config: dict
     payload: dict
 
+    def __repr__(self) -> str:
+        """What and where, not weights: `LoadedModel('sgr', 'sgr.pt', 1203 words)`."""
+        return f"LoadedModel({self.name!r}, {str(self.path)!r}, {len(self.words)} words)"
+
     @functools.cached_property
     def vocab(self) -> Vocabulary:
         """The caption vocabulary (text models; rmac's words are tf-idf stems, read as `words`)."""

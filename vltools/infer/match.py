@@ -75,6 +75,13 @@ class Matches:
     attrs: dict[str, str] = field(default_factory=dict)
     direction: str = "i2t"
 
+    def __repr__(self) -> str:
+        """Sizes and ids counts, not arrays: `Matches(i2t, 7 images x 21 captions, top 10, sims 7 x 21)`."""
+        rows, columns = ("query images", "images") if self.direction == "i2i" else ("images", "captions")
+        sims = "no sims" if self.sims is None else f"sims {' x '.join(map(str, self.sims.shape))}"
+        return (f"Matches({self.direction}{'' if self.backward is None else ' + t2i'}, {len(self.row_ids)} {rows} x "
+                f"{len(self.column_ids)} {columns}, top {self.forward[1].shape[-1]}, {sims})")
+
     def rankings(self) -> Iterator[dict]:
         """Rankings records (the rankings JSONL kind): every row's list, then every column's."""
         yield from ranking_records(self.row_ids, self.column_ids, *self.forward, self.direction)
