@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pydoc
 import subprocess
 import sys
 
@@ -41,9 +42,18 @@ def world(tmp_path_factory):
 
 
 def test_importing_vltools_does_not_import_torch():
-    code = "import sys, vltools; print('torch' in sys.modules, callable(vltools.match))"
+    code = "import sys, vltools; names = dir(vltools); print('torch' in sys.modules, callable(vltools.match))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_the_api_is_discoverable_with_dir_and_help():
+    api = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval"]
+    assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
+    shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
+    for name in api:     # in the module's docstring with its one line, and documented below it
+        assert f"    {name}" in shown
+    assert "match(first, second, model" in shown and "rank captions for images" in shown
 
 
 def test_match_gives_what_the_stage_writes(world, tmp_path):
@@ -57,6 +67,9 @@ def test_match_gives_what_the_stage_writes(world, tmp_path):
         (written.image_ids, written.caption_ids, written.caption_image_ids)
     assert list(found.rankings()) == read_records(tmp_path / "r.jsonl", "rankings")
     assert found.sims.shape == (7, 21)      # the test split only: 7 images x 3 captions
+    assert repr(found) == "Matches(i2t + t2i, 7 images x 21 captions, top 3, sims 7 x 21)"
+    loaded = vltools.load_model(sgr)
+    assert repr(loaded) == f"LoadedModel('sgr', {str(sgr)!r}, {len(loaded.words)} words)"
 
 
 def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world, tmp_path):
@@ -94,7 +107,7 @@ def test_models_by_store_name_and_loaded(world, tmp_path, monkeypatch):
     assert vltools.load_model("one").name == "sgr"
     with pytest.raises(VLToolsError, match="an ensemble of 2 checkpoints"):
         vltools.load_model("pair")
-    with pytest.raises(VLToolsError, match="role 'painter'"):
+    with pytest.raises(VLToolsError, match="^role must be one of matching, .*, not 'painter'$"):
         vltools.load_model(sgr, role="painter")
     with pytest.raises(VLToolsError, match="not a captioning model|captioner|caption"):
         vltools.load_model(sgr, role="captioner")
@@ -106,7 +119,7 @@ def test_errors_are_the_stage_messages(world):
         vltools.match(features, captions)
     with pytest.raises(VLToolsError, match="no captions in split 'val'"):
         vltools.match(features, captions, sgr, split="val", device="cpu")
-    with pytest.raises(VLToolsError, match="unknown option"):
+    with pytest.raises(VLToolsError, match="^colour is not an argument of vltools.extract_regions; it takes "):
         vltools.extract_regions(features, "x.h5", colour="red")
 
 
@@ -132,6 +145,102 @@ def test_extract_regions_writes_what_the_stage_writes(tmp_path):
         assert sorted(mine) == sorted(theirs)
         for name in ("regions", "boxes", "num_regions"):
             np.testing.assert_array_equal(mine[name][:], theirs[name][:])
-    with pytest.raises(VLToolsError, match="either --num-regions"):
+    with pytest.raises(VLToolsError, match="either num_regions"):
         vltools.extract_regions(images, tmp_path / "bad.h5", num_regions=5, max_regions=9)
     assert not (tmp_path / "bad.h5").exists()
+
+
+# issue 31: every argument is checked by the validators the command line's options use, before any work, in one
+# line naming the argument by its Python name; each case below was accepted, or failed deep inside, before
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"global_pool": "bogus"}, "global_pool must be one of avg, rmac, tencrop, None, not 'bogus'"),
+    ({"image_size": 10**9}, "image_size must be an integer from 16 to 4096, not 1000000000"),
+    ({"image_size": "32"}, "image_size must be an integer from 16 to 4096, not '32'"),
+    ({"image_size": 32.7}, "image_size must be an integer from 16 to 4096, not 32.7"),
+    ({"image_size": -32}, "image_size must be an integer from 16 to 4096, not -32"),
+    ({"workers": -3}, "workers must be a non-negative integer, not -3"),
+    ({"num_regions": 0}, "num_regions must be a positive integer, not 0"),
+    ({"score_threshold": NAN}, "score_threshold must be a finite number from 0 to 1, not nan"),
+    ({"max_pixels": 0}, "max_pixels must be an integer from 1 to 268435456, not 0"),
+    ({"num_region": 5}, "num_region is not an argument of vltools.extract_regions; did you mean num_regions?"),
+])
+def test_extract_regions_checks_every_argument_before_any_work(tmp_path, options, message):
+    with pytest.raises(VLToolsError) as error:
+        vltools.extract_regions(tmp_path / "absent", tmp_path / "out.h5", **options)
+    assert str(error.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_extract_regions_refuses_output_none_rather_than_writing_hdf5_to_standard_output(tmp_path):
+    with pytest.raises(VLToolsError, match=r"^output must be a file path \(str or pathlib.Path\), not None$"):
+        vltools.extract_regions(tmp_path / "absent", None)
+
+
+@pytest.mark.parametrize(("first", "options", "message"), [
+    ("f.h5", {"top_k": -1}, "top_k must be a positive integer, not -1"),
+    ("f.h5", {"top_k": "10"}, "top_k must be a positive integer, not '10'"),
+    ("f.h5", {"top_k": NAN}, "top_k must be a positive integer, not nan"),
+    ("f.h5", {"topk": 5}, "topk is not an argument of vltools.match; did you mean top_k?"),
+    ("f.h5", {"model": 5}, "model must be a checkpoint path, a model-store name, a LoadedModel or a list of them, "
+                           "not 5"),
+    ("f.h5", {"rerank_k": 0}, "rerank_k must be a positive integer, not 0"),
+    ("f.h5", {"nprobe": -1}, "nprobe must be a positive integer, not -1"),
+    ("f.h5", {"image_cache_mb": NAN}, "image_cache_mb must be a non-negative finite number, not nan"),
+    (123, {}, "first must be a file path (str or pathlib.Path), not 123"),
+])
+def test_match_checks_every_argument_before_opening_anything(tmp_path, first, options, message):
+    with pytest.raises(VLToolsError) as error:
+        vltools.match(first, tmp_path / "caps.jsonl", **{"model": "m.pt", **options})
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"beam": 10**9}, "beam must be an integer from 1 to 100, not 1000000000"),
+    ({"beam": 0}, "beam must be an integer from 1 to 100, not 0"),
+    ({"beam": -2}, "beam must be an integer from 1 to 100, not -2"),
+    ({"beam": NAN}, "beam must be an integer from 1 to 100, not nan"),
+    ({"max_len": 10**6}, "max_len must be an integer from 1 to 512, not 1000000"),
+    ({"length_penalty": NAN}, "length_penalty must be a non-negative finite number, not nan"),
+    ({"precision": "fp8"}, "precision must be one of fp32, bf16, fp16, not 'fp8'"),
+])
+def test_caption_checks_its_decoding_limits_as_the_command_line_does(tmp_path, options, message):
+    with pytest.raises(VLToolsError) as error:
+        vltools.caption(tmp_path / "absent.pt", tmp_path / "f.h5", **options)
+    assert str(error.value) == message
+
+
+def test_score_retrieval_refuses_what_is_not_a_path_without_calling_it_a_missing_file():
+    with pytest.raises(VLToolsError) as error:
+        vltools.score_retrieval({"a": 1})
+    assert str(error.value) == "scores must be a file path or a non-empty list of paths, not {'a': 1}"
+    with pytest.raises(VLToolsError, match="^fold_size must be a positive integer, not 0$"):
+        vltools.score_retrieval("s.h5", fold_size=0)
+    with pytest.raises(VLToolsError, match="^protocol must be one of full, coco1k, not 'coco5k'$"):
+        vltools.score_retrieval("s.h5", protocol="coco5k")
+
+
+def test_errors_name_python_arguments_not_command_line_options(world, tmp_path, monkeypatch):
+    features, captions, _, _ = world
+    monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
+    with pytest.raises(VLToolsError) as error:
+        vltools.match(features, captions)
+    assert "pass model=CHECKPOINT" in str(error.value) and "--model" not in str(error.value)
+    with pytest.raises(VLToolsError) as error:
+        vltools.match(features, captions, "no-such-model", device="cpu")
+    assert str(error.value).startswith("model=no-such-model: neither a checkpoint file nor a model in the store")
+    assert "--model" not in str(error.value)
+
+
+def test_scores_from_memory_are_checked_as_scores_from_files_are(world, tmp_path):
+    features, captions, sgr, _ = world
+    found = vltools.match(features, captions, sgr, device="cpu")
+    found.sims[:] = np.nan
+    with pytest.raises(VLToolsError, match=r"^matches: contains NaN or infinite scores \(row 0, image "):
+        vltools.score_retrieval(found)
+    found.sims[:] = 0.5
+    found.sims[2, 3] = np.inf
+    with pytest.raises(VLToolsError, match=r"contains NaN or infinite scores \(row 2, image "):
+        vltools.score_retrieval(found)

@@ -21,7 +21,7 @@ def test_finite_float_refuses_nan_infinities_and_values_out_of_range():
     for text in ("nan", "NaN", "inf", "-inf", "-0.5", "1", "1e400", "one"):
         result = CliRunner().invoke(show, ["--x", text])
         assert result.exit_code == 2 and "Invalid value for '--x'" in result.output, (text, result.output)
-    assert "is not a finite number" in CliRunner().invoke(show, ["--x", "nan"]).output
+    assert "must be a finite number from 0 to 1 (excluded), not nan" in CliRunner().invoke(show, ["--x", "nan"]).output
     assert SEED_RANGE.convert("4294967295", None, None) == 2**32 - 1
 
 

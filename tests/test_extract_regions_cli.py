@@ -439,4 +439,22 @@ def test_a_pixel_limit_beyond_the_stated_maximum_is_a_usage_error(photos, tmp_pa
     """--max-pixels 100000000000 was a MemoryError on the first large image."""
     out = tmp_path / "f.h5"
     assert _vltools("extract-regions", photos, *TINY, "--max-pixels", "100000000000", "-o", out) == 2
-    assert "100000000000 is not in the range 1<=x<=268435456" in capsys.readouterr().err and not out.exists()
+    assert "must be an integer from 1 to 268435456, not 100000000000" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_combination_the_library_refuses_names_the_options_and_is_a_usage_error(tmp_path, capsys):
+    """The library raises with Python names (num_regions); while the stage runs they are spelled as its options."""
+    (tmp_path / "imgs").mkdir()
+    assert "give either --num-regions (fixed K) or --min-regions/--max-regions (variable K)" in \
+        usage_error(tmp_path, capsys, "--num-regions", "5", "--max-regions", "9")
+    assert "--regions bottom-up takes no --global, --image-size, --backbone or --weights" in \
+        usage_error(tmp_path, capsys, "--regions", "bottom-up", "--global", "avg")
+    assert not (tmp_path / "f.h5").exists()
+
+
+def usage_error(tmp_path: Path, capsys: pytest.CaptureFixture, *args: str) -> str:
+    """Standard error of `extract-regions tmp_path/imgs ARGS -o f.h5`, which must exit 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["extract-regions", str(tmp_path / "imgs"), *args, "-o", str(tmp_path / "f.h5")])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err

@@ -147,7 +147,7 @@ def test_vocabularies_are_stored_as_json_attributes(tmp_path, weights, items):
 
 def test_weights_by_model_store_name(tmp_path, monkeypatch, weights, items, fixed):
     monkeypatch.setenv("VLTOOLS_MODELS", str(tmp_path / "store"))
-    with pytest.raises(VLToolsError, match="--detector-weights bottom-up: neither a checkpoint file nor a model in "
+    with pytest.raises(VLToolsError, match="detector_weights=bottom-up: neither a checkpoint file nor a model in "
                                            "the store .*run `bin/fetch_bottom_up_weights.sh` in the vltools"):
         BottomUpExtractor(RUN)
     add_model("bottom-up", [weights])

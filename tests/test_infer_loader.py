@@ -36,14 +36,14 @@ def test_a_matching_checkpoint_loads_in_eval_mode_with_its_vocabulary_and_digest
 
 
 @pytest.mark.parametrize(("role", "expected"), [
-    ("captioner", r"vse.pt: a checkpoint of model 'vse', not a captioner; --init must be one of"),
+    ("captioner", r"vse.pt: a checkpoint of model 'vse', not a captioner; init must be one of"),
     ("l2c", r"vse.pt: a checkpoint of model 'vse'; describing pairs needs an l2c checkpoint"),
     ("concepts", r"vse.pt: is a 'vse' checkpoint, not a concept CNN"),
 ])
 def test_other_roles_refuse_the_checkpoint_naming_file_and_role(tmp_path, role, expected):
     save_vse(tmp_path / "vse.pt")
     with pytest.raises(VLToolsError, match=expected):
-        load_model(tmp_path / "vse.pt", role, "--init")
+        load_model(tmp_path / "vse.pt", role, "init")
 
 
 def test_a_matching_checkpoint_without_vocabulary_is_refused(tmp_path):

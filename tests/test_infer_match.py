@@ -25,7 +25,7 @@ def test_input_kind_follows_the_file_and_refuses_models_for_scored_inputs(world,
     sims = tmp_path / "s.h5"
     write_sims(sims, np.zeros((2, 3), np.float32), ["a", "b"], ["x", "y", "z"], ["a", "a", "b"])
     assert input_kind(sims, False) == "sims" and input_kind(features, True) == "features"
-    with pytest.raises(VLToolsError, match="already scored; drop --model"):
+    with pytest.raises(VLToolsError, match="already scored; drop model/rerank_k"):
         input_kind(sims, True)
     with pytest.raises(VLToolsError, match="already scored"):
         input_kind(sims, False, rerank_k=5)
@@ -41,7 +41,7 @@ def test_full_keeps_the_matrix_and_rerank_refuses_it(world):
     np.testing.assert_array_equal(lean.forward[1], np.argsort(-kept.sims, axis=1, kind="stable")[:, :2])
     with pytest.raises(VLToolsError, match="--sims needs every pair scored"):
         match_features(features, captions, [vse], full=True, rerank_k=3, first_stage=vse)
-    with pytest.raises(VLToolsError, match="--rerank K needs --first-stage"):
+    with pytest.raises(VLToolsError, match="rerank_k=K needs first_stage=VSE.pt"):
         match_features(features, captions, [vse], rerank_k=3)
 
 

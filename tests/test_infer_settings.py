@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.infer.settings import parse_shard
+from vltools.infer.settings import RunOptions, parse_shard
 
 
 def test_parse_shard_reads_i_over_n_and_refuses_the_rest():
@@ -26,3 +26,17 @@ def test_the_settings_and_the_device_choices_load_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"workers": -3}, "workers must be a non-negative integer, not -3"),
+    ({"batch_size": 0}, "batch_size must be a positive integer, not 0"),
+    ({"precision": "fp64"}, "precision must be one of fp32, bf16, fp16, not 'fp64'"),
+    ({"max_pixels": 2**40}, "max_pixels must be an integer from 1 to 268435456"),
+    ({"seed": -1}, "seed must be an integer from 0 to 4294967295, not -1"),
+    ({"strict": "yes"}, "strict must be True or False, not 'yes'"),
+])
+def test_run_options_check_each_value_when_made(options, message):
+    with pytest.raises(VLToolsError, match=message):
+        RunOptions(**options)
+    assert RunOptions(workers=0).workers == 0

@@ -61,8 +61,8 @@ def test_bad_names_and_entries_are_one_line_errors(store):
         add_model("x", [store / "saf.pt"])
     add_model("x", [store / "saf.pt"], replace=True)
     assert resolve_models(["x"]) == [store / "saf.pt"]
-    with pytest.raises(VLToolsError, match=r"--model unknown: neither a checkpoint file nor a model .*\(registered: "
-                                           r"x\); released --model models: .*`vltools models add"):
+    with pytest.raises(VLToolsError, match=r"model=unknown: neither a checkpoint file nor a model .*\(registered: "
+                                           r"x\); released models for model: .*`vltools models add"):
         resolve_models(["unknown"])
     with pytest.raises(VLToolsError, match="is a directory; give a checkpoint file or a model name"):
         resolve_models([str(store)])
@@ -101,12 +101,12 @@ def test_an_index_of_wrong_types_is_one_line_naming_file_entry_and_repair(store,
 
 
 @pytest.mark.parametrize("option, name, command", [
-    ("--model", "sgraf", "bin/fetch_sgraf_models.sh --only f30k"),
-    ("--model", "sgr-f30k", "bin/fetch_sgraf_models.sh --only f30k"),
-    ("--model", "saf-coco", "bin/fetch_sgraf_models.sh --only coco"),
-    ("--model", "sgraf-coco", "bin/fetch_sgraf_models.sh --only coco"),
-    ("--detector-weights", "bottom-up-k36", "bin/fetch_bottom_up_weights.sh --fixed36"),
-    ("--detector-weights", "bottom-up", "bin/fetch_bottom_up_weights.sh"),
+    ("model", "sgraf", "bin/fetch_sgraf_models.sh --only f30k"),
+    ("model", "sgr-f30k", "bin/fetch_sgraf_models.sh --only f30k"),
+    ("model", "saf-coco", "bin/fetch_sgraf_models.sh --only coco"),
+    ("model", "sgraf-coco", "bin/fetch_sgraf_models.sh --only coco"),
+    ("detector_weights", "bottom-up-k36", "bin/fetch_bottom_up_weights.sh --fixed36"),
+    ("detector_weights", "bottom-up", "bin/fetch_bottom_up_weights.sh"),
 ])
 def test_a_released_name_not_in_the_store_says_the_exact_command_that_gets_it(store, option, name, command):
     """`--model sgr-coco` once said only that the released SGRAF models come from bin/fetch_sgraf_models.sh, which
@@ -114,13 +114,13 @@ def test_a_released_name_not_in_the_store_says_the_exact_command_that_gets_it(st
     with pytest.raises(VLToolsError) as error:
         resolve_models([name], option)
     message = str(error.value)
-    assert message.startswith(f"{option} {name}: neither a checkpoint file nor a model in the store ")
+    assert message.startswith(f"{option}={name}: neither a checkpoint file nor a model in the store ")
     assert f"run `{command}` in the vltools source tree" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("option, commands", [
-    ("--model", ["bin/fetch_sgraf_models.sh --only f30k", "bin/fetch_sgraf_models.sh --only coco"]),
-    ("--detector-weights", ["bin/fetch_bottom_up_weights.sh --fixed36", "bin/fetch_bottom_up_weights.sh`"]),
+    ("model", ["bin/fetch_sgraf_models.sh --only f30k", "bin/fetch_sgraf_models.sh --only coco"]),
+    ("detector_weights", ["bin/fetch_bottom_up_weights.sh --fixed36", "bin/fetch_bottom_up_weights.sh`"]),
 ])
 def test_an_unknown_name_lists_the_commands_of_the_released_models_of_its_option(store, option, commands):
     with pytest.raises(VLToolsError) as error:
@@ -128,7 +128,7 @@ def test_an_unknown_name_lists_the_commands_of_the_released_models_of_its_option
     message = str(error.value)
     assert all(f"`{command}" in message for command in commands), message
     assert "vltools models available" in message
-    other = "fetch_bottom_up" if option == "--model" else "fetch_sgraf"
+    other = "fetch_bottom_up" if option == "model" else "fetch_sgraf"
     assert other not in message
 
 

@@ -8,15 +8,15 @@ import pytest
 from vltools.io.released import RELEASED, how_to_get
 
 EXPECTED = {
-    "sgraf": ("--model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
-    "sgraf-f30k": ("--model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
-    "sgr-f30k": ("--model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
-    "saf-f30k": ("--model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
-    "sgraf-coco": ("--model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
-    "sgr-coco": ("--model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
-    "saf-coco": ("--model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
-    "bottom-up-k36": ("--detector-weights", "bin/fetch_bottom_up_weights.sh --fixed36", "about 260 MB"),
-    "bottom-up": ("--detector-weights", "bin/fetch_bottom_up_weights.sh", "about 260 MB"),
+    "sgraf": ("model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
+    "sgraf-f30k": ("model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
+    "sgr-f30k": ("model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
+    "saf-f30k": ("model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
+    "sgraf-coco": ("model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
+    "sgr-coco": ("model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
+    "saf-coco": ("model", "bin/fetch_sgraf_models.sh --only coco", "about 150 MB"),
+    "bottom-up-k36": ("detector_weights", "bin/fetch_bottom_up_weights.sh --fixed36", "about 260 MB"),
+    "bottom-up": ("detector_weights", "bin/fetch_bottom_up_weights.sh", "about 260 MB"),
 }
 
 
@@ -27,22 +27,22 @@ def test_every_released_model_with_its_option_command_and_size():
 
 
 def test_a_released_name_gets_its_own_command_and_size():
-    assert how_to_get("saf-coco", "--model") == (
+    assert how_to_get("saf-coco", "model") == (
         "saf-coco is the released SAF trained on MS-COCO: run `bin/fetch_sgraf_models.sh --only coco` in the vltools "
         "source tree (it downloads about 150 MB, converts and registers it)")
 
 
 def test_a_released_name_given_to_the_other_option_says_which_option_takes_it():
-    hint = how_to_get("bottom-up-k36", "--model")
-    assert "(it is for --detector-weights, not --model)" in hint
+    hint = how_to_get("bottom-up-k36", "model")
+    assert "(it is for detector_weights, not model)" in hint
     assert "run `bin/fetch_bottom_up_weights.sh --fixed36` in" in hint
 
 
 @pytest.mark.parametrize("option, expected", [
-    ("--model", "released --model models: sgraf, sgraf-f30k, sgr-f30k, saf-f30k (`bin/fetch_sgraf_models.sh --only "
+    ("model", "released models for model: sgraf, sgraf-f30k, sgr-f30k, saf-f30k (`bin/fetch_sgraf_models.sh --only "
                 "f30k`, about 140 MB), sgraf-coco, sgr-coco, saf-coco (`bin/fetch_sgraf_models.sh --only coco`, "
                 "about 150 MB), each command run in the vltools source tree"),
-    ("--detector-weights", "released --detector-weights models: bottom-up-k36 (`bin/fetch_bottom_up_weights.sh "
+    ("detector_weights", "released models for detector_weights: bottom-up-k36 (`bin/fetch_bottom_up_weights.sh "
                            "--fixed36`, about 260 MB), bottom-up (`bin/fetch_bottom_up_weights.sh`, about 260 MB)"),
 ])
 def test_an_unknown_name_gets_the_commands_of_the_released_models_of_its_option(option, expected):

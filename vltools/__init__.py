@@ -1,6 +1,20 @@
-"""vltools: composable command-line stages for vision-language research, and the same stages as Python
-functions (`vltools.match`, `vltools.score_retrieval`, ...: see `vltools.api`), imported on first use so that the
-command line does not pay for torch before it needs it."""
+"""vltools: composable command-line stages for vision-language research, and the same stages as Python functions
+(see `vltools.api`), imported on first use so that the command line does not pay for torch before it needs it.
+
+Functions (each checks every argument before any work; errors are one-line `vltools.errors.VLToolsError`):
+    extract_regions(inputs, output, ...)  region features of images into a features HDF5 (`extract-regions`)
+    match(first, second, model, ...)      rank captions for images and images for captions; returns `Matches`
+    score_retrieval(scores, ...)          R@1/5/10 both ways, medr, meanr, rsum, mR of `Matches` or files
+    caption(model, features, ...)         one {"image_id", "caption"} per image by beam search
+    load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)
+    Matches                               what `match` returns: .sims, ids, top-k both ways, .rankings()
+
+    import vltools
+    found = vltools.match("feats.h5", "caps.jsonl", model="sgraf", top_k=10)
+    vltools.score_retrieval(found)["rsum"]
+
+help(vltools.match) and the others say more; every stage is also `vltools STAGE --help` on the command line.
+"""
 
 from __future__ import annotations
 
@@ -16,3 +30,8 @@ def __getattr__(name: str) -> object:
     if name in API:
         return getattr(importlib.import_module("vltools.api"), name)
     raise AttributeError(f"module 'vltools' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API's names with the module's own, so that dir(vltools) and tab completion show the functions."""
+    return sorted({*globals(), *API})

@@ -8,18 +8,22 @@ command line (`vltools.match(...)` is `vltools match ...` without the files in b
     vltools.caption("captioner.pt", "feats.h5")                          # [{"image_id", "caption"}, ...]
     model = vltools.load_model("sgr.pt")                                 # LoadedModel: .model is the nn.Module
 
-Errors are `vltools.errors.VLToolsError` with the same one-line messages as the stages.
+Every argument is checked before any work by the same validators as the command line's options
+(`vltools.infer.checks`); errors are `vltools.errors.VLToolsError`, one line naming the argument by its Python
+name (`top_k must be a positive integer, not -1`) or the file and what is wrong in it.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
-from vltools.data.retrieval import sims_scores, summary
-from vltools.devices import autocast, resolve_device
+from vltools.devices import PRECISIONS, autocast, resolve_device
 from vltools.errors import VLToolsError
+from vltools.infer import checks
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
@@ -41,8 +45,8 @@ def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
     """The model of a checkpoint file or of a model-store name with one member (`vltools models list`), built in
     eval mode on the CPU. `role` is what it must be able to do: matching, encodable, captioner, l2c, concepts or
     detector (see `vltools.infer.loader.ROLES`)."""
-    if role not in ROLES:
-        raise VLToolsError(f"role {role!r}: choose one of {', '.join(ROLES)}")
+    checks.path(name_or_path, "name_or_path")
+    checks.choice(role, "role", ROLES)
     paths = resolve_models([str(name_or_path)])
     if len(paths) != 1:
         raise VLToolsError(f"{name_or_path}: names an ensemble of {len(paths)} checkpoints; load its members one "
@@ -50,9 +54,27 @@ def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
     return load_checkpoint_model(paths[0], role)
 
 
-def _models(model: ModelLike) -> list[LoadedModel]:
-    """Loaded matching models from a checkpoint, a store name (all its members), a LoadedModel or a list of them."""
-    items = [model] if isinstance(model, str | os.PathLike | LoadedModel) else list(model)
+def _keywords(function: Callable, *options: type) -> set[str]:
+    """The keywords `function` takes: its own parameters and the fields of the option dataclasses its `**options`
+    fill (for `checks.known`, which suggests the nearest one to a misspelt keyword)."""
+    named = {name for name, parameter in inspect.signature(function).parameters.items()
+             if parameter.kind is not parameter.VAR_KEYWORD}
+    return named.union(*(dataclass.__dataclass_fields__ for dataclass in options))
+
+
+def _model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
+    """`model` as a list of checkpoints, store names and LoadedModels, refusing anything else by `name`."""
+    items = [model] if isinstance(model, str | os.PathLike | LoadedModel) else model
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str | os.PathLike | LoadedModel) and
+                                                       (isinstance(item, LoadedModel) or os.fspath(item))
+                                                       for item in items):
+        raise checks.ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list "
+                                         f"of them, not {model!r}")
+    return list(items)
+
+
+def _models(items: list[PathLike | LoadedModel]) -> list[LoadedModel]:
+    """Loaded matching models from checkpoints, store names (all their members) and LoadedModels."""
     loaded = [item for item in items if isinstance(item, LoadedModel)]
     paths = resolve_models([str(item) for item in items if not isinstance(item, LoadedModel)])
     return loaded + load_models(paths) if paths else loaded
@@ -65,12 +87,11 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
     path lists or an images JSONL) in a features HDF5; returns {"written": n, "failed": n}. Further keyword
     options are those of `vltools.infer.regions.RegionOptions` (num_regions, global_pool, image_size, ...) and
     `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
-    inputs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    inputs = checks.paths(inputs, "inputs")
+    checks.path(output, "output")
     region_fields = set(RegionOptions.__dataclass_fields__)
     run_fields = set(RunOptions.__dataclass_fields__)
-    unknown = sorted(set(options) - region_fields - run_fields)
-    if unknown:
-        raise VLToolsError(f"extract_regions: unknown option(s) {', '.join(unknown)}")
+    checks.known(options, _keywords(extract_regions, RegionOptions, RunOptions), "extract_regions")
     chosen = RegionOptions(regions=regions, backbone=backbone, weights=weights,
                            **{k: v for k, v in options.items() if k in region_fields})
     run = RunOptions(device=device, batch_size=batch_size, workers=workers, strict=strict,
@@ -86,8 +107,17 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     `Matches`: `.sims` (the full matrix, unless reranking), `.row_ids`, `.column_ids`, `.forward` / `.backward`
     (top-k scores and indices) and `.rankings()` (the records `match -o` writes). Further keyword options are
     those of `vltools.infer.match.Search` (block_images, block_captions, image_cache_mb, index, nprobe)."""
-    options = Search(top_k=top_k, device=resolve_device(device), precision=precision, **search)
-    models = _models(model) if model else []
+    checks.path(first, "first")
+    checks.path(second, "second")
+    items = _model_items(model, "model")
+    checks.text(split, "split", optional=True)
+    checks.optional_integer(rerank_k, "rerank_k", 1)
+    if first_stage is not None and not isinstance(first_stage, LoadedModel):
+        checks.path(first_stage, "first_stage")
+    checks.known(search, _keywords(match, Search), "match")
+    options = Search(top_k=top_k, device=resolve_device(checks.text(device, "device")), precision=precision,
+                     **search)
+    models = _models(items) if items else []
     stage = None
     if first_stage is not None:
         stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
@@ -99,14 +129,17 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: P
     """`vltools score retrieval`: R@1/5/10 both ways, medr, meanr, rsum and mR of a `Matches` with its full
     matrix, or of files (sims HDF5 / .npy matrices, averaged when several, or one rankings JSONL with
     `captions`)."""
+    checks.path(captions, "captions", optional=True)
+    checks.choice(protocol, "protocol", PROTOCOLS)
+    checks.integer(fold_size, "fold_size", 1)
+    checks.text(split, "split", optional=True)
     if isinstance(scores, Matches):
         if scores.sims is None or scores.caption_image_ids is None:
             raise VLToolsError("these matches have no full similarity matrix with each caption's image (reranked, "
                                "or images ranked for images); score the rankings written by match -o instead")
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
-    paths = [scores] if isinstance(scores, str | os.PathLike) else list(scores)
-    return score_files(paths, captions, protocol, fold_size, split)
+    return score_files(checks.paths(scores, "scores"), captions, protocol, fold_size, split)
 
 
 def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLike | None = None, *,
@@ -114,6 +147,17 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
             batch_size: int = 50, device: str = "auto", precision: str = "fp32") -> list[dict]:
     """`vltools caption --model MODEL FEATURES [CAPTIONS]`: one {"image_id", "caption"} per image of FEATURES
     (or of the `split` of CAPTIONS, in first-mention order) by beam search (`beam` 1: greedy)."""
+    if not isinstance(model, LoadedModel):
+        checks.path(model, "model")
+    checks.path(features, "features")
+    checks.path(captions, "captions", optional=True)
+    checks.text(split, "split", optional=True)
+    checks.integer(beam, "beam", 1, checks.MAX_BEAM)
+    checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
+    checks.number(length_penalty, "length_penalty", 0)
+    checks.integer(batch_size, "batch_size", 1)
+    checks.text(device, "device")
+    checks.choice(precision, "precision", PRECISIONS)
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
     chosen = resolve_device(device)
     records = split_records(captions, split) if captions is not None else None

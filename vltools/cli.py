@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 import click
 
 from vltools import __version__
-from vltools.commands.options import binary_format, is_output_param, writes_stdout
-from vltools.errors import VLToolsError, first_line
+from vltools.commands.options import binary_format, is_output_param, option_spelling, writes_stdout
+from vltools.errors import VLToolsError, first_line, spelled
+from vltools.infer.checks import ArgumentError
 from vltools.io.atomic import (
     OUTPUT_ERRNOS,
     after_failure,
@@ -160,10 +161,14 @@ class StageGroup(click.Group):
         return guard_outputs(with_example(command, EXAMPLES[name]))
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the stage; a closed standard output (EPIPE) becomes ClosedPipe, which click does not turn into
-        exit status 1."""
+        """Run the stage, its messages naming arguments by their options; a bad argument the library refuses
+        (ArgumentError) is a usage error (exit 2) like one click refuses; a closed standard output (EPIPE)
+        becomes ClosedPipe, which click does not turn into exit status 1."""
         try:
-            return super().invoke(ctx)
+            with spelled(option_spelling):
+                return super().invoke(ctx)
+        except ArgumentError as exc:
+            raise click.UsageError(str(exc)) from None
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 raise ClosedPipe from exc

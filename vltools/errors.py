@@ -4,11 +4,40 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 
 class VLToolsError(Exception):
     """A user-facing problem: bad input, missing file, offline download. Printed as one line."""
+
+
+def python_spelling(name: str, value: str | None = None) -> str:
+    """Argument `name` as a Python caller writes it: `top_k`, or with a value `model=CHECKPOINT`."""
+    return name if value is None else f"{name}={value}"
+
+
+# how messages spell an argument: as Python keywords, unless the command line runs (vltools.cli sets its own)
+SPELLING: ContextVar[Callable[[str, str | None], str]] = ContextVar("spelling", default=python_spelling)
+
+
+def argument(name: str, value: str | None = None) -> str:
+    """Argument `name` (its Python name) as the user wrote it, for messages: `top_k` / `model=CHECKPOINT` from the
+    Python API, `--top-k` / `--model CHECKPOINT` while a stage runs from the command line. The library raises
+    with Python names; the command line maps them to its options in one place (vltools.cli)."""
+    return SPELLING.get()(name, value)
+
+
+@contextmanager
+def spelled(spelling: Callable[[str, str | None], str]) -> Iterator[None]:
+    """Spell arguments with `spelling` in the messages raised inside the block."""
+    token = SPELLING.set(spelling)
+    try:
+        yield
+    finally:
+        SPELLING.reset(token)
 
 
 def input_error(path: object, where: str | None, problem: str, fix: str | None = None) -> VLToolsError:

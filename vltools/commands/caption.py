@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import click
 
 from vltools.commands.options import (
+    BEAMS,
     CAPTION_WORDS,
     SEED_RANGE,
     FiniteFloat,
@@ -37,7 +38,7 @@ from vltools.io.progress import log
 @output_option("-o", "--output", type=click.Path(dir_okay=False),
                binary=lambda values: "HDF5" if values["logp"] else None,
                help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")
-@click.option("--beam", type=click.IntRange(min=1), default=3, show_default=True, help="Beam size; 1 = greedy.")
+@click.option("--beam", type=BEAMS, default=3, show_default=True, help="Beam size; 1 = greedy.")
 @click.option("--sample", is_flag=True, help="Sample each word from softmax(logp / temperature) instead.")
 @click.option("--temperature", type=FiniteFloat(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--max-len", type=CAPTION_WORDS, help="Most words per caption [the checkpoint's max_words].")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import (
-    MAX_GRID_LEVEL,
     batch_size_option,
     device_option,
     image_side,
@@ -16,6 +15,7 @@ from vltools.commands.options import (
     workers_option,
 )
 from vltools.errors import VLToolsError
+from vltools.infer.checks import MAX_GRID_LEVEL
 from vltools.infer.settings import CONCEPT_LEVELS, RunOptions, parse_shard
 from vltools.vision.limits import DEFAULT_MAX_PIXELS
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import Integer
 from vltools.io.progress import log
 from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 
@@ -12,7 +13,7 @@ from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 @click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Concepts JSON (default: standard output).")
-@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("-k", "--k", "k", type=Integer(min=1), default=256, show_default=True,
               help="Vocabulary size K (the most frequent concepts).")
 @click.option("--split", help="Build from the captions of this split [train when the captions have a split field, "
               "else every caption].")

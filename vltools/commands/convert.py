@@ -10,7 +10,7 @@ import json
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.options import Integer, output_option
 from vltools.data.converters import birds_to_words, bottom_up, karpathy
 from vltools.errors import VLToolsError
 from vltools.io import coco
@@ -44,7 +44,7 @@ def _wrote(count: int, what: str, output: str | None) -> None:
 @click.option("--captions", "captions_out", type=click.Path(dir_okay=False), help="Captions JSONL to write.")
 @click.option("--ids", "ids_file", type=click.Path(dir_okay=False),
               help="Image ids file (default: {split}_ids.txt or {split}_imagename.txt when present).")
-@click.option("--captions-per-image", type=click.IntRange(min=1),
+@click.option("--captions-per-image", type=Integer(min=1),
               help="Captions per image, needed when there is neither an _ims.npy nor an ids file.")
 @DTYPE
 def precomp_command(directory: str, split: str, features_out: str | None, captions_out: str | None,
@@ -218,7 +218,7 @@ def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str,
                help="Features HDF5 (default: standard output, never a terminal).")
 @click.option("--fields", default=",".join(bottom_up.ANDERSON_FIELDS), show_default=True,
               help="TSV column names, comma separated (LXMERT: " + ",".join(bottom_up.LXMERT_FIELDS) + ").")
-@click.option("--max-regions", type=click.IntRange(min=1),
+@click.option("--max-regions", type=Integer(min=1),
               help="Keep at most this many boxes per image and pad to it (default: the most of any image).")
 @DTYPE
 def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, max_regions: int | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.options import (
+    Integer,
     batch_size_option,
     device_option,
     image_side,
@@ -36,7 +37,7 @@ from vltools.io.progress import log
 @device_option()
 @click.option("--proxy", "proxy_path", type=click.Path(dir_okay=False),
               help="rmac: encode the --split images of this proxy (tfidf-proxy), in its order; needed by --with-text.")
-@click.option("--first", type=click.IntRange(min=1), help="rmac: only the first N images (e.g. 1k queries).")
+@click.option("--first", type=Integer(min=1), help="rmac: only the first N images (e.g. 1k queries).")
 @click.option("--with-text", is_flag=True, help="rmac (V+T model): image + its captions queries, "
               "l2norm(phi(image) + theta(tf-idf of its captions)).")
 @click.option("--add", "add_words", multiple=True, metavar="WORD",

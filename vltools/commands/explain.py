@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import image_side
+from vltools.commands.options import Integer, image_side
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
@@ -18,10 +18,10 @@ from vltools.io.progress import log
 @click.option("--images", "images_path", required=True, type=click.Path(), help="Images JSONL, folder or list.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for the PNG files (created).")
-@click.option("--queries", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--queries", type=Integer(min=1), default=10, show_default=True,
               help="Explain the pairs of the first N queries.")
-@click.option("--top", type=click.IntRange(min=1), default=1, show_default=True, help="Results per query.")
-@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--top", type=Integer(min=1), default=1, show_default=True, help="Results per query.")
+@click.option("--k", type=Integer(min=1), default=5, show_default=True,
               help="Signature dimensions (largest contributions to the similarity) whose gradient is followed.")
 @click.option("--image-size", type=image_side(32), help="Longest image side [the training one].")
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,

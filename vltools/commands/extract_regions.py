@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, image_run_options, image_side, make_run
-from vltools.infer.settings import BOTTOM_UP_WEIGHTS, REGION_KINDS
+from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run
+from vltools.infer.settings import BOTTOM_UP_WEIGHTS, GLOBAL_POOLS, REGION_KINDS
 from vltools.io.released import RELEASED
 
 
@@ -16,19 +16,19 @@ from vltools.io.released import RELEASED
                                       "'boxes' (original pixels); none: only --global; bottom-up: the bottom-up-"
                                       "attention features (Visual Genome detector, 2048-d, with labels and "
                                       "attributes) the released matching models were trained on.")
-@click.option("--global", "global_pool", type=click.Choice(("avg", "rmac", "tencrop")),
+@click.option("--global", "global_pool", type=click.Choice(GLOBAL_POOLS),
               help="Add /global: average pooling, R-MAC (3 levels, no whitening), or SCO's 10-crop average.")
 @click.option("--image-size", type=image_side(),
               help="Resize target: the shorter side (long side at most 5/3 of it) for detector and boxes "
                    "[600]; both sides for grid [448]; the long side for --regions none --global rmac [576].")
 @click.option("--crop-size", type=image_side(), default=224, show_default=True,
               help="Crop side for --global tencrop (the shorter side is first resized to 8/7 of it).")
-@click.option("--num-regions", type=click.IntRange(min=1),
+@click.option("--num-regions", type=Integer(min=1),
               help="Detector: exactly this many boxes per image [36] (padded with the whole-image box); bottom-up: "
                    "the released fixed-36 features.")
-@click.option("--min-regions", type=click.IntRange(min=1),
+@click.option("--min-regions", type=Integer(min=1),
               help="Detector, variable K like the bottom-up features: at least this many boxes [10] ...")
-@click.option("--max-regions", type=click.IntRange(min=1),
+@click.option("--max-regions", type=Integer(min=1),
               help="... at most this many [100], those scoring >= --score-threshold; zero-padded, /num_regions.")
 @click.option("--score-threshold", type=FiniteFloat(min=0, max=1), default=0.2, show_default=True)
 @click.option("--detector-weights",

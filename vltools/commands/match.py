@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, block_options, device_option, output_option, precision_option
+from vltools.commands.options import FiniteFloat, Integer, block_options, device_option, output_option, precision_option
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.settings import EXACT
@@ -27,20 +27,20 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
                    "Not used with two embeddings files.")
 @click.option("--split", help="Captions of this split are matched [test when the captions have a split field, else "
               "every caption].")
-@click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--top-k", type=Integer(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Rankings JSONL (default: standard output).")
 @output_option("--sims", "sims_path", type=click.Path(dir_okay=False), binary="HDF5",
               help="Also write the full n_images x n_captions matrix (HDF5 that `vltools score retrieval` reads).")
-@click.option("--rerank", "rerank_k", type=click.IntRange(min=1), metavar="K",
+@click.option("--rerank", "rerank_k", type=Integer(min=1), metavar="K",
               help="Two-stage search: --first-stage proposes K candidates per query, --model reranks only those.")
 @click.option("--first-stage", type=click.Path(dir_okay=False), metavar="VSE.pt",
               help="Separable checkpoint (vse) proposing candidates for --rerank.")
 @click.option("--index", default=EXACT, show_default=True,
               help="Search over separable embeddings: exact (blocked matmul) or a FAISS index factory string "
                    "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
-@click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--nprobe", type=Integer(min=1), default=16, show_default=True,
               help="IVF lists visited per query (FAISS IVF indexes).")
 @block_options(128, 512)
 @click.option("--image-cache-mb", type=FiniteFloat(min=0), default=2048.0, show_default=True,
@@ -70,7 +70,7 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str | 
     kind = input_kind(first, bool(model_paths), rerank_k)
     first_stage_model = None
     if first_stage is not None and kind == "features":
-        stage_paths = resolve_models([first_stage], "--first-stage")
+        stage_paths = resolve_models([first_stage], "first_stage")
         if len(stage_paths) != 1:
             raise VLToolsError(f"--first-stage {first_stage}: names an ensemble of {len(stage_paths)} checkpoints; "
                                "the first stage is one separable model")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
@@ -17,11 +17,11 @@ from vltools.io.progress import log
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Triplets JSONL {query, positive, negative} (default: standard output).")
 @click.option("--split", default="train", show_default=True, help="Mine among the images of this split.")
-@click.option("--queries", type=click.IntRange(min=1), default=500, show_default=True, help="N queries a round.")
-@click.option("--relevant", type=click.IntRange(min=1), default=9, show_default=True,
+@click.option("--queries", type=Integer(min=1), default=500, show_default=True, help="N queries a round.")
+@click.option("--relevant", type=Integer(min=1), default=9, show_default=True,
               help="Relevant images drawn per query (among its k proxy neighbours).")
-@click.option("--pool", type=click.IntRange(min=2), default=5000, show_default=True, help="Images in the pool.")
-@click.option("--per-pair", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--pool", type=Integer(min=2), default=5000, show_default=True, help="Images in the pool.")
+@click.option("--per-pair", type=Integer(min=1), default=100, show_default=True,
               help="Triplets kept per (query, relevant image).")
 @click.option("--margin", type=FiniteFloat(min=0), default=0.1, show_default=True,
               help="Margin m of the loss that ranks them.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.errors import argument
 from vltools.io.model_store import add_model, read_index, remove_model, store_dir
 from vltools.io.progress import log
 from vltools.io.released import RELEASED
@@ -33,8 +34,8 @@ def available_command() -> None:
     the option that takes it, what it is), then each command's sources and what else it needs."""
     entries = read_index()
     rows = [("NAME", "DOWNLOAD", "COMMAND (in the vltools source tree)", "STORED", "OPTION", "WHAT")]
-    rows += [(m.name, m.download.size(), m.download.command, "yes" if m.name in entries else "no", m.option, m.what)
-             for m in RELEASED.values()]
+    rows += [(m.name, m.download.size(), m.download.command, "yes" if m.name in entries else "no",
+              argument(m.option), m.what) for m in RELEASED.values()]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]))

@@ -9,17 +9,17 @@ This module and what it imports load no torch (nor numpy): every stage's --help 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import click
 
 from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError
-from vltools.infer.settings import RunOptions, parse_shard
+from vltools.infer import checks
+from vltools.infer.checks import MAX_BEAM, MAX_CAPTION_WORDS, MAX_IMAGE_SIDE, MAX_SEED
+from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, parse_shard
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
-BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:K."
 PRECISION_HELP = ("Compute precision of the model's forward passes: fp32, or autocast to bf16 or fp16 (fp16 is "
                   "meant for GPUs; its coarse steps can tie close similarity scores).")
@@ -72,6 +72,20 @@ def is_output_param(param: click.Parameter | str | None) -> bool:
                             or param.startswith("out_"))
 
 
+def option_spelling(name: str, value: str | None = None) -> str:
+    """How the running stage spells the argument the library calls `name` (`vltools.errors.argument`): the
+    option whose parameter or flag is that name (`top_k`: --top-k, `model`: --model, `global_pool`: --global),
+    an argument's metavar (FEATURES), else the name as an option; with `value`, `--model CHECKPOINT`."""
+    ctx = click.get_current_context(silent=True)
+    spelling = "--" + name.replace("_", "-")
+    for param in ctx.command.params if ctx is not None else ():
+        flags = [flag for flag in param.opts if flag.startswith("--")]
+        if param.name == name or any(flag[2:].replace("-", "_") == name for flag in flags):
+            spelling = max(flags, key=len) if flags else param.human_readable_name
+            break
+    return spelling if value is None else f"{spelling} {value}"
+
+
 def check_shard(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A malformed --shard is a usage error (exit 2), found before any model is built."""
     try:
@@ -101,13 +115,13 @@ def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -
 
 def batch_size_option(default: int | None, help: str | None = None) -> Callable:
     """`--batch-size`: items per model call."""
-    return click.option("--batch-size", type=click.IntRange(min=1), default=default,
+    return click.option("--batch-size", type=Integer(min=1), default=default,
                         show_default=default is not None, help=help or "Items per model call.")
 
 
 def workers_option(default: int | None, help: str | None = None) -> Callable:
     """`--workers`: DataLoader processes decoding inputs while the model runs."""
-    return click.option("--workers", type=click.IntRange(min=0), default=default, show_default=default is not None,
+    return click.option("--workers", type=Integer(min=0), default=default, show_default=default is not None,
                         help=help or "DataLoader processes decoding inputs while the model runs (0 = in-process).")
 
 
@@ -131,7 +145,7 @@ def _alias(old: str, name: str) -> Callable:
         if value is not None:
             ctx.meta[f"alias:{name}"] = value
 
-    return click.option(old, type=click.IntRange(min=1), hidden=True, expose_value=False, callback=store)
+    return click.option(old, type=Integer(min=1), hidden=True, expose_value=False, callback=store)
 
 
 def _aliased(ctx: click.Context, param: click.Parameter, value: int) -> int:
@@ -147,9 +161,9 @@ def block_options(images: int, captions: int) -> Callable:
     return lambda func: apply([
         _alias("--batch-images", "block_images"),
         _alias("--batch-captions", "block_captions"),
-        click.option("--block-images", type=click.IntRange(min=1), default=images, show_default=True,
+        click.option("--block-images", type=Integer(min=1), default=images, show_default=True,
                      callback=_aliased, help="Images per block of the images x captions matrix."),
-        click.option("--block-captions", type=click.IntRange(min=1), default=captions, show_default=True,
+        click.option("--block-captions", type=Integer(min=1), default=captions, show_default=True,
                      callback=_aliased,
                      help="Captions per block; working memory grows with block images x block captions."),
     ], func)
@@ -169,7 +183,7 @@ def image_run_options(func: Callable) -> Callable:
         workers_option(2, "DataLoader processes decoding images while the model runs (0 = decode in-process)."),
         device_option(),
         precision_option(),
-        click.option("--dtype", type=click.Choice(("float16", "float32")), default="float16", show_default=True,
+        click.option("--dtype", type=click.Choice(FEATURE_DTYPES), default="float16", show_default=True,
                      help="Storage type of the feature datasets."),
         click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
                                                     "no output) instead of skipping it."),
@@ -178,7 +192,7 @@ def image_run_options(func: Callable) -> Callable:
         click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=60.0, show_default=True,
                      help="How often finished rows are made durable in OUT.partial/ for --resume."),
         shard_option(),
-        click.option("--max-pixels", type=click.IntRange(1, MAX_PIXELS_LIMIT), default=DEFAULT_MAX_PIXELS,
+        click.option("--max-pixels", type=Integer(1, MAX_PIXELS_LIMIT), default=DEFAULT_MAX_PIXELS,
                      show_default=True,
                      help="Images with more pixels are skipped as possible decompression bombs."),
         click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
@@ -195,30 +209,39 @@ def make_run(batch_size: int, workers: int, device: str, precision: str, dtype: 
                       seed=seed)
 
 
+class Integer(click.IntRange):
+    """The one type of every integer option: `vltools.infer.checks.integer` in its range, the check the Python
+    API makes too; a value out of range is a usage error (exit 2) naming the option, before any work."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)
+        try:
+            return checks.integer(number, param.name if param else "value", self.min, self.max)
+        except checks.ArgumentError as exc:
+            self.fail(exc.problem, param, ctx)
+
+
 class FiniteFloat(click.FloatRange):
-    """The one type of every float option: a finite number in its range; NaN, an infinity or a value out of
-    range is a usage error (exit 2) naming the option, before any work (click's FloatRange lets NaN through)."""
+    """The one type of every float option: `vltools.infer.checks.number`, a finite number in its range; NaN, an
+    infinity or a value out of range is a usage error (exit 2) naming the option, before any work (click's
+    FloatRange lets NaN through)."""
 
     name = "number"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
+        number = click.FLOAT.convert(value, param, ctx)
+        try:
+            return checks.number(number, param.name if param else "value", self.min, self.max, self.min_open,
+                                 self.max_open)
+        except checks.ArgumentError as exc:
+            self.fail(exc.problem, param, ctx)
 
 
-# Upper bounds of size options: work whose memory grows with a size must not start from a typing slip (an image
-# side of 100000 asks for terabytes; a caption of a million words decodes for hours)
-MAX_IMAGE_SIDE = 4096        # pixels: the released detectors resize to at most 1000, R-MAC to 1024
-MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions stay under 100
-MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
-
-
-def image_side(min_side: int = 16) -> click.IntRange:
+def image_side(min_side: int = 16) -> Integer:
     """The type of every image-size and crop-size option: `min_side` to MAX_IMAGE_SIDE pixels."""
-    return click.IntRange(min_side, MAX_IMAGE_SIDE)
+    return Integer(min_side, MAX_IMAGE_SIDE)
 
 
-CAPTION_WORDS = click.IntRange(1, MAX_CAPTION_WORDS)   # the type of every --max-len
-SEED_RANGE = click.IntRange(0, 2**32 - 1)    # the type of every --seed: what numpy, torch and random all accept
+CAPTION_WORDS = Integer(1, MAX_CAPTION_WORDS)   # the type of every --max-len
+BEAMS = Integer(1, MAX_BEAM)                    # the type of every --beam
+SEED_RANGE = Integer(0, MAX_SEED)               # the type of every --seed: what numpy, torch and random all accept

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import SEED_RANGE
+from vltools.commands.options import SEED_RANGE, Integer
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
@@ -38,12 +38,12 @@ FILE = click.Path(dir_okay=False)
               help="A PNG to show in the header (e.g. score semantic --plot); repeatable.")
 @click.option("--queries", help="Show only these query / item ids: comma-separated, or @FILE with one id a line "
               "(an image id also picks its captions' t2i queries).")
-@click.option("--sample", type=click.IntRange(min=0), default=100, show_default=True,
+@click.option("--sample", type=Integer(min=0), default=100, show_default=True,
               help="Queries (and captioned items) drawn at random per section; 0 = all.")
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of the sample.")
-@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True, help="Results shown per query.")
-@click.option("--page-size", type=click.IntRange(min=1), default=50, show_default=True, help="Cards per page.")
-@click.option("--thumb-size", type=click.IntRange(min=16), default=160, show_default=True,
+@click.option("--top-k", type=Integer(min=1), default=5, show_default=True, help="Results shown per query.")
+@click.option("--page-size", type=Integer(min=1), default=50, show_default=True, help="Cards per page.")
+@click.option("--thumb-size", type=Integer(min=16), default=160, show_default=True,
               help="Longer side of the thumbnails in pixels.")
 @click.option("--title", default="vltools report", show_default=True)
 @click.option("--force", is_flag=True, help="Replace OUT if it holds an earlier report.")
@@ -51,7 +51,7 @@ FILE = click.Path(dir_okay=False)
               help="Features HDF5 with /boxes (extract-regions --regions bottom-up or detector): draw each image's "
                    "boxes with their object and attribute labels (\"red car\") on its thumbnail; leave out to draw "
                    "none.")
-@click.option("--max-boxes", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--max-boxes", type=Integer(min=1), default=10, show_default=True,
               help="Boxes drawn per image, the highest-scoring first.")
 def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], item_scores: tuple[str, ...],
             images: tuple[str, ...], captions: str | None, pairs: str | None, scores: tuple[str, ...],

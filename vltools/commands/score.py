@@ -7,7 +7,7 @@ import math
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.options import Integer, output_option
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.numbers import dumps
@@ -115,7 +115,7 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
 @click.option("--protocol", type=click.Choice(["full", "coco1k"]), default="full", show_default=True,
               help="full: all images and captions at once (COCO 5K, Flickr30K 1K); coco1k: mean over folds of "
                    "--fold-size images and their captions, in file order.")
-@click.option("--fold-size", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--fold-size", type=Integer(min=1), default=1000, show_default=True,
               help="Images per fold for --protocol coco1k.")
 @click.option("--split", help="With --captions: score only the captions of this split [for rankings and sims, the "
               "split whose captions match ranked; else every caption]. A .npy matrix in the precomp layout names "
@@ -153,7 +153,7 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
 @output_option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
 @click.option("--split", default="test", show_default=True,
               help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
-@click.option("--queries", type=click.IntRange(min=1),
+@click.option("--queries", type=Integer(min=1),
               help="When MODEL is a proxy file: the first N images of the split are the queries [all].")
 def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None, split: str,
              queries: int | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
 from vltools.io.progress import log
 
 
@@ -12,12 +12,12 @@ from vltools.io.progress import log
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
               help="Random seed; same seed and options, same files.")
-@click.option("--images", type=click.IntRange(min=10), default=1000, show_default=True, help="Images in the main set.")
-@click.option("--pairs", type=click.IntRange(min=0), default=400, show_default=True,
+@click.option("--images", type=Integer(min=10), default=1000, show_default=True, help="Images in the main set.")
+@click.option("--pairs", type=Integer(min=0), default=400, show_default=True,
               help="Image pairs with difference descriptions (0: none).")
-@click.option("--aux-images", type=click.IntRange(min=0), default=1000, show_default=True,
+@click.option("--aux-images", type=Integer(min=0), default=1000, show_default=True,
               help="Images with single-image captions for the auxiliary task (0: none).")
-@click.option("--size", type=click.IntRange(48, 1024), default=96, show_default=True, help="Image side in pixels.")
+@click.option("--size", type=Integer(48, 1024), default=96, show_default=True, help="Image side in pixels.")
 @click.option("--edit-fraction", type=FiniteFloat(min=0, max=1, max_open=True), default=0.4, show_default=True,
               help="About this fraction of main images are one-change edits of another (near-duplicates).")
 @click.option("--force", is_flag=True, help="Replace OUT if it holds an earlier synthetic world.")

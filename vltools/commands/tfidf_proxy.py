@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.options import Integer, output_option
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
 from vltools.text.word2vec import Word2VecSettings
@@ -42,19 +42,19 @@ def check_method(ctx: click.Context, method: str) -> None:
 @click.option("--word-vectors", type=click.Path(dir_okay=False),
               help="word2vec-fv: read the captions' words from this word2vec binary file (e.g. "
                    "GoogleNews-vectors-negative300.bin) instead of training vectors on the training split.")
-@click.option("--components", type=click.IntRange(min=1), default=FV.components, show_default=True,
+@click.option("--components", type=Integer(min=1), default=FV.components, show_default=True,
               help="word2vec-fv: Gaussians of the mixture (the Fisher vector has 2 x components x dim values).")
-@click.option("--dim", type=click.IntRange(min=1), default=W2V.dim, show_default=True,
+@click.option("--dim", type=Integer(min=1), default=W2V.dim, show_default=True,
               help="word2vec-fv: dimensions of the trained word vectors.")
-@click.option("--window", type=click.IntRange(min=1), default=W2V.window, show_default=True,
+@click.option("--window", type=Integer(min=1), default=W2V.window, show_default=True,
               help="word2vec-fv: skip-gram context window (words either side).")
-@click.option("--epochs", type=click.IntRange(min=1), default=W2V.epochs, show_default=True,
+@click.option("--epochs", type=Integer(min=1), default=W2V.epochs, show_default=True,
               help="word2vec-fv: training passes over the training split's captions.")
-@click.option("--min-count", type=click.IntRange(min=1), default=W2V.min_count, show_default=True,
+@click.option("--min-count", type=Integer(min=1), default=W2V.min_count, show_default=True,
               help="word2vec-fv: words seen fewer times in the training split get no vector.")
 @click.option("--seed", type=int, default=W2V.seed, show_default=True,
               help="word2vec-fv: seed of the word2vec training and of the mixture's start.")
-@click.option("--k", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--k", type=Integer(min=1), default=32, show_default=True,
               help="Nearest images kept per image, within its split (the relevant set of triplet mining).")
 @click.option("--train-split", default="train", show_default=True,
               help="The vocabulary and the idf (word2vec-fv: the trained word vectors and the mixture) are fitted "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, precision_option
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, precision_option
 from vltools.io.progress import labelled, log
 from vltools.train import TASKS, config_defaults, task_module
 
@@ -19,23 +19,23 @@ from vltools.train import TASKS, config_defaults, task_module
 @click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key (section.key or a bare key), e.g. --set model.embed_size=512.")
-@click.option("--epochs", type=click.IntRange(min=1), help="Epochs (train.epochs).")
-@click.option("--batch-size", type=click.IntRange(min=1),
+@click.option("--epochs", type=Integer(min=1), help="Epochs (train.epochs).")
+@click.option("--batch-size", type=Integer(min=1),
               help="Global batch size, split over processes (train.batch_size).")
 @click.option("--lr", type=FiniteFloat(min=0),
               help="Initial learning rate (train.lr); 0 keeps the initial weights (the semantic recipe's untrained "
               "baseline).")
-@click.option("--lr-update", type=click.IntRange(min=0),
+@click.option("--lr-update", type=Integer(min=0),
               help="Divide the learning rate by 10 every N epochs (train.lr_update).")
 @click.option("--grad-clip", type=FiniteFloat(min=0),
               help="Max total gradient norm, 0 for none (train.grad_clip).")
-@click.option("--val-every", type=click.IntRange(min=0),
+@click.option("--val-every", type=Integer(min=0),
               help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
 @click.option("--seed", type=SEED_RANGE, help="Seed of initialisation, data order and dropout (train.seed).")
 @click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
 @precision_option(None, "Forward passes in fp32 [default], or autocast to bf16 or fp16 (fp16 with a gradient "
                         "scaler; meant for GPUs) (train.precision).")
-@click.option("--workers", type=click.IntRange(min=0),
+@click.option("--workers", type=Integer(min=0),
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
 @click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, vltools vocabulary file, JSON word list or "

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 from vltools.data.captions import split_of
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval import retrieval as retrieval_eval
 from vltools.io import sims as sims_io
 from vltools.io.hdf5 import is_hdf5
@@ -40,14 +40,14 @@ def checked_captions(scores: PathLike, sims: sims_io.Sims, captions: PathLike, s
     if [ids[n] for n in chosen] != list(sims.caption_ids):
         raise VLToolsError(f"{captions}: its captions{f' of split {split!r}' if split else ''} are not the "
                            f"{len(sims.caption_ids)} captions of {scores} in the same order; give the captions file "
-                           "(and --split) that match ranked")
+                           f"(and {argument('split')}) that match ranked")
     images = [records[n]["image_id"] for n in chosen]
     if sims.caption_image_ids is not None and images != list(sims.caption_image_ids):
         n = next(k for k, (mine, theirs) in enumerate(zip(images, sims.caption_image_ids, strict=True))
                  if mine != theirs)
         raise VLToolsError(f"{captions}: caption {sims.caption_ids[n]!r} is of image {images[n]!r}, but {scores} "
                            f"ranked it as a caption of {sims.caption_image_ids[n]!r}; give the captions file match "
-                           "ranked, or drop --captions (the sims file knows each caption's image)")
+                           f"ranked, or drop {argument('captions')} (the sims file knows each caption's image)")
     return images
 
 
@@ -66,7 +66,7 @@ def captions_of(captions: PathLike, split: str | None, ranked: Iterable[str] = (
         if not chosen:
             found = sorted({str(r["split"]) for r in records if "split" in r})
             raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: "
-                               f"{', '.join(found) or 'none'}); choose one with --split")
+                               f"{', '.join(found) or 'none'}); choose one with {argument('split')}")
         records = [records[n] for n in chosen]
         ids = [ids[n] for n in chosen]
     return ids, [record["image_id"] for record in records]
@@ -86,7 +86,9 @@ def read_matrix(path: PathLike, captions: PathLike | None = None, split: str | N
 
 
 def sims_scores(sims: sims_io.Sims, source: object, protocol: str = "full", fold_size: int = 1000) -> dict:
-    """The retrieval metrics of one similarity matrix whose captions know their images."""
+    """The retrieval metrics of one similarity matrix whose captions know their images (read from a file, or
+    given from memory: either way its scores must be finite)."""
+    sims_io.refuse_nonfinite_sims(sims.sims, sims.image_ids, source)
     if sims.caption_image_ids is None:
         raise VLToolsError(f"{source}: no /caption_image_ids dataset; retrieval needs the image of each caption")
     index = sims_io.caption_image_index(sims.image_ids, sims.caption_image_ids, source)
@@ -101,10 +103,11 @@ def rankings_scores(path: PathLike, captions: PathLike | None, split: str | None
                     protocol: str = "full") -> dict:
     """The retrieval metrics of a rankings JSONL (top-k lists): an answer beyond a list counts as not found."""
     if captions is None:
-        raise VLToolsError(f"{path}: a rankings JSONL needs --captions CAPS.jsonl to know each caption's image")
+        raise VLToolsError(f"{path}: a rankings JSONL needs {argument('captions', 'CAPS.jsonl')} to know each "
+                           "caption's image")
     if protocol != "full":
-        raise VLToolsError(f"{path}: --protocol {protocol} needs a sims HDF5 file (top-k rankings cannot be re-ranked "
-                           "within folds); rerun match with --sims")
+        raise VLToolsError(f"{path}: {argument('protocol', protocol)} needs a sims HDF5 file (top-k rankings cannot "
+                           "be re-ranked within folds); rerun match with --sims")
     ranked = read_records(path, "rankings")
     ids, images = captions_of(captions, split, (record["query"] for record in ranked if record["direction"] == "t2i"))
     i2t, t2i, shortest = retrieval_eval.rankings_ranks(ranked, ids, images, path)

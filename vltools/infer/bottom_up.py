@@ -46,7 +46,7 @@ INDEX_FIELDS = ("labels", "attributes")
 
 def resolve_detector(value: str) -> Path:
     """The checkpoint of `--detector-weights`: a file, or a model-store name of one checkpoint."""
-    paths = resolve_models([value], "--detector-weights")
+    paths = resolve_models([value], "detector_weights")
     if len(paths) != 1:
         raise VLToolsError(f"--detector-weights {value}: names {len(paths)} checkpoints in the model store; a "
                            "detector is one checkpoint")
@@ -97,7 +97,7 @@ class BottomUpExtractor:
         self.num_regions, self.min_regions, self.max_regions = num_regions, min_regions, max_regions
         self.score_threshold = score_threshold
         path = resolve_detector(weights)
-        loaded = load_model(path, "detector", "--detector-weights")
+        loaded = load_model(path, "detector", "detector_weights")
         self.config = loaded.config
         proposals = int(self.config["rpn_post_nms"])
         if (num_regions or min_regions) > proposals:

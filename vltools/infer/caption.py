@@ -17,7 +17,7 @@ import torch
 
 from vltools.data.captioning import feature_fields, image_tensors
 from vltools.decoding.search import beam_search, greedy, sample
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log, progress
@@ -43,7 +43,7 @@ def split_records(captions: str | os.PathLike, split: str | None) -> list[dict]:
     if not chosen:
         found = sorted({str(r.get("split")) for r in records})
         raise VLToolsError(f"{captions}: no captions in split {split!r} (splits present: {', '.join(found)}); "
-                           "choose one of them with --split")
+                           f"choose one of them with {argument('split')}")
     return chosen
 
 

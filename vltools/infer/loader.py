@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch import nn
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
@@ -50,6 +50,10 @@ class LoadedModel:
     config: dict
     payload: dict
 
+    def __repr__(self) -> str:
+        """What and where, not weights: `LoadedModel('sgr', 'sgr.pt', 1203 words)`."""
+        return f"LoadedModel({self.name!r}, {str(self.path)!r}, {len(self.words)} words)"
+
     @functools.cached_property
     def vocab(self) -> Vocabulary:
         """The caption vocabulary (text models; rmac's words are tf-idf stems, read as `words`)."""
@@ -85,9 +89,10 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_model(path: str | os.PathLike, role: str = "matching", option: str = "--model") -> LoadedModel:
+def load_model(path: str | os.PathLike, role: str = "matching", option: str = "model") -> LoadedModel:
     """The one checkpoint loader: a vltools checkpoint (weights only) of a model `role` accepts (see ROLES),
-    built in eval mode; any other checkpoint is one line naming the file and what `option` needs."""
+    built in eval mode; any other checkpoint is one line naming the file and what argument `option` (its Python
+    name) needs."""
     payload = load_checkpoint(path)
     accepted, refusal = ROLES[role]
     name = payload.get("model")
@@ -95,17 +100,23 @@ def load_model(path: str | os.PathLike, role: str = "matching", option: str = "-
         raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
                            "trained with (retrain, or convert with --vocab)")
     if name not in accepted:
-        raise VLToolsError(refusal.format(path=path, model=name, role=option))
+        raise VLToolsError(refusal.format(path=path, model=name, role=argument(option)))
     model = model_from_checkpoint(payload, str(path))
     return LoadedModel(Path(path), str(name), model, list(payload.get("vocab") or []),
                        dict(payload.get("config") or {}), payload)
+
+
+def no_model() -> VLToolsError:
+    """The error of a stage given features to score and no model to score them with."""
+    return VLToolsError(f"no model given; pass {argument('model', 'CHECKPOINT')} or a stored name (a list of them "
+                        "for an ensemble)")
 
 
 def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
     """Load every checkpoint; an ensemble's members must share the vocabulary (same caption tokens) and the
     region features they read (img_dim, num_regions)."""
     if not paths:
-        raise VLToolsError("no model given; pass --model CHECKPOINT or a stored name (repeat it for an ensemble)")
+        raise no_model()
     loaded = [load_model(path) for path in paths]
     for other in loaded[1:]:
         if other.vocab.words != loaded[0].vocab.words:

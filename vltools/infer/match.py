@@ -19,9 +19,11 @@ import torch
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import check_images, read_split
-from vltools.errors import VLToolsError
+from vltools.devices import PRECISIONS
+from vltools.errors import VLToolsError, argument
+from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
-from vltools.infer.loader import LoadedModel, check_features, hdf5_kind
+from vltools.infer.loader import LoadedModel, check_features, hdf5_kind, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
@@ -48,6 +50,16 @@ class Search:
     index: str = EXACT
     nprobe: int = 16
 
+    def __post_init__(self) -> None:
+        """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
+        checks.integer(self.top_k, "top_k", 1)
+        checks.choice(self.precision, "precision", PRECISIONS)
+        checks.integer(self.block_images, "block_images", 1)
+        checks.integer(self.block_captions, "block_captions", 1)
+        checks.number(self.image_cache_mb, "image_cache_mb", 0)
+        checks.text(self.index, "index")
+        checks.integer(self.nprobe, "nprobe", 1)
+
 
 @dataclass
 class Matches:
@@ -62,6 +74,13 @@ class Matches:
     caption_image_ids: list[str] | None = None
     attrs: dict[str, str] = field(default_factory=dict)
     direction: str = "i2t"
+
+    def __repr__(self) -> str:
+        """Sizes and ids counts, not arrays: `Matches(i2t, 7 images x 21 captions, top 10, sims 7 x 21)`."""
+        rows, columns = ("query images", "images") if self.direction == "i2i" else ("images", "captions")
+        sims = "no sims" if self.sims is None else f"sims {' x '.join(map(str, self.sims.shape))}"
+        return (f"Matches({self.direction}{'' if self.backward is None else ' + t2i'}, {len(self.row_ids)} {rows} x "
+                f"{len(self.column_ids)} {columns}, top {self.forward[1].shape[-1]}, {sims})")
 
     def rankings(self) -> Iterator[dict]:
         """Rankings records (the rankings JSONL kind): every row's list, then every column's."""
@@ -83,7 +102,8 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it)."""
     options = search_options or Search()
     if rerank_k is not None and first_stage is None:
-        raise VLToolsError("--rerank K needs --first-stage VSE.pt, the separable model that proposes candidates")
+        raise VLToolsError(f"{argument('rerank_k', 'K')} needs {argument('first_stage', 'VSE.pt')}, the separable "
+                           "model that proposes candidates")
     if rerank_k is not None and full:
         raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
     check_header(features, [*models, *([first_stage] if rerank_k is not None else [])])
@@ -199,10 +219,10 @@ def input_kind(first: PathLike, with_models: bool, rerank_k: int | None = None) 
         if with_models or rerank_k:
             what = "similarity matrices were given, which are already scored" if kind == "sims" else \
                 "embeddings were given, which are already encoded"
-            raise VLToolsError(f"{first}: {what}; drop --model/--rerank")
+            raise VLToolsError(f"{first}: {what}; drop {argument('model')}/{argument('rerank_k')}")
         return kind
     if not with_models:
-        raise VLToolsError("no model given; pass --model CHECKPOINT or a stored name (repeat it for an ensemble)")
+        raise no_model()
     return "features"
 
 

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError
-from vltools.vision.limits import DEFAULT_MAX_PIXELS
+from vltools.infer import checks
+from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
+GLOBAL_POOLS = ("avg", "rmac", "tencrop")  # --global: average pooling, R-MAC, SCO's 10-crop average
+BACKBONE_NAMES = ("resnet101", "resnet152", "resnet50", "resnet18", "vgg19")
+FEATURE_DTYPES = ("float16", "float32")   # storage types of feature datasets
 BOTTOM_UP_WEIGHTS = "bottom-up"  # the default detector: the model-store name bin/fetch_bottom_up_weights.sh registers
 CONCEPT_LEVELS = (1, 2, 3, 6)    # SCO's grid levels n (n x n windows each): 50 regions
 EXACT = "exact"                  # search over embeddings by blocked matmul (else a FAISS index factory string)
@@ -33,6 +38,19 @@ class RunOptions:
     commit_seconds: float = 60.0
     max_pixels: int = DEFAULT_MAX_PIXELS
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
+        checks.integer(self.batch_size, "batch_size", 1)
+        checks.integer(self.workers, "workers", 0)
+        checks.text(self.device, "device")
+        checks.choice(self.precision, "precision", PRECISIONS)
+        checks.choice(self.dtype, "dtype", FEATURE_DTYPES)
+        checks.flag(self.strict, "strict")
+        checks.flag(self.resume, "resume")
+        checks.number(self.commit_seconds, "commit_seconds", 0)
+        checks.integer(self.max_pixels, "max_pixels", 1, MAX_PIXELS_LIMIT)
+        checks.integer(self.seed, "seed", 0, checks.MAX_SEED)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

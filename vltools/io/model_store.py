@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.atomic import atomic_path
 from vltools.io.released import RELEASED, how_to_get
 from vltools.io.state import read_state
@@ -121,23 +121,24 @@ def _names(entries: dict) -> str:
     return ", ".join(sorted(entries)) or "none (vltools models add NAME CKPT)"
 
 
-def resolve_models(values: Sequence[str], option: str = "--model") -> list[Path]:
-    """Checkpoint paths for the values of `option`: each a checkpoint file or a store name (all its members); a
-    name the store does not hold is an error saying how to get it (vltools.io.released)."""
+def resolve_models(values: Sequence[str], option: str = "model") -> list[Path]:
+    """Checkpoint paths for the values of argument `option` (its Python name, see `vltools.errors.argument`): each
+    a checkpoint file or a store name (all its members); a name the store does not hold is an error saying how to
+    get it (vltools.io.released)."""
     paths: list[Path] = []
     entries: dict | None = None
     for value in values:
         path = Path(value)
         if path.is_dir():
-            raise VLToolsError(f"{option} {value}: is a directory; give a checkpoint file or a model name from "
-                               "`vltools models list`")
+            raise VLToolsError(f"{argument(option, value)}: is a directory; give a checkpoint file or a model name "
+                               "from `vltools models list`")
         if path.is_file():
             paths.append(path)
             continue
         entries = read_index() if entries is None else entries
         if value not in entries:
-            raise VLToolsError(f"{option} {value}: neither a checkpoint file nor a model in the store {store_dir()} "
-                               f"(registered: {_names(entries)}); {how_to_get(value, option)}")
+            raise VLToolsError(f"{argument(option, value)}: neither a checkpoint file nor a model in the store "
+                               f"{store_dir()} (registered: {_names(entries)}); {how_to_get(value, option)}")
         for member in entries[value]["members"]:
             if not Path(member).is_file():
                 again = f", or rerun `{RELEASED[value].download.command}`" if value in RELEASED else ""

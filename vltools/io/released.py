@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vltools.errors import argument
+
 SGRAF_REPOSITORY = "https://github.com/Paranioar/SGRAF"
 MATCH_NEEDS = ("curl or wget, and unzip; `match` then reads bottom-up-attention features of your images "
                "(`extract-regions --regions bottom-up --detector-weights bottom-up-k36 --num-regions 36`, or "
@@ -36,7 +38,8 @@ class Download:
 
 @dataclass(frozen=True)
 class Released:
-    """A released model: its store name, what it is, the option that takes it, and its download."""
+    """A released model: its store name, what it is, the argument that takes it (its Python name: model,
+    detector_weights; `vltools.errors.argument` spells it as an option on the command line), and its download."""
 
     name: str
     what: str
@@ -60,29 +63,31 @@ F30K = _sgraf("f30k", "Flickr30K", "Flickr30K_SGRAF.zip", "1OBRIn1-Et49TDu8rk0wg
 COCO = _sgraf("coco", "MS-COCO", "MSCOCO_SGRAF.zip", "1SpuORBkTte_LqOboTgbYRN5zXhn4M7ag", 150)
 RELEASED = {model.name: model for model in [
     Released("sgraf", "SGRAF (SGR + SAF ensemble) trained on Flickr30K (MS-COCO after fetching with --default coco)",
-             "--model", F30K),
-    Released("sgraf-f30k", "SGRAF (SGR + SAF ensemble) trained on Flickr30K", "--model", F30K),
-    Released("sgr-f30k", "SGR trained on Flickr30K", "--model", F30K),
-    Released("saf-f30k", "SAF trained on Flickr30K", "--model", F30K),
-    Released("sgraf-coco", "SGRAF (SGR + SAF ensemble) trained on MS-COCO", "--model", COCO),
-    Released("sgr-coco", "SGR trained on MS-COCO", "--model", COCO),
-    Released("saf-coco", "SAF trained on MS-COCO", "--model", COCO),
+             "model", F30K),
+    Released("sgraf-f30k", "SGRAF (SGR + SAF ensemble) trained on Flickr30K", "model", F30K),
+    Released("sgr-f30k", "SGR trained on Flickr30K", "model", F30K),
+    Released("saf-f30k", "SAF trained on Flickr30K", "model", F30K),
+    Released("sgraf-coco", "SGRAF (SGR + SAF ensemble) trained on MS-COCO", "model", COCO),
+    Released("sgr-coco", "SGR trained on MS-COCO", "model", COCO),
+    Released("saf-coco", "SAF trained on MS-COCO", "model", COCO),
     Released("bottom-up-k36", "bottom-up-attention detector, 36 boxes per image (the features SCAN and SGRAF "
-                              "were trained on)", "--detector-weights",
+                              "were trained on)", "detector_weights",
              _bottom_up(" --fixed36", "bua-caffe-frcn-r101-k36.pth")),
-    Released("bottom-up", "bottom-up-attention detector, 10 to 100 boxes per image", "--detector-weights",
+    Released("bottom-up", "bottom-up-attention detector, 10 to 100 boxes per image", "detector_weights",
              _bottom_up("", "bua-caffe-frcn-r101-k10-100.pth")),
 ]}
 
 
 def how_to_get(name: str, option: str) -> str:
-    """What to do about `option NAME` when the store does not hold NAME: the command of a released model (flags
-    included), else the commands of the released models that `option` takes; one sentence, no line break."""
+    """What to do about argument `option` (its Python name) = NAME when the store does not hold NAME: the command
+    of a released model (flags included), else the commands of the released models that `option` takes; one
+    sentence, no line break."""
     own = "register your own checkpoints with `vltools models add NAME CKPT...`"
     released = RELEASED.get(name)
     if released is not None:
         download = released.download
-        used = "" if released.option == option else f" (it is for {released.option}, not {option})"
+        used = "" if released.option == option else \
+            f" (it is for {argument(released.option)}, not {argument(option)})"
         return (f"{name} is the released {released.what}{used}: run `{download.command}` in the vltools source "
                 f"tree (it downloads {download.size()}, converts and registers it)")
     commands: dict[Download, list[str]] = {}
@@ -93,5 +98,5 @@ def how_to_get(name: str, option: str) -> str:
         return own
     listed = ", ".join(f"{', '.join(names)} (`{download.command}`, {download.size()})"
                        for download, names in commands.items())
-    return (f"released {option} models: {listed}, each command run in the vltools source tree (`vltools models "
-            f"available` says more); or {own}")
+    return (f"released models for {argument(option)}: {listed}, each command run in the vltools source tree "
+            f"(`vltools models available` says more); or {own}")

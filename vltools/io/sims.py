@@ -40,6 +40,14 @@ def write_sims(path: str | os.PathLike | None, sims: np.ndarray, image_ids: list
     write_arrays(path, "sims", arrays, attrs)
 
 
+def refuse_nonfinite_sims(sims: np.ndarray, image_ids: Sequence[str], source: object, where: str | None = None) -> None:
+    """Refuse a similarity matrix holding NaN or an infinity, naming its source (a file, or the object scored
+    from memory) and the first bad row: the one check of every matrix a scorer ranks, read or given."""
+    if (bad := first_nonfinite(sims)) is not None:
+        raise input_error(source, where, f"contains NaN or infinite scores (row {bad}, image {image_ids[bad]!r})",
+                          "check the model that wrote it")
+
+
 def _unique(ids: list[str], path: object, name: str) -> None:
     seen: set[str] = set()
     for item in ids:
@@ -62,9 +70,7 @@ def read_sims(path: str | os.PathLike) -> Sims:
     if sims.ndim != 2 or sims.shape != (len(image_ids), len(caption_ids)):
         raise input_error(path, "/sims", f"shape {sims.shape} does not match {len(image_ids)} image ids x "
                           f"{len(caption_ids)} caption ids")
-    if (bad := first_nonfinite(sims)) is not None:
-        raise input_error(path, "/sims", f"contains NaN or infinite scores (row of image {image_ids[bad]!r})",
-                          "check the model that wrote it")
+    refuse_nonfinite_sims(sims, image_ids, path, "/sims")
     _unique(image_ids, path, "image_ids")
     _unique(caption_ids, path, "caption_ids")
     if caption_image_ids is not None and len(caption_image_ids) != len(caption_ids):
@@ -106,9 +112,7 @@ def read_npy_sims(path: str | os.PathLike, image_ids: list[str] | None = None, c
                           f"{len(caption_ids or ())} captions of the captions file",
                           "give the captions (and --split) the matrix was computed for")
     matrix = np.asarray(sims, dtype=np.float64 if sims.dtype == np.float64 else np.float32)
-    if (bad := first_nonfinite(matrix)) is not None:
-        raise input_error(path, None, f"contains NaN or infinite scores (row {bad}, image {image_ids[bad]!r})",
-                          "check the model that wrote it")
+    refuse_nonfinite_sims(matrix, image_ids, path)
     return Sims(matrix, list(image_ids), list(caption_ids or ()), list(caption_image_ids or ()) or None)
 
 

@@ -197,7 +197,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         if not options["reference"]:
             raise VLToolsError(f"--objective {objective} needs --reference REF.pt, the frozen reference captioner "
                                "(usually the MLE model)")
-        loaded = load_model(options["reference"], "captioner", "--reference")
+        loaded = load_model(options["reference"], "captioner", "reference")
         ref_payload, reference = loaded.payload, loaded.model
         reference.requires_grad_(False)
         if not init_path:
@@ -211,7 +211,7 @@ def _objective_models(model_name: str, options: dict, vocab_path: str | None
         raise VLToolsError(f"--reference is only used by the CL objectives, not {objective}")
     init = None
     if init_path:
-        init = load_model(init_path, "captioner", "--init").payload
+        init = load_model(init_path, "captioner", "init").payload
         if init["model"] != model_name:
             raise VLToolsError(f"{init_path}: a {init['model']} checkpoint cannot initialise --model {model_name}")
         if vocab_path:

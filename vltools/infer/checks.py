@@ -1,0 +1,135 @@
+"""Plain validators of the values the stages take, shared by both interfaces: the command line's option types
+(`commands/options.py`) call them at parse time and the Python API (`vltools.api`, and the option dataclasses
+it builds) before any work, so that a value is refused by the same code, within the same limits, wherever it
+comes from. Each takes the value and the argument's Python name and raises `ArgumentError` naming it (as the
+user wrote it: `top_k` from Python, `--top-k` from the command line, see `vltools.errors.argument`).
+
+No torch, no numpy: every stage's --help is built from these.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+import os
+from collections.abc import Collection, Iterable
+
+from vltools.errors import VLToolsError, argument
+
+# Upper bounds of sizes: work whose memory grows with a size must not start from a typing slip (an image side of
+# 100000 asks for terabytes; a caption of a million words decodes for hours; a beam of 10**9 allocates as much)
+MAX_IMAGE_SIDE = 4096        # pixels: the released detectors resize to at most 1000, R-MAC to 1024
+MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions stay under 100
+MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
+MAX_BEAM = 100               # beams per image: the field decodes with 1 to 20
+MAX_SEED = 2**32 - 1         # what numpy, torch and random all accept
+
+
+class ArgumentError(VLToolsError):
+    """A bad value of one argument (a usage error): `name` is its Python name, `problem` what is wrong with the
+    value, without the name (the command line's option types put the option's name in front themselves)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"{argument(name)} {problem}")
+
+
+def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = False,
+            high_open: bool = False) -> str:
+    """`kind` with its range in words: "a positive integer", "a finite number from 0 to 1", ..."""
+    article = "an" if kind[0] in "aeiou" else "a"
+    if low is None and high is None:
+        return f"{article} {kind}"
+    if high is None:
+        if low == 0:
+            return f"a positive {kind}" if low_open else f"a non-negative {kind}"
+        if low == 1 and kind == "integer" and not low_open:
+            return "a positive integer"
+        return f"{article} {kind} {'>' if low_open else '>='} {low}"
+    if low is None:
+        return f"{article} {kind} {'<' if high_open else '<='} {high}"
+    return (f"{article} {kind} from {low}{' (excluded)' if low_open else ''} to {high}"
+            f"{' (excluded)' if high_open else ''}")
+
+
+def integer(value: object, name: str, low: int | None = None, high: int | None = None) -> int:
+    """`value` as an int when it is an integer (not a bool, a float or a string) in [low, high]."""
+    wanted = _bounds("integer", low, high)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ArgumentError(name, f"must be {wanted}, not {value}")
+    return value
+
+
+def number(value: object, name: str, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False) -> float:
+    """`value` as a float when it is a finite real number (not a bool or a string) in its range (`low` excluded
+    when `low_open`, `high` when `high_open`); NaN and the infinities are refused everywhere."""
+    wanted = _bounds("finite number", low, high, low_open, high_open)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
+    value = float(value)
+    if (not math.isfinite(value) or (low is not None and (value <= low if low_open else value < low))
+            or (high is not None and (value >= high if high_open else value > high))):
+        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
+    return value
+
+
+def optional_integer(value: object, name: str, low: int | None = None, high: int | None = None) -> int | None:
+    """None, or `integer(value, ...)`: an argument whose default the stage chooses."""
+    return None if value is None else integer(value, name, low, high)
+
+
+def choice(value: object, name: str, choices: Collection[object]) -> object:
+    """`value` when it is one of `choices`."""
+    if isinstance(value, str | int | type(None)) and value in choices:
+        return value
+    raise ArgumentError(name, f"must be one of {', '.join(map(str, choices))}, not {value!r}")
+
+
+def flag(value: object, name: str) -> bool:
+    """`value` when it is True or False."""
+    if not isinstance(value, bool):
+        raise ArgumentError(name, f"must be True or False, not {value!r}")
+    return value
+
+
+def text(value: object, name: str, optional: bool = False) -> str | None:
+    """`value` when it is a non-empty string (or None, when `optional`)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ArgumentError(name, f"must be a non-empty string{' or None' if optional else ''}, not {value!r}")
+    return value
+
+
+def path(value: object, name: str, optional: bool = False) -> str | os.PathLike | None:
+    """`value` when it is a file path (a non-empty str or os.PathLike; or None, when `optional`): an int would
+    be taken for an open file descriptor, None for standard output."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ArgumentError(name, f"must be a file path (str or pathlib.Path){' or None' if optional else ''}, "
+                                  f"not {value!r}")
+    return value
+
+
+def paths(value: object, name: str) -> list[str | os.PathLike]:
+    """One path or a non-empty list (or tuple) of paths, as a list."""
+    if isinstance(value, str | os.PathLike):
+        return [path(value, name)]
+    if not isinstance(value, list | tuple) or not value:
+        raise ArgumentError(name, f"must be a file path or a non-empty list of paths, not {value!r}")
+    return [path(item, name) for item in value]
+
+
+def known(given: Iterable[str], accepted: Collection[str], function: str) -> None:
+    """Refuse a keyword `function` does not take, suggesting the nearest one it does (`topk`: top_k)."""
+    for name in given:
+        if name not in accepted:
+            near = difflib.get_close_matches(name, list(accepted), n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else f"; it takes {', '.join(sorted(accepted))}"
+            raise ArgumentError(name, f"is not an argument of vltools.{function}{hint}")
