@@ -8,7 +8,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-API = ("Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval")
+API = ("Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval", "search")
 __all__ = ["__version__", *API]
 
 
