@@ -34,5 +34,5 @@ def command(embeddings: str, output: str | None, factory: str, train_size: int, 
     from vltools.infer.index import build_index
 
     built = build_index(embeddings, output, factory, metric, train_size, seed)
-    log.info("indexed %d %s embeddings (%d-d, %s, %s)", built["count"], built.get("side", ""), built["dims"],
-             factory, metric)
+    log.info("indexed %d embeddings of %s (%d-d, %s, %s)", built["count"], built.get("side") or "unknown items",
+             built["dims"], factory, metric)

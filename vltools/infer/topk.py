@@ -9,6 +9,7 @@ matrix nor the gallery itself has to be in memory at once. With `faiss` installe
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -80,8 +81,7 @@ def require_faiss(what: str, instead: str = "") -> object:
 
 def faiss_reason(exc: BaseException) -> str:
     """What a FAISS RuntimeError says, without the C++ location that precedes it."""
-    text = first_line(exc)
-    return text.split("Error: ", 1)[-1]
+    return first_line(Exception(re.sub(r"^Error in .*? at \S+:\d+: (Error: )?", "", str(exc), flags=re.DOTALL)))
 
 
 def faiss_index(dims: int, factory: str, metric: str = "ip", option: str = "--index") -> object:
@@ -103,8 +103,8 @@ def train_and_add(built: object, blocks: Iterable[np.ndarray], train: np.ndarray
             try:
                 built.train(np.ascontiguousarray(block if train is None else train, dtype=np.float32))
             except RuntimeError as exc:
-                raise VLToolsError(f"cannot train the index: {faiss_reason(exc)}; sample more rows or use "
-                                   "fewer IVF lists") from None
+                raise VLToolsError(f"cannot train the index: {faiss_reason(exc)}; train on more rows (--train-size) "
+                                   "or choose fewer IVF lists or PQ centroids") from None
         built.add(block)
 
 
