@@ -85,10 +85,10 @@ def test_ivf_pq_recall_against_exact_is_well_above_chance(tmp_path):
     queries = clustered(np.random.default_rng(2), 100, 32, 40)
     save(tmp_path / "imgs.h5", "i", rows, "images")
     save(tmp_path / "caps.h5", "c", queries, "captions")
-    run("index", tmp_path / "imgs.h5", "--factory", "IVF16,PQ16", "--train-size", "3000", "--seed", "3",
+    run("index", tmp_path / "imgs.h5", "--factory", "IVF16,PQ16np", "--train-size", "3000", "--seed", "3",
         "-o", tmp_path / "pq.h5")
     saved = read_index(tmp_path / "pq.h5")
-    assert (saved.factory, saved.attrs["train_size"], saved.attrs["seed"]) == ("IVF16,PQ16", 3000, 3)
+    assert (saved.factory, saved.attrs["train_size"], saved.attrs["seed"]) == ("IVF16,PQ16np", 3000, 3)
     assert len(saved.data) < rows.nbytes / 2        # compressed: 16 bytes a row against 128
     found = run("match", tmp_path / "caps.h5", "--index-file", tmp_path / "pq.h5", "-k", "10", "--nprobe", "4")
     exact = np.argsort(-(queries @ rows.T), axis=1)[:, :10]

@@ -14,7 +14,8 @@ from vltools.io.progress import log
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Saved index, an HDF5 file (default: standard output, never a terminal).")
 @click.option("--factory", default=DEFAULT_FACTORY, show_default=True,
-              help="FAISS index factory string: Flat (exact), IVF1024,Flat, IVF4096,PQ64 (approximate, compressed).")
+              help="FAISS index factory string: Flat (exact), IVF1024,Flat, IVF4096,PQ64 (approximate, compressed; "
+                   "IVF4096,PQ64np skips FAISS's polysemous code training, which takes minutes).")
 @click.option("--train-size", type=click.IntRange(min=1), default=DEFAULT_TRAIN_SIZE, show_default=True,
               help="Rows sampled (with --seed) to train an IVF or PQ index; every row when there are fewer.")
 @click.option("--metric", type=click.Choice(INDEX_METRICS), default="ip", show_default=True,
