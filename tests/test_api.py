@@ -244,3 +244,22 @@ def test_scores_from_memory_are_checked_as_scores_from_files_are(world, tmp_path
     found.sims[2, 3] = np.inf
     with pytest.raises(VLToolsError, match=r"contains NaN or infinite scores \(row 2, image "):
         vltools.score_retrieval(found)
+
+
+def test_search_queries_a_saved_index_like_match_index_file(tmp_path):
+    """`vltools.search` returns the Matches of `match QUERIES --index-file`: the brute-force top-k for Flat."""
+    pytest.importorskip("faiss")
+    from index_helpers import save, unit
+
+    rng = np.random.default_rng(0)
+    images, captions = unit(rng.normal(size=(50, 8))), unit(rng.normal(size=(6, 8)))
+    save(tmp_path / "imgs.h5", "i", images, "images")
+    save(tmp_path / "caps.h5", "c", captions, "captions")
+    run("index", tmp_path / "imgs.h5", "-o", tmp_path / "g.h5")
+    found = vltools.search(tmp_path / "caps.h5", tmp_path / "g.h5", top_k=4)
+    assert "search" in vltools.__all__ and found.direction == "t2i"
+    assert (found.row_ids, found.column_ids) == ([f"c{k}" for k in range(6)], [f"i{k}" for k in range(50)])
+    np.testing.assert_array_equal(found.forward[1], np.argsort(-(captions @ images.T), axis=1)[:, :4])
+    assert list(found.rankings()) == [json.loads(line) for line in
+                                      run("match", tmp_path / "caps.h5", "--index-file", tmp_path / "g.h5", "-k", "4")
+                                      .splitlines()]

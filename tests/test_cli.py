@@ -290,7 +290,7 @@ BINARY_OUTPUTS = _binary_outputs()
 def test_every_stage_writing_hdf5_declares_it():
     stages = {names for names, _, _ in BINARY_OUTPUTS}
     assert {("extract-regions",), ("segment-pool",), ("concept-scores",), ("merge",), ("encode",), ("tfidf-proxy",),
-            ("caption",), ("match",), ("convert", "precomp"), ("convert", "bottom-up")} == stages
+            ("caption",), ("match",), ("index",), ("convert", "precomp"), ("convert", "bottom-up")} == stages
 
 
 @pytest.mark.parametrize(("names", "name", "option"), BINARY_OUTPUTS,

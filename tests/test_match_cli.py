@@ -282,3 +282,26 @@ def test_an_index_that_would_go_unused_is_refused_for_separable_models_and_score
         "-o", str(tmp_path / "r.jsonl"))
     err = fails(capsys, "match", str(tmp_path / "s.h5"), str(tmp_path / "s.h5"), "--index", "Flat")
     assert "--index Flat: the similarity matrices are already scored" in err
+
+
+def test_a_saved_index_of_the_first_stage_reranks_as_the_full_match(world, tmp_path, capsys):
+    """The first stage searches the saved index of its caption embeddings instead of indexing them again; with K
+    covering every caption the reranked lists are the full match's. An index of another model is refused."""
+    pytest.importorskip("faiss")
+    folder, features, captions, models = world
+    run("encode", str(captions), "--model", str(models["vse"]), "-o", str(tmp_path / "caps.h5"))
+    run("index", str(tmp_path / "caps.h5"), "-o", str(tmp_path / "caps.index.h5"))
+    full = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "3")
+    index = str(tmp_path / "caps.index.h5")
+    reranked = run("match", "--model", str(models["sgr"]), str(features), str(captions), "--top-k", "3",
+                   "--rerank", "18", "--first-stage", str(models["vse"]), "--index-file", index)
+    for a, b in zip(full.splitlines(), reranked.splitlines(), strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["query"], a["direction"], a["ids"]) == (b["query"], b["direction"], b["ids"])
+    other = save_tiny(tmp_path / "other_vse.pt", "vse", 7)
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--rerank", "18",
+                "--first-stage", str(other), "--index-file", str(tmp_path / "caps.index.h5"))
+    assert f"--first-stage {other}: encoded by another checkpoint (" in err and len(err.strip().splitlines()) == 1
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions),
+                "--index-file", str(tmp_path / "caps.index.h5"))
+    assert "region features are scored by --model pair by pair" in err

@@ -6,6 +6,7 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     match(first, second, model, ...)      rank captions for images and images for captions; returns `Matches`
     score_retrieval(scores, ...)          R@1/5/10 both ways, medr, meanr, rsum, mR of `Matches` or files
     caption(model, features, ...)         one {"image_id", "caption"} per image by beam search
+    search(queries, index_file, ...)      the top-k rows of a saved index (`vltools index`) for each query
     load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)
     Matches                               what `match` returns: .sims, ids, top-k both ways, .rankings()
 
@@ -22,7 +23,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-API = ("Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval")
+API = ("Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval", "search")
 __all__ = ["__version__", *API]
 
 

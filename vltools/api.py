@@ -27,7 +27,7 @@ from vltools.infer import checks
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
-from vltools.infer.match import Matches, Search, match_files
+from vltools.infer.match import Matches, Search, match_files, match_index
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.settings import RunOptions
@@ -38,7 +38,7 @@ from vltools.io.sims import Sims
 PathLike = str | os.PathLike
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
-__all__ = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval"]
+__all__ = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval", "search"]
 
 
 def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
@@ -122,6 +122,15 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     if first_stage is not None:
         stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
     return match_files(first, second, models, split, options, rerank_k is None, rerank_k, stage)
+
+
+def search(queries: PathLike, index_file: PathLike, top_k: int = 10, nprobe: int = 16) -> Matches:
+    """`vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools index`) for every
+    query of an embeddings file encoded by the same checkpoint, without rebuilding it. Returns a `Matches` whose
+    `.forward` holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
+    checks.path(queries, "queries")
+    checks.path(index_file, "index_file")
+    return match_index(queries, index_file, Search(top_k=top_k, nprobe=nprobe))
 
 
 def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: PathLike | None = None, *,

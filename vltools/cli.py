@@ -41,6 +41,7 @@ STAGES = {
     "merge": ("merge", "Join features files (shards of one extraction) into one."),
     "train": ("train", f"Train a model ({', '.join(TASKS)}) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
+    "index": ("index", "A FAISS index of embeddings, saved with its provenance (match --index-file)."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
     "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
@@ -75,6 +76,9 @@ EXAMPLES = {
              "    --set model.word_dim=32 -o vse.pt",
     "encode": "vltools encode world/captions.jsonl --model vse.pt -o caption_emb.h5",
     "match": "vltools match --model vse.pt feats.h5 world/captions.jsonl --sims sims.h5 -o ranks.jsonl",
+    "index": "vltools encode feats.h5 --model vse.pt -o image_emb.h5\n"
+             "vltools index image_emb.h5 -o images.index.h5\n"
+             "vltools match caption_emb.h5 --index-file images.index.h5 -k 5 -o t2i.jsonl",
     "score": "vltools score retrieval ranks.jsonl --captions world/captions.jsonl",
     "report": "vltools report site --rankings ranks.jsonl --captions world/captions.jsonl --images world/images.jsonl",
     "plot": "vltools plot vse.pt.log.jsonl -o curves.png",

@@ -20,14 +20,15 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 
 @click.command("match", epilog=MEMORY_NOTE)
 @click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False))
-@click.argument("second", metavar="CAPS.jsonl|CAP_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("second", metavar="[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]", required=False,
+                type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME",
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
                    "Not used with two embeddings files.")
 @click.option("--split", help="Captions of this split are matched [test when the captions have a split field, else "
               "every caption].")
-@click.option("--top-k", type=Integer(min=1), default=10, show_default=True,
+@click.option("-k", "--top-k", type=Integer(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Rankings JSONL (default: standard output).")
@@ -40,24 +41,29 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @click.option("--index", default=EXACT, show_default=True,
               help="Search over separable embeddings: exact (blocked matmul) or a FAISS index factory string "
                    "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
+@click.option("--index-file", type=click.Path(dir_okay=False), metavar="INDEX",
+              help="A saved index (vltools index) searched without rebuilding: by the queries' embeddings "
+                   "IMG_EMB.h5 or CAP_EMB.h5 alone (no second input), or as the first stage of --rerank.")
 @click.option("--nprobe", type=Integer(min=1), default=16, show_default=True,
-              help="IVF lists visited per query (FAISS IVF indexes).")
+              help="IVF lists visited per query (FAISS IVF indexes, built or saved).")
 @block_options(128, 512)
 @click.option("--image-cache-mb", type=FiniteFloat(min=0), default=2048.0, show_default=True,
               help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded); "
                    "with --rerank, the encoded candidates kept between query blocks.")
 @precision_option()
 @device_option()
-def command(first: str, second: str, model_paths: tuple[str, ...], split: str | None, top_k: int, output: str | None,
-            sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str, nprobe: int,
-            block_images: int, block_captions: int, image_cache_mb: float, precision: str, device: str) -> None:
+def command(first: str, second: str | None, model_paths: tuple[str, ...], split: str | None, top_k: int,
+            output: str | None, sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str,
+            index_file: str | None, nprobe: int, block_images: int, block_captions: int, image_cache_mb: float,
+            precision: str, device: str) -> None:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
     or two similarity matrices of `match --sims` (ranked by their mean: SGRAF from the saved SGR and SAF
     matrices), or two files from `vltools encode` (image then caption embeddings of one separable model), or two image
     embeddings files (query images then database images, e.g. rmac): images ranked for images (i2i), each query
-    left out of its own list.
+    left out of its own list. With --index-file, one embeddings file of queries searches a saved index of the
+    same model's embeddings (captions for images, images for captions, or images for images).
     Queries follow input order: images in order of first mention in the split's captions, then captions
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
@@ -67,6 +73,9 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str | 
     from vltools.io.records import write_records
     from vltools.io.sims import write_sims
 
+    if second is None and index_file is None:
+        raise click.UsageError("Missing argument '[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]' (only --index-file searches "
+                               "one input)")
     kind = input_kind(first, bool(model_paths), rerank_k)
     first_stage_model = None
     if first_stage is not None and kind == "features":
@@ -77,12 +86,13 @@ def command(first: str, second: str, model_paths: tuple[str, ...], split: str | 
         first_stage_model = load_model(stage_paths[0])
     loaded = load_models(resolve_models(model_paths)) if kind == "features" else []
     options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
-                     nprobe)
+                     nprobe, index_file)
     matches = match_files(first, second, loaded, split, options, bool(sims_path), rerank_k, first_stage_model)
     if sims_path:
         write_sims(sims_path, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
                    attrs=matches.attrs)
     write_records(output, matches.rankings())
     what = " + ".join(i.name for i in loaded) or kind
-    log.info("matched %d %s x %d %s with %s", len(matches.row_ids), "query images" if matches.direction == "i2i"
-             else "images", len(matches.column_ids), "images" if matches.direction == "i2i" else "captions", what)
+    rows, columns = {"i2i": ("query images", "images"), "t2i": ("captions", "images")}.get(matches.direction,
+                                                                                          ("images", "captions"))
+    log.info("matched %d %s x %d %s with %s", len(matches.row_ids), rows, len(matches.column_ids), columns, what)

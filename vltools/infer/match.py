@@ -23,6 +23,7 @@ from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
+from vltools.infer.index import SavedIndex, check_model, load_index, positions, search_embeddings
 from vltools.infer.loader import LoadedModel, check_features, hdf5_kind, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
@@ -39,7 +40,8 @@ PathLike = str | os.PathLike
 
 @dataclass
 class Search:
-    """How to search: results kept per query, device, precision, block sizes, cache, index (separable inputs)."""
+    """How to search: results kept per query, device, precision, block sizes, cache, index (separable inputs):
+    a FAISS factory string to build in memory, or `index_file`, a saved index (`vltools index`)."""
 
     top_k: int = 10
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -49,6 +51,7 @@ class Search:
     image_cache_mb: float = 2048.0
     index: str = EXACT
     nprobe: int = 16
+    index_file: PathLike | None = None
 
     def __post_init__(self) -> None:
         """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
@@ -122,8 +125,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
         if rerank_k is not None:
             require_separable(first_stage.model, first_stage.name, first_stage.path)
             first_stage.model.to(options.device)
+            saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen.image_ids,
+                                                        chosen.caption_ids)
             plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
-                                                               options.block_captions), options.index, options.nprobe)
+                                                               options.block_captions), options.index, options.nprobe,
+                              saved, saved_positions)
             i2t, t2i = rerank(modules, plan, images, caption_blocks, rerank_k, options.top_k, options.device,
                               options.precision, options.image_cache_mb)
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
@@ -139,6 +145,20 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
              "image_ids_digest": ids_digest(chosen.image_ids), "caption_ids_digest": ids_digest(chosen.caption_ids)}
     return Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
                    [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+
+
+def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, image_ids: Sequence[str],
+                       caption_ids: Sequence[str]) -> tuple[SavedIndex | None, np.ndarray | None]:
+    """The saved index the first stage searches (of its own image or caption embeddings), with each indexed row's
+    position among the images or captions matched."""
+    if index_file is None:
+        return None, None
+    saved = load_index(index_file)
+    check_model(saved, first_stage.digest, f"--first-stage {first_stage.path}")
+    if saved.side not in ("images", "captions"):
+        raise VLToolsError(f"{index_file}: indexes {saved.side or 'unknown'} embeddings; index the first stage's "
+                           "image or caption embeddings (vltools encode)")
+    return saved, positions(saved, image_ids if saved.side == "images" else caption_ids, saved.side)
 
 
 def check_header(features: PathLike, models: Sequence[LoadedModel]) -> None:
@@ -200,6 +220,32 @@ def _match_images(queries: Embeddings, database: Embeddings, options: Search, fu
                     "checkpoint_digest": str(queries.checkpoint_digest), "direction": "i2i"}, "i2i")
 
 
+def match_index(queries: PathLike, index_file: PathLike, search_options: Search | None = None) -> Matches:
+    """Top-k rows of a saved index (`vltools index`) for every query of an embeddings file of the same model:
+    captions for images (i2t), images for captions (t2i), or images for images (i2i, the query left out of its
+    own list), without rebuilding the index."""
+    options = search_options or Search()
+    saved = load_index(index_file)
+    found = open_embeddings(queries)
+    try:
+        direction = {("images", "captions"): "i2t", ("captions", "images"): "t2i",
+                     ("images", "images"): "i2i"}.get((found.side, saved.side))
+        if direction is None:
+            raise VLToolsError(f"{queries}: {found.side or 'unknown'} embeddings cannot query the "
+                               f"{saved.side or 'unknown'} embeddings indexed in {index_file}; query captions with "
+                               "images, images with captions, or images with images")
+        extra = 1 if direction == "i2i" else 0
+        values, indices = search_embeddings(saved, found, options.top_k + extra, options.nprobe)
+        if direction == "i2i":
+            values, indices = drop_self(found.ids, saved.ids, values, indices, options.top_k)
+        attrs = {"queries": str(queries), "index_file": str(index_file), "factory": saved.file.factory,
+                 "metric": saved.file.metric, "checkpoint_digest": str(found.checkpoint_digest),
+                 "direction": direction}
+        return Matches(list(found.ids), list(saved.ids), (values, indices), None, None, None, attrs, direction)
+    finally:
+        found.close()
+
+
 def _check_pair(images: Embeddings, captions: Embeddings) -> None:
     """Image embeddings first, caption embeddings second, both from the same checkpoint."""
     if images.side != "images":
@@ -246,12 +292,43 @@ def check_index(kind: str, index: str, models: Sequence[LoadedModel] = (), reran
                        "captions and match the two embeddings files with --index")
 
 
-def match_files(first: PathLike, second: PathLike, models: Sequence[LoadedModel] = (), split: str | None = None,
+def check_index_file(kind: str, second: PathLike | None, options: Search, rerank_k: int | None,
+                     full: bool = False) -> None:
+    """A saved index is searched by one embeddings file (no second input) or by the first stage of --rerank;
+    without one, `match` needs its second input."""
+    if options.index_file is None:
+        if second is None:
+            raise VLToolsError("match needs a second input (captions, caption embeddings or a sims file) unless "
+                               "--index-file gives a saved index to search")
+        return
+    if full:
+        raise VLToolsError("--sims needs every pair scored, which searching a saved index avoids; drop one of them")
+    if options.index != EXACT:
+        raise VLToolsError(f"--index {options.index} builds an index in memory and --index-file {options.index_file} "
+                           "is a saved one; drop one of them")
+    if kind == "embeddings" and second is not None:
+        raise VLToolsError(f"--index-file {options.index_file} is searched by the queries alone; drop {second}, "
+                           "or match the two embeddings files without --index-file")
+    if kind == "sims":
+        raise VLToolsError(f"--index-file {options.index_file}: the similarity matrices are already scored, so "
+                           "there is nothing to search; query it with embeddings of `vltools encode`")
+    if kind == "features" and (rerank_k is None or second is None):
+        raise VLToolsError(f"--index-file {options.index_file}: region features are scored by --model pair by pair; "
+                           "the index is searched by encode's embeddings (match QUERIES.h5 --index-file) or by the "
+                           "first stage of --rerank K --first-stage CKPT with FEATS.h5 CAPS.jsonl")
+
+
+def match_files(first: PathLike, second: PathLike | None, models: Sequence[LoadedModel] = (), split: str | None = None,
                 search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
                 first_stage: LoadedModel | None = None) -> Matches:
-    """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models)."""
+    """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models);
+    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index."""
     kind = input_kind(first, bool(models), rerank_k)
-    check_index(kind, (search_options or Search()).index, models, rerank_k)
+    options = search_options or Search()
+    check_index(kind, options.index, models, rerank_k)
+    check_index_file(kind, second, options, rerank_k, full)
+    if kind == "embeddings" and options.index_file is not None:
+        return match_index(first, options.index_file, options)
     if kind == "sims":
         return match_sims(first, second, (search_options or Search()).top_k)
     if kind == "embeddings":

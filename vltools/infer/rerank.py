@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.infer.embed import embed_all
+from vltools.infer.index import SavedIndex, remap
 from vltools.infer.similarity import (
     as_models,
     autocast,
@@ -36,12 +37,16 @@ TopK = tuple[np.ndarray, np.ndarray]
 
 @dataclass(frozen=True)
 class FirstStage:
-    """The separable model and its own caption tokens (its vocabulary may differ from the rerankers')."""
+    """The separable model and its own caption tokens (its vocabulary may differ from the rerankers'); `saved`, a
+    saved index of one side's embeddings by this model, searched instead of indexing that side again, with
+    `saved_positions` (each indexed row's position among that side's items, -1 outside them)."""
 
     model: nn.Module
     captions: CaptionBlocks
     index: str = "exact"
     nprobe: int = 16
+    saved: SavedIndex | None = None
+    saved_positions: np.ndarray | None = None
 
 
 def candidates(first: FirstStage, images: FeatureBlocks, k: int, device: torch.device,
@@ -49,9 +54,18 @@ def candidates(first: FirstStage, images: FeatureBlocks, k: int, device: torch.d
     """First-stage top-K caption indices per image [n_images, K] and image indices per caption [n_captions, K]."""
     image_emb = embed_all(first.model, images, "images", device, precision)
     caption_emb = embed_all(first.model, first.captions, "captions", device, precision)
-    _, i2t = search(image_emb, caption_emb, k, first.index, first.nprobe, device)
-    _, t2i = search(caption_emb, image_emb, k, first.index, first.nprobe, device)
-    return i2t, t2i
+    return (proposals(first, image_emb, caption_emb, k, "captions", device),
+            proposals(first, caption_emb, image_emb, k, "images", device))
+
+
+def proposals(first: FirstStage, queries: np.ndarray, items: np.ndarray, k: int, items_side: str,
+              device: torch.device) -> np.ndarray:
+    """Top-K item indices per query: from the saved index when it holds the `items_side` embeddings, else by
+    `search` over `items`."""
+    if first.saved is not None and first.saved.side == items_side:
+        _, rows = first.saved.search(queries, k, first.nprobe)
+        return remap(rows, first.saved_positions)
+    return search(queries, items, k, first.index, first.nprobe, device)[1]
 
 
 class EncodedItems:

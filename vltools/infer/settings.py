@@ -22,6 +22,9 @@ FEATURE_DTYPES = ("float16", "float32")   # storage types of feature datasets
 BOTTOM_UP_WEIGHTS = "bottom-up"  # the default detector: the model-store name bin/fetch_bottom_up_weights.sh registers
 CONCEPT_LEVELS = (1, 2, 3, 6)    # SCO's grid levels n (n x n windows each): 50 regions
 EXACT = "exact"                  # search over embeddings by blocked matmul (else a FAISS index factory string)
+INDEX_METRICS = ("ip", "l2")     # a saved index (`vltools index`): inner product (cosine: embeddings are unit) or L2
+DEFAULT_FACTORY = "Flat"         # a saved index's FAISS factory string: exact; "IVF4096,PQ64" is approximate
+DEFAULT_TRAIN_SIZE = 262144      # rows sampled to train an IVF / PQ index: 64 per list of IVF4096
 
 
 @dataclass

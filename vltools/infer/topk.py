@@ -9,7 +9,8 @@ matrix nor the gallery itself has to be in memory at once. With `faiss` installe
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -67,32 +68,71 @@ def exact_search(queries, gallery, k: int, batch_queries: int = 1024, batch_gall
     return torch.cat(all_values).numpy(), torch.cat(all_indices).numpy()
 
 
-def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
-                 batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-    """Inner-product top-k through a FAISS index built from the factory string `index` over the gallery."""
+def require_faiss(what: str, instead: str = "") -> object:
+    """The `faiss` module, or the one-line error saying that `what` needs it, how to install it, and `instead`
+    (what works without it)."""
     if not faiss_available():
-        raise VLToolsError(f"--index {index!r} needs faiss, which is not installed; install the extra "
-                           "(pip install 'vltools[faiss]') or use --index exact")
+        raise VLToolsError(f"{what} needs faiss, which is not installed; install the extra "
+                           f"(pip install 'vltools[faiss]'){instead}")
     import faiss
 
-    vectors = np.ascontiguousarray(np.asarray(gallery[:], dtype=np.float32))
+    return faiss
+
+
+def faiss_reason(exc: BaseException) -> str:
+    """What a FAISS RuntimeError says, without the C++ location that precedes it."""
+    return first_line(Exception(re.sub(r"^Error in .*? at \S+:\d+: (Error: )?", "", str(exc), flags=re.DOTALL)))
+
+
+def faiss_index(dims: int, factory: str, metric: str = "ip", option: str = "--index") -> object:
+    """An empty FAISS index of `dims` dimensions from the factory string `factory` (given by `option`), scoring
+    by inner product ("ip") or L2 distance ("l2")."""
+    faiss = require_faiss(f"{option} {factory!r}", " or use --index exact" if option == "--index" else "")
     try:
-        built = faiss.index_factory(vectors.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+        return faiss.index_factory(dims, factory, faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
-        raise VLToolsError(f"--index {index!r} is not a FAISS index factory string ({first_line(exc)}); "
+        raise VLToolsError(f"{option} {factory!r} is not a FAISS index factory string ({faiss_reason(exc)}); "
                            "try Flat, IVF1024,Flat or IVF4096,PQ64") from None
-    if not built.is_trained:
-        built.train(vectors)
-    built.add(vectors)
-    if hasattr(built, "nprobe"):
-        built.nprobe = nprobe
-    k = min(k, vectors.shape[0])
+
+
+def train_and_add(built: object, blocks: Iterable[np.ndarray], train: np.ndarray | None = None) -> None:
+    """Train `built` on `train` (when it needs training; default: the first block) and add every block's rows."""
+    for number, block in enumerate(blocks):
+        block = np.ascontiguousarray(block, dtype=np.float32)
+        if number == 0 and not built.is_trained:
+            try:
+                built.train(np.ascontiguousarray(block if train is None else train, dtype=np.float32))
+            except RuntimeError as exc:
+                raise VLToolsError(f"cannot train the index: {faiss_reason(exc)}; train on more rows (--train-size) "
+                                   "or choose fewer IVF lists or PQ centroids") from None
+        built.add(block)
+
+
+def faiss_query(built: object, queries, k: int, nprobe: int = 16,
+                batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (scores, row indices; -1 pads) of every query row in a FAISS index, `nprobe` IVF lists visited per
+    query; scores are higher-is-better (an L2 index's squared distances are negated)."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(built)
+    if ivf is not None:
+        ivf.nprobe = nprobe
+    k = min(k, built.ntotal)
     values, indices = [], []
     for _, query in blocks_of(queries, batch_queries):
         found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k)
-        values.append(found_values)
+        values.append(-found_values if built.metric_type == faiss.METRIC_L2 else found_values)
         indices.append(found_indices)
     return np.concatenate(values), np.concatenate(indices)
+
+
+def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
+                 batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Inner-product top-k through a FAISS index built from the factory string `index` over the gallery."""
+    vectors = np.asarray(gallery[:], dtype=np.float32)
+    built = faiss_index(vectors.shape[1], index)
+    train_and_add(built, [vectors])
+    return faiss_query(built, queries, k, nprobe, batch_queries)
 
 
 def search(queries, gallery, k: int, index: str = EXACT, nprobe: int = 16,

@@ -19,6 +19,7 @@ REQUIRED_DATASETS = {
     "sims": ("sims", "image_ids", "caption_ids"),
     "embeddings": ("ids", "emb"),
     "logp": ("logp", "image_ids"),
+    "index": ("ids", "index"),
 }
 
 

@@ -1,0 +1,73 @@
+"""Saved search indexes (`vltools index`): one HDF5 file holding a FAISS index serialized to bytes (`/index`,
+checksummed like every numeric dataset), the id of each of its rows (`/ids`) and its provenance as attributes
+(the embeddings file it was built from, their model and checkpoint digest, side, metric, factory, dims, count).
+
+One file written atomically, so the ids and the model can never drift from the vectors, a damaged copy fails
+its checksum, and `inspect` describes it; this module reads and writes bytes only, without faiss (the bytes
+become an index in `vltools.infer.index`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vltools.errors import input_error
+from vltools.io.atomic import binary_output
+from vltools.io.hdf5 import OutputFile, create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
+
+REBUILD = "rebuild it with vltools index"
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass
+class IndexFile:
+    """A saved index as stored: ids, the serialized FAISS index, and its provenance."""
+
+    path: Path
+    ids: list[str]
+    data: np.ndarray
+    metric: str
+    factory: str
+    dims: int
+    side: str
+    checkpoint_digest: str | None
+    attrs: dict[str, object]
+
+
+def write_index(path: str | os.PathLike | None, ids: Sequence[str], data: np.ndarray,
+                attrs: dict[str, object]) -> None:
+    """Write the serialized index `data` (uint8) with its row ids and `attrs`, atomically (or to stdout)."""
+    data = np.asarray(data, dtype=np.uint8)
+    with binary_output(path) as target, OutputFile(target) as handle:
+        handle.check_room(data.nbytes)
+        set_attrs(handle, "index", {**attrs, "count": len(ids)})
+        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        create_dataset(handle, "index", data=data, chunks=(max(1, min(len(data), CHUNK_BYTES)),))
+        handle.check()
+
+
+def read_index(path: str | os.PathLike) -> IndexFile:
+    """Read and check a saved index: both datasets, one id per indexed row, and the metric, factory and dims."""
+    with open_h5(path, "index") as handle:
+        for name in ("ids", "index"):
+            if name not in handle:
+                raise input_error(path, None, f"index file lacks the /{name} dataset", REBUILD)
+        ids = decode_strings(read(handle["ids"]))
+        data = read(handle["index"])
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+                 for k, v in handle.attrs.items()}
+    missing = [key for key in ("metric", "factory", "dims", "count") if key not in attrs]
+    if missing:
+        raise input_error(path, None, f"index file lacks the {', '.join(missing)} attribute(s)", REBUILD)
+    if attrs["count"] != len(ids):
+        raise input_error(path, None, f"index file records {attrs['count']} rows but holds {len(ids)} ids", REBUILD)
+    if data.dtype != np.uint8 or data.ndim != 1:
+        raise input_error(path, None, f"/index is {data.dtype} of shape {data.shape}, not serialized bytes", REBUILD)
+    digest = attrs.get("checkpoint_digest")
+    return IndexFile(Path(path), ids, data, str(attrs["metric"]), str(attrs["factory"]), int(attrs["dims"]),
+                     str(attrs.get("side", "")), None if digest is None else str(digest), attrs)
