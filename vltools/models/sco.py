@@ -109,11 +109,11 @@ class SCO(nn.Module):
                  fusion: str, embed_size: int, word_dim: int, max_words: int, generation: bool,
                  shared_embedding: bool, sampling: float, gen_dropout: float, use_sentence: bool = False) -> None:
         super().__init__()
-        if not (use_context or use_concepts):
-            raise ValueError("SCO needs use_context, use_concepts or both")
         if use_sentence and (use_concepts or not use_context):
             raise ValueError("use_sentence takes the concepts' place beside the context: set use_context true and "
                              "use_concepts false")
+        if not (use_context or use_concepts):
+            raise ValueError("SCO needs use_context, use_concepts or both")
         if not 0.0 <= sampling <= 1.0:
             raise ValueError(f"sampling is a probability, not {sampling}")
         self.use_context, self.use_concepts = use_context, use_concepts
