@@ -24,9 +24,10 @@ Generation is a training signal only: matching never runs the decoder.
 generated for it beforehand ("directly using the pre-generated sentences as image representations", section 4.3),
 encoded by a sentence encoder of its own (word embedding and LSTM; Table 1 marks the row "non-shared": its word
 embedding is not the query sentences' one). The generated sentence's vector s_g takes the concepts' place in
-Eq. 2: with the context, `fusion="sum"` gives v = l2norm(W_s s_g) + l2norm(W_g x) (the recipe's choice: Table 1
-marks neither "sum" nor "gate" for the row, and those name the two ways of combining a second image
-representation with the context; the sum adds no gate to learn) and `fusion="gate"` Eq. 2's gate over s_g and x.
+Eq. 2: with the context, `fusion="sum"` gives v = l2norm(W_s s_g) + l2norm(W_g x) (W_s is the fusion's W_l). The
+sum is the recipe's choice: Table 1 marks neither "sum" nor "gate" for the row, section 4.2 defines both as ways of
+combining concepts with the context, and the gated unit is the paper's contribution, introduced only with the
+concepts; the sum combines two representations without it. `fusion="gate"` would gate s_g and x as Eq. 2 does.
 `encode_images` then takes the generated sentence's tokens and lengths after the context and (empty) concepts.
 """
 
