@@ -9,6 +9,7 @@ import torch
 
 from vltools.data.captions import CaptionSplit
 from vltools.data.sco import (
+    GeneratedSentences,
     ImageVectors,
     SCODataset,
     VectorBlocks,
@@ -270,3 +271,78 @@ def test_model_vectors_check_kinds_and_widths_against_the_model(files, cfg, sour
     folder, _, _ = files
     with pytest.raises(VLToolsError, match=message):
         model_vectors(cfg, folder / source, folder / concepts if concepts else None)
+
+
+# ---- generated sentences ("ctx + sen") ------------------------------------------------------------------------------
+
+def write_generated(folder, lines: list[str]):
+    path = folder / "generated.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_generated_sentences_are_tokens_of_each_image_cut_to_max_words(tmp_path):
+    path = write_generated(tmp_path, ['{"image_id": "im1", "caption": "a red dog runs fast"}',
+                                      '{"image_id": "im0", "caption": "a cat"}'])
+    sentences = GeneratedSentences(path, VOCAB, max_words=3)
+    assert sentences.take(["im0", "im1", "im0"]) == [[1, 4, 3, 2], [1, 4, 5, 6, 2], [1, 4, 3, 2]]
+    sentences.check(["im1", "im0"], "caps.jsonl")
+
+
+def test_a_second_generated_sentence_of_an_image_is_refused_naming_both_records(tmp_path):
+    path = write_generated(tmp_path, ['{"image_id": "im0", "caption": "a dog"}',
+                                      '{"image_id": "im1", "caption": "a red dog"}',
+                                      '{"image_id": "im0", "caption": "a fast dog"}'])
+    with pytest.raises(VLToolsError, match=r"generated.jsonl: record 3 is a second caption of image_id 'im0' "
+                                           r"\(first in record 1\); give one generated sentence per image"):
+        GeneratedSentences(path, VOCAB, max_words=50)
+
+
+def test_an_image_without_a_generated_sentence_is_named_with_the_count(tmp_path):
+    path = write_generated(tmp_path, ['{"image_id": "im0", "caption": "a dog"}'])
+    sentences = GeneratedSentences(path, VOCAB, max_words=50)
+    with pytest.raises(VLToolsError, match=r"generated.jsonl: has no generated sentence of image_id 'im2' named by "
+                                           r"caps.jsonl \(2 image\(s\) missing\); caption every image"):
+        sentences.check(["im0", "im2", "im3"], "caps.jsonl")
+
+
+def test_vector_blocks_and_the_collate_carry_padded_generated_sentences(files, tmp_path):
+    folder, context, _ = files
+    path = write_generated(tmp_path, ['{"image_id": "im0", "caption": "a dog"}',
+                                      '{"image_id": "im2", "caption": "a red dog runs"}'])
+    vectors = ImageVectors(folder / "ctx.h5", None, GeneratedSentences(path, VOCAB, max_words=50))
+    try:
+        ctx, cnp, tokens, lengths = VectorBlocks(vectors, ["im2", "im0"], batch_size=2)[0]
+        items = SCODataset(vectors, split_of(["im2", "im0"], [0, 1]), [[1, 2], [1, 5, 2]]).__getitems__([1, 0])
+    finally:
+        vectors.close()
+    np.testing.assert_array_equal(ctx.numpy(), context[[2, 0]])
+    assert cnp.shape == (2, 0)
+    assert tokens.tolist() == [[1, 4, 5, 6, 7, 2], [1, 4, 6, 2, 0, 0]] and lengths.tolist() == [6, 4]
+    batch = collate_sco(items)
+    assert batch["sentence_tokens"].tolist() == [[1, 4, 6, 2, 0, 0], [1, 4, 5, 6, 7, 2]]
+    assert batch["sentence_lengths"].tolist() == [4, 6]
+
+
+def test_blocks_and_batches_without_generated_sentences_have_none(files):
+    folder, _, _ = files
+    vectors = ImageVectors(folder / "ctx.h5", folder / "cnp.h5")
+    try:
+        assert len(VectorBlocks(vectors, IDS, batch_size=4)[0]) == 2
+        items = SCODataset(vectors, split_of(["im0"], [0]), [[1, 2]]).__getitems__([0])
+    finally:
+        vectors.close()
+    assert "sentence_tokens" not in collate_sco(items)
+
+
+def test_a_sentence_model_reads_the_generated_sentences_and_ignores_the_concepts(files, tmp_path):
+    folder, _, _ = files
+    path = write_generated(tmp_path, ['{"image_id": "im1", "caption": "a fast dog"}'])
+    cfg = {**config(True, False), "use_sentence": True, "max_words": 50}
+    vectors = model_vectors(cfg, folder / "ctx.h5", folder / "cnp.h5", path, VOCAB)
+    assert vectors.paths == (folder / "ctx.h5", None)
+    assert vectors.sentences.take(["im1"]) == [[1, 4, 8, 6, 2]]
+    with pytest.raises(VLToolsError, match=r"ctx.h5: this SCO model \(ctx \+ sen\) fuses the context with a "
+                                           r"generated sentence per image; give them with --sentences"):
+        model_vectors(cfg, folder / "ctx.h5", None, None, VOCAB)
+    assert model_vectors(config(True, False), folder / "ctx.h5", None, path, VOCAB).sentences is None

@@ -7,12 +7,17 @@ import json
 import h5py
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
-from matching_helpers import fails, make_world, save_tiny
+from matching_helpers import VOCAB, fails, make_world, save_tiny
 
 from vltools.cli import cli
+from vltools.io.checkpoints import save_checkpoint
+from vltools.io.features import FeaturesWriter
 from vltools.io.hdf5 import decode_strings
 from vltools.io.sims import read_sims
+from vltools.models import build_model, default_config
+from vltools.text.vocab import Vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +89,61 @@ def test_a_non_finite_embedding_row_is_refused_naming_its_id(world, capsys):
     err = fails(capsys, "match", str(folder / "nan_img.h5"), str(folder / "nan_cap.h5"), "-o",
                 str(folder / "nan.jsonl"))
     assert f"id {bad!r}: /emb holds NaN or infinite values" in err and not (folder / "nan.jsonl").exists()
+
+
+# ---- SCO "ctx + sen": --sentences GENERATED.jsonl beside the context -----------------------------------------------
+
+CTX_SEN = {"context_dim": 4, "use_concepts": False, "use_sentence": True, "fusion": "sum", "embed_size": 6,
+           "word_dim": 5, "generation": False}
+GENERATED = {"img0": "a red circle", "img1": "a big blue square above", "img2": "small triangle"}
+
+
+@pytest.fixture(scope="module")
+def ctx_sen(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ctx_sen")
+    context = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
+    with FeaturesWriter(folder / "context.h5", {"global": "tencrop"}, dtype="float32") as writer:
+        writer.add(list(GENERATED), **{"global": context})
+    torch.manual_seed(4)
+    model = build_model("sco", CTX_SEN, len(VOCAB))
+    save_checkpoint(folder / "ctx_sen.pt", "sco", {**default_config("sco"), **CTX_SEN}, model.state_dict(),
+                    vocab=VOCAB, schema=1)
+    (folder / "generated.jsonl").write_text("".join(json.dumps({"image_id": i, "caption": c}) + "\n"
+                                                    for i, c in GENERATED.items()))
+    return folder, context, model.eval()
+
+
+def test_sentence_model_encodes_the_context_with_each_image_s_generated_sentence(ctx_sen):
+    folder, context, model = ctx_sen
+    run("encode", str(folder / "context.h5"), "--sentences", str(folder / "generated.jsonl"), "--model",
+        str(folder / "ctx_sen.pt"), "--batch-size", "2", "-o", str(folder / "img.h5"))
+    with h5py.File(folder / "img.h5") as handle:
+        assert decode_strings(handle["ids"][()]) == list(GENERATED)
+        assert handle.attrs["sentences"] == str(folder / "generated.jsonl")
+        emb = handle["emb"][()]
+    vocab = Vocabulary(VOCAB)
+    with torch.no_grad():
+        expected = [model.encode_images(torch.from_numpy(context[[n]]), torch.zeros(1, 0),
+                                        torch.tensor([vocab.encode(caption)]),
+                                        torch.tensor([len(vocab.encode(caption))]))[0].numpy()
+                    for n, caption in enumerate(GENERATED.values())]
+    np.testing.assert_allclose(emb, np.stack(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_sentence_model_without_sentences_is_refused(ctx_sen, capsys):
+    folder, _, _ = ctx_sen
+    err = fails(capsys, "encode", str(folder / "context.h5"), "--model", str(folder / "ctx_sen.pt"), "-o",
+                str(folder / "none.h5"))
+    assert "this SCO model (ctx + sen) fuses the context with a generated sentence per image; give them with " \
+           "--sentences GENERATED.jsonl" in err
+    assert err.count("\n") == 1 and not (folder / "none.h5").exists()
+
+
+def test_an_image_without_a_generated_sentence_is_refused_naming_it(ctx_sen, capsys):
+    folder, _, _ = ctx_sen
+    (folder / "short.jsonl").write_text(json.dumps({"image_id": "img1", "caption": "a red circle"}) + "\n")
+    err = fails(capsys, "encode", str(folder / "context.h5"), "--sentences", str(folder / "short.jsonl"),
+                "--model", str(folder / "ctx_sen.pt"), "-o", str(folder / "short.h5"))
+    assert f"{folder / 'short.jsonl'}: has no generated sentence of image_id 'img0' named by " \
+           f"{folder / 'context.h5'} (2 image(s) missing)" in err
+    assert err.count("\n") == 1 and not (folder / "short.h5").exists()

@@ -19,7 +19,7 @@ from pipeline_fixtures import run_process
 pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "sco"
-ROWS = ["ctx (1-crop)", "ctx + gen (S)", "ctx + gen (E)", "ctx + gen", "cnp + gen", "cnp + ctx (C)",
+ROWS = ["ctx (1-crop)", "ctx + sen", "ctx + gen (S)", "ctx + gen (E)", "ctx + gen", "cnp + gen", "cnp + ctx (C)",
         "cnp + ctx + gen"]
 
 
@@ -62,9 +62,9 @@ def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra):
     karpathy_miniature(data, dataset)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     shrink = ["EPOCHS=1", "CNN_EPOCHS=1", "BATCH=8", "EMBED=16", "WORD=8", "K=16", "LEVELS=1,2", "IMAGE_SIZE=64",
-              "CROP=32", "CNN_SIZE=32", "CNN_BACKBONE=resnet18", "CONTEXT_BACKBONE=resnet18", "WEIGHTS=none",
-              "WORKERS=0", "DEVICE=cpu", "LAMBDAS=0 1", f"VLTOOLS={sys.executable} -m vltools",
-              f"PYTHON={sys.executable}"]
+              "CROP=32", "CNN_SIZE=32", "CAP_EPOCHS=1", "CAP_SIZE=16", "CNN_BACKBONE=resnet18",
+              "CONTEXT_BACKBONE=resnet18", "WEIGHTS=none", "WORKERS=0", "DEVICE=cpu", "LAMBDAS=0 1",
+              f"VLTOOLS={sys.executable} -m vltools", f"PYTHON={sys.executable}"]
     result = run_process(["make", "--no-print-directory", "-j2", "-C", str(EXAMPLE), f"DATA={data}",
                           f"OUT={tmp_path / 'out'}", *shrink, *extra, "table"],
                          capture_output=True, text=True, env=env)
@@ -75,3 +75,5 @@ def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra):
         assert f"\n{row} " in table, (row, table)
     assert "Table 3 layout" in table and "\n0 " in table and "\n1 " in table
     assert json.loads((tmp_path / "out" / "concepts.json").read_text())["k"] == 16
+    generated = [json.loads(line) for line in (tmp_path / "out" / "generated.jsonl").read_text().splitlines()]
+    assert len(generated) == 12 and len({record["image_id"] for record in generated}) == 12   # every image, once

@@ -82,3 +82,74 @@ def test_concepts_only_model_ignores_context():
     a = sco.encode_images(torch.zeros(2, 0), concepts)
     assert a.shape == (2, 8)
     torch.testing.assert_close(a.norm(dim=1), torch.ones(2))
+
+
+# ---- "ctx + sen": a generated sentence per image beside the context --------------------------------------------------
+
+SENTENCES = torch.tensor([[1, 4, 5, 2, 0], [1, 9, 2, 0, 0]])
+SENTENCE_LENGTHS = torch.tensor([4, 3])
+
+
+def test_sentence_model_sums_the_generated_sentence_and_the_context():
+    torch.manual_seed(3)
+    sco = model(use_concepts=False, use_sentence=True, fusion="sum").eval()
+    context = torch.randn(2, 5)
+    v = sco.encode_images(context, torch.zeros(2, 0), SENTENCES, SENTENCE_LENGTHS)
+    assert v.shape == (2, 8)
+    s_g = torch.stack([sco.generated.lstm(sco.generated.embed(SENTENCES[i:i + 1, :n]))[1][0][-1, 0]
+                       for i, n in enumerate(SENTENCE_LENGTHS.tolist())])
+    x = context / context.norm(dim=1, keepdim=True)
+    fused = (torch.nn.functional.normalize(s_g @ sco.fusion.W_l.weight.T, dim=1)
+             + torch.nn.functional.normalize(x @ sco.fusion.W_g.weight.T, dim=1))
+    torch.testing.assert_close(v, torch.nn.functional.normalize(fused, dim=1), atol=1e-6, rtol=1e-5)
+
+
+def test_generated_sentence_encoder_is_not_the_query_sentence_encoder():
+    """Table 1's "non-shared": the generated sentences have a word embedding (and LSTM) of their own."""
+    sco = model(use_concepts=False, use_sentence=True)
+    assert sco.generated.embed.weight.data_ptr() != sco.sentence.embed.weight.data_ptr()
+    assert sco.generated.lstm is not sco.sentence.lstm
+
+
+def test_the_image_depends_on_its_generated_sentence():
+    torch.manual_seed(4)
+    sco = model(use_concepts=False, use_sentence=True, fusion="sum").eval()
+    context = torch.randn(1, 5).repeat(2, 1)
+    v = sco.encode_images(context, torch.zeros(2, 0), SENTENCES, SENTENCE_LENGTHS)
+    assert not torch.allclose(v[0], v[1])
+
+
+def test_matching_loss_gradients_reach_the_generated_sentence_encoder():
+    torch.manual_seed(5)
+    sco = model(use_concepts=False, use_sentence=True, fusion="gate")
+    tokens, lengths = torch.tensor([[1, 5, 6, 2], [1, 7, 2, 0]]), torch.tensor([4, 3])
+    sims, _ = sco(torch.randn(2, 5), torch.zeros(2, 0), tokens, lengths, SENTENCES, SENTENCE_LENGTHS)
+    (sims[0, 1] - sims[0, 0]).backward()
+    for parameter in (sco.generated.embed.weight, sco.generated.lstm.weight_ih_l0, sco.fusion.U_l.weight):
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+
+
+def test_sentence_model_without_its_sentences_is_refused():
+    sco = model(use_concepts=False, use_sentence=True)
+    with pytest.raises(ValueError, match="generated sentences"):
+        sco.encode_images(torch.randn(2, 5), torch.zeros(2, 0))
+
+
+@pytest.mark.parametrize("sides", [{"use_concepts": True}, {"use_concepts": False, "use_context": False}])
+def test_sentence_model_needs_the_context_and_no_concepts(sides):
+    with pytest.raises(ValueError, match="use_sentence takes the concepts' place"):
+        model(use_sentence=True, **sides)
+
+
+def test_a_checkpoint_config_without_use_sentence_builds_the_same_model():
+    """Checkpoints of the other rows, saved before use_sentence existed, load unchanged: no sentence encoder."""
+    from vltools.models import build_model, checkpoint_config, model_from_checkpoint
+
+    old = {key: value for key, value in {**SCO.DEFAULTS, "context_dim": 5, "concept_dim": 6, "embed_size": 8,
+                                         "word_dim": 4, "generation": False}.items() if key != "use_sentence"}
+    built = build_model("sco", old, 12)
+    payload = {"model": "sco", "config": old, "vocab": [f"w{i}" for i in range(12)], "state_dict": built.state_dict()}
+    assert "use_sentence" not in checkpoint_config(payload)
+    loaded = model_from_checkpoint(payload)
+    assert loaded.generated is None
+    assert not any(key.startswith("generated.") for key in loaded.state_dict())

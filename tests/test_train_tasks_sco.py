@@ -129,3 +129,56 @@ def test_same_seed_same_losses_whatever_the_workers(files, tmp_path):
     cfg["train"]["batch_size"] = 6
     inputs = [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")]
     assert_same_losses_for_the_same_seed(lambda c: build_task("sco", inputs, c), cfg, tmp_path)
+
+
+# ---- "ctx + sen": CONTEXT.h5 GENERATED.jsonl CAPS.jsonl --------------------------------------------------------
+
+def write_generated(files, count: int = 12):
+    lines = [{"image_id": f"im{n}", "caption": f"a {WORDS[n % 6]} {WORDS[n // 2 % 6]}"} for n in range(count)]
+    (files / "generated.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(files / "generated.jsonl")
+
+
+def sentence_config(**model):
+    return config(use_concepts=False, use_sentence=True, fusion="sum", generation=False, **model)
+
+
+def test_sentence_task_reads_the_generated_sentences_in_the_concepts_place(files):
+    torch.manual_seed(0)
+    generated = write_generated(files)
+    task = build_task("sco", [str(files / "ctx.h5"), generated, str(files / "caps.jsonl")], sentence_config())
+    assert task.vectors.paths == (files / "ctx.h5", None)
+    assert task.checkpoint_info()["inputs"]["sentences"] == generated
+    batch = task.collate(task.train_data.__getitems__([0, 1, 2, 15]))
+    # caption 15 is of image im7, whose generated sentence is "a blue square", read back through the vocabulary
+    words = [task.vocab.words[i] for i in batch["sentence_tokens"][3, 1:int(batch["sentence_lengths"][3]) - 1]]
+    assert words == ["a", "blue", "square"]
+    task.generator = torch.Generator().manual_seed(1)
+    loss = task.loss(task.model, batch)
+    v = task.model.fuse(batch["context"], batch["concepts"], batch["sentence_tokens"], batch["sentence_lengths"])
+    without = task.model.fuse(batch["context"], batch["concepts"], batch["sentence_tokens"][[1, 0, 3, 2]],
+                              batch["sentence_lengths"][[1, 0, 3, 2]])
+    assert not torch.allclose(v, without)
+    loss.backward()
+    assert task.model.generated.embed.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(("inputs", "model", "message"), [
+    (["ctx.h5", "cnp.h5", "caps.jsonl"], {}, "cnp.h5: is HDF5 where the generated sentences"),
+    (["ctx.h5", "caps.jsonl"], {}, "use_sentence=true takes CONTEXT.h5 GENERATED.jsonl CAPS.jsonl.*got 2 inputs"),
+    (["ctx.h5", "generated.jsonl", "caps.jsonl"], {"use_concepts": True},
+     "set model.use_context=true and model.use_concepts=false"),
+])
+def test_sentence_task_input_errors(files, inputs, model, message):
+    write_generated(files)
+    cfg = sentence_config()
+    cfg["model"].update(model)
+    with pytest.raises(VLToolsError, match=message):
+        build_task("sco", [str(files / name) for name in inputs], cfg)
+
+
+def test_sentence_task_refuses_a_training_image_without_a_generated_sentence(files):
+    generated = write_generated(files, count=10)      # im10 and im11 (validation) have none
+    with pytest.raises(VLToolsError, match=r"generated.jsonl: has no generated sentence of image_id 'im10' named by "
+                                           r".*caps.jsonl \(2 image\(s\) missing\)"):
+        build_task("sco", [str(files / "ctx.h5"), generated, str(files / "caps.jsonl")], sentence_config())

@@ -32,6 +32,9 @@ from vltools.io.progress import log
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
                    "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
+@click.option("--sentences", "sentences_path", type=click.Path(dir_okay=False), metavar="GENERATED.jsonl",
+              help="For SCO \"ctx + sen\" models: one generated sentence per image (vltools caption of FEATS.h5); "
+                   "ignored by the other models.")
 @batch_size_option(256)
 @precision_option()
 @device_option()
@@ -47,9 +50,9 @@ from vltools.io.progress import log
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
-            concepts_path: str | None, batch_size: int, precision: str, device: str, proxy_path: str | None,
-            first: int | None, with_text: bool, add_words: tuple[str, ...], subtract_words: tuple[str, ...],
-            image_size: int | None, workers: int) -> None:
+            concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
+            proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],
+            subtract_words: tuple[str, ...], image_size: int | None, workers: int) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
@@ -82,7 +85,7 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
     attrs = {"model": loaded.name, "checkpoint": model_path, "checkpoint_digest": loaded.digest, "source": source,
              "precision": precision}
     if hdf5_kind(source) is not None and getattr(loaded.model, "inputs", "regions") == "global":
-        vectors = model_vectors(loaded.config, source, concepts_path)
+        vectors = model_vectors(loaded.config, source, concepts_path, sentences_path, loaded.vocab)
         ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
         if captions_path is not None:
             chosen = read_split(captions_path, split)
@@ -90,9 +93,12 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
                 if path is not None:
                     check_split_images(chosen, path, captions_path)
             ids = chosen.image_ids
+        if vectors.sentences is not None:
+            vectors.sentences.check(ids, captions_path or source)
         blocks = VectorBlocks(vectors, ids, batch_size)
         write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", chosen_device, precision),
-                         {**attrs, "side": "images", "concepts": concepts_path or "", "ids_digest": ids_digest(ids)})
+                         {**attrs, "side": "images", "concepts": concepts_path or "",
+                          "sentences": sentences_path or "", "ids_digest": ids_digest(ids)})
         vectors.close()
         count = len(ids)
     elif hdf5_kind(source) is not None:

@@ -16,7 +16,8 @@ from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
 from vltools.text.captions import pad_tokens
 
-ImageBlock = tuple[torch.Tensor, "torch.Tensor | None"]
+# (regions, num_regions or None); SCO's: (context, concepts) and, with generated sentences, their tokens and lengths
+ImageBlock = tuple["torch.Tensor | None", ...]
 
 
 CaptionBlock = tuple[torch.Tensor, torch.Tensor]

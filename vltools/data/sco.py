@@ -1,4 +1,5 @@
-"""SCO's inputs: per-image vectors from two features files (context x and concept scores p, each in `/global`)
+"""SCO's inputs: per-image vectors from two features files (context x and concept scores p, each in `/global`),
+for "ctx + sen" one generated sentence per image (a captions JSONL of `vltools caption`) in place of the concepts,
 and caption tokens cut to the model's maximum length.
 
 The context file comes from `extract-regions --global tencrop` (or `avg` for the 1-crop ablation), the concept
@@ -19,11 +20,13 @@ from vltools.data.blocks import BatchedDataset, Blocks
 from vltools.data.captions import CaptionSplit
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
+from vltools.io.records import read_records
 from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
 
 CONCEPTS_GLOBAL = "concepts"  # the `global` attribute of a concept-scores file
 CONTEXT_COMMAND = "vltools extract-regions IMAGES --regions none --global tencrop -o CONTEXT.h5"  # SCO's context
+SENTENCES_COMMAND = "vltools caption --model CAPTIONER.pt CONTEXT.h5 -o GENERATED.jsonl"  # "ctx + sen"'s sentences
 
 
 def sco_tokens(vocab: Vocabulary, captions: Sequence[str], max_words: int) -> list[list[int]]:
@@ -64,11 +67,43 @@ def check_split_images(split: CaptionSplit, features_path: str | os.PathLike,
                            f"({len(missing)} image(s) missing); extract its features or drop its captions")
 
 
-class ImageVectors:
-    """Context and concept rows of images by id from up to two features files (None: that side is unused)."""
+class GeneratedSentences:
+    """One generated sentence per image from a captions JSONL (as `vltools caption` writes it), as token ids of
+    `vocab` cut to `max_words` words: the image side of "ctx + sen"."""
 
-    def __init__(self, context: str | os.PathLike | None, concepts: str | os.PathLike | None) -> None:
+    def __init__(self, path: str | os.PathLike, vocab: Vocabulary, max_words: int) -> None:
+        self.path = str(path)
+        records = read_records(path, "captions")
+        first: dict[str, int] = {}
+        for number, record in enumerate(records, 1):
+            if record["image_id"] in first:
+                raise VLToolsError(f"{path}: record {number} is a second caption of image_id {record['image_id']!r} "
+                                   f"(first in record {first[record['image_id']]}); give one generated sentence per "
+                                   f"image (`{SENTENCES_COMMAND}`)")
+            first[record["image_id"]] = number
+        tokens = sco_tokens(vocab, [record["caption"] for record in records], max_words)
+        self.tokens = dict(zip(first, tokens, strict=True))
+
+    def check(self, image_ids: Sequence[str], source: str | os.PathLike) -> None:
+        """Every image of `image_ids` (named by `source`) must have a sentence; the error names the first missing."""
+        missing = [i for i in image_ids if i not in self.tokens]
+        if missing:
+            raise VLToolsError(f"{self.path}: has no generated sentence of image_id {missing[0]!r} named by {source} "
+                               f"({len(missing)} image(s) missing); caption every image (`{SENTENCES_COMMAND}`)")
+
+    def take(self, ids: Sequence[str]) -> list[list[int]]:
+        """The token ids of the images `ids`, in order."""
+        return [self.tokens[i] for i in ids]
+
+
+class ImageVectors:
+    """Context and concept rows of images by id from up to two features files (None: that side is unused), and
+    the images' generated sentences when the model reads them."""
+
+    def __init__(self, context: str | os.PathLike | None, concepts: str | os.PathLike | None,
+                 sentences: GeneratedSentences | None = None) -> None:
         self.paths = (Path(context) if context else None, Path(concepts) if concepts else None)
+        self.sentences = sentences
         self._readers: tuple[FeaturesReader | None, ...] | None = None
         self._pid: int | None = None
 
@@ -93,19 +128,25 @@ class ImageVectors:
 
 
 class VectorBlocks(Blocks):
-    """(context, concepts) float32 tensors of `ids` in blocks of `batch_size`, for encode and validation."""
+    """(context, concepts) float32 tensors of `ids` in blocks of `batch_size`, for encode and validation; with
+    generated sentences, their padded tokens and lengths follow."""
 
     def __init__(self, vectors: ImageVectors, ids: Sequence[str], batch_size: int) -> None:
         super().__init__(len(ids), batch_size, "image")
         self.vectors, self.ids = vectors, list(ids)
 
-    def take(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        context, concepts = self.vectors.read([self.ids[i] for i in indices])
-        return torch.from_numpy(context), torch.from_numpy(concepts)
+    def take(self, indices: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        ids = [self.ids[i] for i in indices]
+        context, concepts = self.vectors.read(ids)
+        block = (torch.from_numpy(context), torch.from_numpy(concepts))
+        if self.vectors.sentences is None:
+            return block
+        return (*block, *pad_tokens(self.vectors.sentences.take(ids)))
 
 
 class SCODataset(BatchedDataset):
-    """One item per caption of a split: its image's context and concept vectors and its tokens."""
+    """One item per caption of a split: its image's context and concept vectors (and generated sentence's tokens,
+    None when the model reads none) and its tokens."""
 
     def __init__(self, vectors: ImageVectors, split: CaptionSplit, tokens: Sequence[Sequence[int]]) -> None:
         self.vectors, self.split, self.tokens = vectors, split, list(tokens)
@@ -115,32 +156,46 @@ class SCODataset(BatchedDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         images = self.split.caption_image_index[list(indices)]
-        context, concepts = self.vectors.read([self.split.image_ids[i] for i in images])
-        return [{"context": context[n], "concepts": concepts[n], "tokens": self.tokens[i],
+        ids = [self.split.image_ids[i] for i in images]
+        context, concepts = self.vectors.read(ids)
+        sentences = self.vectors.sentences.take(ids) if self.vectors.sentences is not None else [None] * len(ids)
+        return [{"context": context[n], "concepts": concepts[n], "sentence": sentences[n], "tokens": self.tokens[i],
                  "image_index": int(images[n])} for n, i in enumerate(indices)]
 
 
 def collate_sco(items: Sequence[dict]) -> dict[str, torch.Tensor]:
-    """Stack items into a batch in item order."""
+    """Stack items into a batch in item order (with `sentence_tokens` and `sentence_lengths` when the items carry
+    generated sentences)."""
     tokens, lengths = pad_tokens([item["tokens"] for item in items])
-    return {"context": torch.from_numpy(np.stack([item["context"] for item in items])),
-            "concepts": torch.from_numpy(np.stack([item["concepts"] for item in items])),
-            "tokens": tokens, "lengths": lengths,
-            "image_index": torch.tensor([item["image_index"] for item in items], dtype=torch.long)}
+    batch = {"context": torch.from_numpy(np.stack([item["context"] for item in items])),
+             "concepts": torch.from_numpy(np.stack([item["concepts"] for item in items])),
+             "tokens": tokens, "lengths": lengths,
+             "image_index": torch.tensor([item["image_index"] for item in items], dtype=torch.long)}
+    if items and items[0]["sentence"] is not None:
+        batch["sentence_tokens"], batch["sentence_lengths"] = pad_tokens([item["sentence"] for item in items])
+    return batch
 
 
-def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.PathLike | None) -> ImageVectors:
+def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.PathLike | None,
+                  sentences: str | os.PathLike | None = None, vocab: Vocabulary | None = None) -> ImageVectors:
     """The image vectors a trained SCO model (its `config`) reads: SOURCE is the context file and `concepts` the
     concept scores; a context-only model ignores `concepts`, a concepts-only model reads `concepts` (or SOURCE
-    when `concepts` is not given). Widths are checked against the model's."""
+    when `concepts` is not given). A "ctx + sen" model (`use_sentence`) reads the generated `sentences` (encoded
+    with the model's `vocab`), which the others ignore. Widths are checked against the model's."""
     use_context, use_concepts = bool(config["use_context"]), bool(config["use_concepts"])
     if use_context and use_concepts and concepts is None:
         raise VLToolsError(f"{source}: this SCO model fuses context and concepts; give the concept scores with "
                            "--concepts CONCEPTS.h5 (vltools concept-scores)")
+    generated = None
+    if config.get("use_sentence"):
+        if sentences is None or vocab is None:
+            raise VLToolsError(f"{source}: this SCO model (ctx + sen) fuses the context with a generated sentence "
+                               f"per image; give them with --sentences GENERATED.jsonl (`{SENTENCES_COMMAND}`)")
+        generated = GeneratedSentences(sentences, vocab, int(config["max_words"]))
     context_path = source if use_context else None
     concepts_path = (concepts if concepts is not None else source) if use_concepts else None
     if context_path is not None:
         check_global(context_path, False, int(config["context_dim"]))
     if concepts_path is not None:
         check_global(concepts_path, True, int(config["concept_dim"]))
-    return ImageVectors(context_path, concepts_path)
+    return ImageVectors(context_path, concepts_path, generated)

@@ -50,11 +50,10 @@ def block_sizes(blocks: Sequence) -> list[int]:
 
 
 def encode_images(models: Sequence[nn.Module], block: ImageBlock, device: torch.device) -> list[torch.Tensor]:
-    """Each model's image embeddings of one block."""
-    regions, counts = block
-    regions = regions.to(device, non_blocking=True)
-    counts = None if counts is None else counts.to(device, non_blocking=True)
-    return [model.encode_images(regions, counts) for model in models]
+    """Each model's image embeddings of one block: its tensors (None stays None) moved to `device` and passed to
+    `encode_images` in order."""
+    inputs = [None if t is None else t.to(device, non_blocking=True) for t in block]
+    return [model.encode_images(*inputs) for model in models]
 
 
 def encode_captions(models: Sequence[nn.Module], block: CaptionBlock,

@@ -19,6 +19,16 @@ F^T h_t needs D-dimensional h_t); `shared_embedding` makes F the sentence encode
 the other generation rows have a generator F of their own, "non-shared"), `sampling` > 0 feeds the decoder's own
 sampled word instead of the ground truth with that probability at each step (scheduled sampling, "(S)").
 Generation is a training signal only: matching never runs the decoder.
+
+"ctx + sen" (`use_sentence`, Table 1's "sentence" row): the image is also represented by a sentence a captioner
+generated for it beforehand ("directly using the pre-generated sentences as image representations", section 4.3),
+encoded by a sentence encoder of its own (word embedding and LSTM; Table 1 marks the row "non-shared": its word
+embedding is not the query sentences' one). The generated sentence's vector s_g takes the concepts' place in
+Eq. 2: with the context, `fusion="sum"` gives v = l2norm(W_s s_g) + l2norm(W_g x) (W_s is the fusion's W_l). The
+sum is the recipe's choice: Table 1 marks neither "sum" nor "gate" for the row, section 4.2 defines both as ways of
+combining concepts with the context, and the gated unit is the paper's contribution, introduced only with the
+concepts; the sum combines two representations without it. `fusion="gate"` would gate s_g and x as Eq. 2 does.
+`encode_images` then takes the generated sentence's tokens and lengths after the context and (empty) concepts.
 """
 
 from __future__ import annotations
@@ -38,7 +48,8 @@ def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
 class GatedFusion(nn.Module):
     """Eq. 2: v = t * l2norm(W_l p) + (1 - t) * l2norm(W_g x), t = sigmoid(U_l p + U_g x); or the sum / one side.
 
-    `concept_dim` 0 means context only, `context_dim` 0 concepts only.
+    `concept_dim` 0 means context only, `context_dim` 0 concepts only. In "ctx + sen" p is the generated
+    sentence's vector (`concept_dim` = its size).
     """
 
     def __init__(self, concept_dim: int, context_dim: int, embed_size: int, fusion: str = "gate") -> None:
@@ -92,21 +103,26 @@ class SCO(nn.Module):
         "context_dim": 2048, "concept_dim": 256, "use_context": True, "use_concepts": True, "fusion": "gate",
         "embed_size": 1024, "word_dim": 300, "max_words": 50,
         "generation": True, "shared_embedding": False, "sampling": 0.0, "gen_dropout": 0.0,
+        "use_sentence": False,
     }
 
     def __init__(self, vocab_size: int, context_dim: int, concept_dim: int, use_context: bool, use_concepts: bool,
                  fusion: str, embed_size: int, word_dim: int, max_words: int, generation: bool,
-                 shared_embedding: bool, sampling: float, gen_dropout: float) -> None:
+                 shared_embedding: bool, sampling: float, gen_dropout: float, use_sentence: bool = False) -> None:
         super().__init__()
+        if use_sentence and (use_concepts or not use_context):
+            raise ValueError("use_sentence takes the concepts' place beside the context: set use_context true and "
+                             "use_concepts false")
         if not (use_context or use_concepts):
             raise ValueError("SCO needs use_context, use_concepts or both")
         if not 0.0 <= sampling <= 1.0:
             raise ValueError(f"sampling is a probability, not {sampling}")
         self.use_context, self.use_concepts = use_context, use_concepts
         self.max_words, self.sampling = max_words, sampling
-        self.fusion = GatedFusion(concept_dim if use_concepts else 0, context_dim if use_context else 0,
-                                  embed_size, fusion)
+        first = concept_dim if use_concepts else embed_size if use_sentence else 0
+        self.fusion = GatedFusion(first, context_dim if use_context else 0, embed_size, fusion)
         self.sentence = SentenceEncoder(vocab_size, word_dim, embed_size)
+        self.generated = SentenceEncoder(vocab_size, word_dim, embed_size) if use_sentence else None
         self.generator = None
         if generation:
             from vltools.models.decoder import LSTMDecoder
@@ -116,15 +132,22 @@ class SCO(nn.Module):
             if shared_embedding:
                 self.generator.embed = self.sentence.embed
 
-    def fuse(self, context: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
-        """The fused image representation v [B, H] (not normalised; the generator starts from it)."""
+    def fuse(self, context: torch.Tensor, concepts: torch.Tensor, sentence_tokens: torch.Tensor | None = None,
+             sentence_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused image representation v [B, H] (not normalised; the generator starts from it); the generated
+        sentence's `<start> ... <end>` tokens [B, L] and lengths [B] are needed with `use_sentence`."""
         x = l2norm(context.float()) if self.use_context else None
         p = concepts.float() if self.use_concepts else None
+        if self.generated is not None:
+            if sentence_tokens is None or sentence_lengths is None:
+                raise ValueError("this SCO model represents images by generated sentences: give their tokens")
+            p = self.generated(sentence_tokens, sentence_lengths)
         return self.fusion(p, x)
 
-    def encode_images(self, context: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
+    def encode_images(self, context: torch.Tensor, concepts: torch.Tensor, sentence_tokens: torch.Tensor | None = None,
+                      sentence_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """l2norm(v) [B, H]; an unused side may be an empty [B, 0] tensor."""
-        return l2norm(self.fuse(context, concepts))
+        return l2norm(self.fuse(context, concepts, sentence_tokens, sentence_lengths))
 
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """l2norm(s) [B, H] of `<start> ... <end>` token ids [B, L]."""
@@ -153,10 +176,12 @@ class SCO(nn.Module):
             previous = torch.where(own, sampled, tokens[:, t + 1])
         return torch.stack(outputs, 1)
 
-    def forward(self, context: torch.Tensor, concepts: torch.Tensor, tokens: torch.Tensor,
-                lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, context: torch.Tensor, concepts: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
+                sentence_tokens: torch.Tensor | None = None, sentence_lengths: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Training: (scores [B, B] of the batch's images against its captions, the generator's log-probabilities
-        of each image's own caption [B, L - 1, V], or None without generation)."""
-        v = self.fuse(context, concepts)
+        of each image's own caption [B, L - 1, V], or None without generation); the generated sentences' tokens
+        and lengths with `use_sentence`."""
+        v = self.fuse(context, concepts, sentence_tokens, sentence_lengths)
         sims = self.similarity(l2norm(v), self.encode_captions(tokens, lengths))
         return sims, (self.generate_logp(v, tokens) if self.generator is not None else None)

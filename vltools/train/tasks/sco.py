@@ -5,7 +5,9 @@ mismatched captions and images each (`vltools.losses.sampled_hinge_loss`); L_gen
 of each matched sentence under the generator started from the fused image vector, summed over its tokens and
 `<end>` and over the batch (`vltools.losses.sequence_cross_entropy`, reduction "sum"), as the paper's sums
 read. Inputs: `CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl`, or one features file and the captions when the model uses
-only the context (`model.use_concepts=false`) or only the concepts (`model.use_context=false`).
+only the context (`model.use_concepts=false`) or only the concepts (`model.use_context=false`). "ctx + sen"
+(`model.use_sentence=true`) reads `CONTEXT.h5 GENERATED.jsonl CAPS.jsonl`: the generated sentences (one per image,
+`vltools caption` of every training and validation image) stand where the concept scores stand.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from torch import nn
 from vltools.data.blocks import CaptionBlocks
 from vltools.data.captions import CaptionSplit, load_vocabulary, read_split
 from vltools.data.sco import (
+    SENTENCES_COMMAND,
+    GeneratedSentences,
     ImageVectors,
     SCODataset,
     VectorBlocks,
@@ -30,6 +34,7 @@ from vltools.data.sco import (
 from vltools.errors import VLToolsError
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import similarity_blocks
+from vltools.io.hdf5 import is_hdf5
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
@@ -54,8 +59,11 @@ def defaults(model_name: str) -> dict[str, dict[str, object]]:
 
 
 def split_inputs(inputs: Sequence[str], model_config: dict) -> tuple[str | None, str | None, str]:
-    """(context path or None, concepts path or None, captions path) from the command's inputs."""
+    """(context path or None, concepts path or None, captions path) from the command's inputs; for "ctx + sen"
+    (`use_sentence`) the second is the generated sentences' path, see `sentence_inputs`."""
     use_context, use_concepts = bool(model_config["use_context"]), bool(model_config["use_concepts"])
+    if model_config["use_sentence"]:
+        return sentence_inputs(inputs, use_context, use_concepts)
     if len(inputs) == 3:
         context, concepts, captions = inputs
         return (context if use_context else None), (concepts if use_concepts else None), captions
@@ -63,6 +71,20 @@ def split_inputs(inputs: Sequence[str], model_config: dict) -> tuple[str | None,
         return (inputs[0] if use_context else None), (inputs[0] if use_concepts else None), inputs[1]
     raise VLToolsError(f"--model sco takes CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl (or one features file and the captions "
                        f"when model.use_context or model.use_concepts is false); got {len(inputs)} inputs")
+
+
+def sentence_inputs(inputs: Sequence[str], use_context: bool, use_concepts: bool) -> tuple[str, str, str]:
+    """(context path, generated sentences path, captions path) of a "ctx + sen" model, checked."""
+    if use_concepts or not use_context:
+        raise VLToolsError("model.use_sentence=true puts the generated sentence in the concepts' place beside the "
+                           "context: set model.use_context=true and model.use_concepts=false")
+    if len(inputs) != 3:
+        raise VLToolsError(f"--model sco with model.use_sentence=true takes CONTEXT.h5 GENERATED.jsonl CAPS.jsonl "
+                           f"(the generated sentences: `{SENTENCES_COMMAND}`); got {len(inputs)} inputs")
+    if is_hdf5(inputs[1]):
+        raise VLToolsError(f"{inputs[1]}: is HDF5 where the generated sentences (a captions JSONL, "
+                           f"`{SENTENCES_COMMAND}`) were expected; give CONTEXT.h5 GENERATED.jsonl CAPS.jsonl")
+    return inputs[0], inputs[1], inputs[2]
 
 
 def data_config(model_config: dict, context: str | None, concepts: str | None) -> dict:
@@ -88,15 +110,21 @@ class SCOTask:
     generator: torch.Generator | None = None  # the trainer's, reseeded from (seed, iteration, share) for each loss
 
     def __init__(self, config: dict, context: str | None, concepts: str | None, captions: str | os.PathLike,
-                 train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary) -> None:
+                 train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary, sentences: str | None = None) -> None:
         self.options, self.vocab, self.val = config["task"], vocab, val
         self.model_config = data_config(config["model"], context, concepts)
         self.model: nn.Module = build_model("sco", self.model_config, len(vocab))
-        self.vectors = ImageVectors(context, concepts)
         max_words = int(self.model_config["max_words"])
+        generated = None
+        if sentences is not None:
+            generated = GeneratedSentences(sentences, vocab, max_words)
+            for split in (train, val):
+                generated.check(split.image_ids, captions)
+        self.vectors = ImageVectors(context, concepts, generated)
         self.train_data = SCODataset(self.vectors, train, sco_tokens(vocab, train.captions, max_words))
         self.val_tokens = sco_tokens(vocab, val.captions, max_words)
-        self.inputs = {"context": context, "concepts": concepts, "captions": str(captions), "train_split": train.name,
+        self.inputs = {"context": context, "concepts": concepts, "sentences": sentences, "captions": str(captions),
+                       "train_split": train.name,
                        "val_split": val.name, "train_captions_digest": ids_digest(train.caption_ids),
                        "val_captions_digest": ids_digest(val.caption_ids)}
 
@@ -105,7 +133,8 @@ class SCOTask:
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """L_mat (captions of the same image are never negatives) + lambda L_gen."""
-        sims, logp = model(batch["context"], batch["concepts"], batch["tokens"], batch["lengths"])
+        sims, logp = model(batch["context"], batch["concepts"], batch["tokens"], batch["lengths"],
+                           batch.get("sentence_tokens"), batch.get("sentence_lengths"))
         same = batch["image_index"][:, None] == batch["image_index"][None, :]
         loss = sampled_hinge_loss(sims, margin=self.options["margin"], negatives=int(self.options["negatives"]),
                                   positive_mask=same, generator=self.generator)
@@ -134,7 +163,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> SCOTask:
     """The SCO task from its inputs (see the module docstring); the vocabulary is built from training captions
     unless `vocab` is given."""
-    context, concepts, captions = split_inputs(inputs, config["model"])
+    context, second, captions = split_inputs(inputs, config["model"])
+    concepts, sentences = (None, second) if config["model"]["use_sentence"] else (second, None)
     records = read_records(captions, "captions")
     train, val = (read_split(captions, split, records, option) for split, option in
                   ((train_split, "--train-split"), (val_split, "--val-split")))
@@ -143,4 +173,4 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
             if path is not None:
                 check_split_images(split, path, captions)
     words = load_vocabulary(vocab, train.captions, threshold=int(config["task"]["vocab_threshold"]))
-    return SCOTask(config, context, concepts, captions, train, val, words)
+    return SCOTask(config, context, concepts, captions, train, val, words, sentences)
