@@ -63,11 +63,11 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
     (default: 0, every validation caption).
     """
-    from vltools.train.trainer import train_model, training_config
+    from vltools.train.trainer import run_training, training_config
 
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
                "train.device": device, "train.workers": workers, "train.precision": precision}
     config = training_config(model_name, config_file, overrides, options,
                              {"objective": objective, "reference": reference, "init": init})
-    train_model(model_name, inputs, output, config, resume, vocab, train_split, val_split)
+    run_training(model_name, inputs, output, config, resume, vocab, train_split, val_split)

@@ -349,7 +349,7 @@ def training_config(model_name: str, config_file: str | os.PathLike | None = Non
     return config
 
 
-def train_model(model_name: str, inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config: dict,
+def run_training(model_name: str, inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config: dict,
                 resume: bool = False, vocab: str | os.PathLike | None = None, train_split: str = "train",
                 val_split: str = "val") -> dict:
     """Train `model_name` on `inputs` with `config` (training_config) into the checkpoint `output` (with
