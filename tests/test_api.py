@@ -355,3 +355,34 @@ def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call,
         call(tmp_path)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_build_report_writes_the_cards_the_stage_writes(world, tmp_path):
+    features, captions, _, vse = world
+    run("match", "--model", vse, features, captions, "--device", "cpu", "-o", tmp_path / "r.jsonl")
+    counts = vltools.build_report(tmp_path / "api", rankings=tmp_path / "r.jsonl", captions=captions, sample=3,
+                                  seed=1)
+    run("report", tmp_path / "cli", "--rankings", tmp_path / "r.jsonl", "--captions", captions, "--sample", 3,
+        "--seed", 1)
+    cards = sorted(p.relative_to(tmp_path / "cli") for p in (tmp_path / "cli" / "data").rglob("*.js")
+                   if p.name != "summary.js")
+    assert cards and cards == sorted(p.relative_to(tmp_path / "api") for p in (tmp_path / "api" / "data").rglob("*.js")
+                                     if p.name != "summary.js")
+    for card in cards:     # summary.js holds the provenance (times, paths); the cards must be the same
+        assert (tmp_path / "api" / card).read_bytes() == (tmp_path / "cli" / card).read_bytes()
+    assert counts["cards"] == 6     # 3 sampled queries each way
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, "rankings or generated, scores, logs or figures must be given: nothing to show"),
+    ({"rankings": 5}, "rankings must be a file path or a non-empty list of paths, not 5"),
+    ({"scores": "s.json", "sample": -1}, "sample must be a non-negative integer, not -1"),
+    ({"scores": "s.json", "seed": 2**40}, "seed must be an integer from 0 to 4294967295, not 1099511627776"),
+    ({"scores": "s.json", "thumb_size": 8}, "thumb_size must be an integer >= 16, not 8"),
+    ({"generated": [], "item_scores": ["i.jsonl"]}, "item_scores takes at most one file per generated file"),
+])
+def test_build_report_checks_its_arguments_before_any_work(tmp_path, options, message):
+    with pytest.raises(VLToolsError) as error:
+        vltools.build_report(tmp_path / "out", **options)
+    assert str(error.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []

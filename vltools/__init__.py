@@ -10,6 +10,7 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     encode(source, model, output, ...)    embeddings HDF5 of images or captions with a separable model (`encode`)
     train_model(model, inputs, output, ...)  train a model, keep the best checkpoint; config dict or --set keys
     convert(kind, source, output, ...)    the field's caption formats and webdataset shards as records (`convert`)
+    build_report(out, rankings=..., ...)  the static HTML report folder of rankings, captions, scores (`report`)
     search(queries, index_file, ...)      the top-k rows of a saved index (`vltools index`) for each query
     load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)
     Matches                               what `match` returns: .sims, ids, top-k both ways, .rankings()
@@ -27,8 +28,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-API = ("Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "score_caption",
-       "score_retrieval", "search", "train_model")
+API = ("Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+       "score_caption", "score_retrieval", "search", "train_model")
 __all__ = ["__version__", *API]
 
 

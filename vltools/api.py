@@ -44,14 +44,16 @@ from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
+from vltools.report.site import ReportInputs
+from vltools.report.site import build_report as write_report_folder
 from vltools.train import TASKS
 from vltools.train.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
-__all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "score_caption",
-           "score_retrieval", "search", "train_model"]
+__all__ = ["Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+           "score_caption", "score_retrieval", "search", "train_model"]
 
 # convert's record converters: kind -> the library reader `vltools convert KIND` calls (its first argument: the
 # source; its keywords: the converter's options by their Python names)
@@ -299,3 +301,44 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
     if output is not None:
         write_records(output, records)
     return records
+
+
+def _path_list(value: object, name: str) -> list[str]:
+    """An optional list of paths (a report's repeatable inputs: empty, one path, or a list) as strings."""
+    return [] if isinstance(value, list | tuple) and not value else list(map(os.fspath, checks.paths(value, name)))
+
+
+def _optional_path(value: object, name: str) -> str | None:
+    """None, or a path as a string (the report's files are named in its pages)."""
+    return None if checks.path(value, name, optional=True) is None else os.fspath(value)
+
+
+def build_report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
+                 generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
+                 images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
+                 pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
+                 proxy: PathLike | None = None, heatmaps: PathLike | None = None,
+                 logs: PathLike | Sequence[PathLike] = (), figures: PathLike | Sequence[PathLike] = (),
+                 boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
+                 top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
+                 force: bool = False, max_boxes: int = 10) -> dict[str, int]:
+    """`vltools report OUT` (`report` is the package vltools.report): the static HTML report folder OUT (open
+    OUT/index.html) of rankings, generated captions (with their per-item scores), metrics, training logs and
+    figures, with thumbnails of `images`; returns the counts of cards, thumbnails and broken images."""
+    checks.path(out, "out")
+    inputs = ReportInputs(*(_path_list(value, name) for value, name in (
+        (rankings, "rankings"), (generated, "generated"), (item_scores, "item_scores"), (images, "images"))),
+        _optional_path(captions, "captions"), _optional_path(pairs, "pairs"), _path_list(scores, "scores"),
+        _optional_path(proxy, "proxy"), _optional_path(heatmaps, "heatmaps"), _path_list(logs, "logs"),
+        _path_list(figures, "figures"), _optional_path(boxes, "boxes"))
+    checks.text(queries, "queries", optional=True)
+    checks.integer(sample, "sample", 0)
+    checks.integer(seed, "seed", 0, checks.MAX_SEED)
+    checks.integer(top_k, "top_k", 1)
+    checks.integer(page_size, "page_size", 1)
+    checks.integer(thumb_size, "thumb_size", 16)
+    checks.text(title, "title")
+    checks.flag(force, "force")
+    checks.integer(max_boxes, "max_boxes", 1)
+    return write_report_folder(out, inputs, queries, sample, seed, top_k, page_size, thumb_size, title, force,
+                               max_boxes)

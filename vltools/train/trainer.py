@@ -44,8 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast
-from vltools.errors import VLToolsError, argument
-from vltools.infer.checks import ArgumentError
+from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import clean_numbers
