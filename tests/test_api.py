@@ -48,7 +48,8 @@ def test_importing_vltools_does_not_import_torch():
 
 
 def test_the_api_is_discoverable_with_dir_and_help():
-    api = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval"]
+    api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "score_caption",
+           "score_retrieval", "search", "train_model"]
     assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
     shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
     for name in api:     # in the module's docstring with its one line, and documented below it
@@ -263,3 +264,125 @@ def test_search_queries_a_saved_index_like_match_index_file(tmp_path):
     assert list(found.rankings()) == [json.loads(line) for line in
                                       run("match", tmp_path / "caps.h5", "--index-file", tmp_path / "g.h5", "-k", "4")
                                       .splitlines()]
+
+
+def test_score_caption_gives_what_the_stage_prints(tmp_path):
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text("".join(json.dumps({"image_id": i, "caption": text}) + "\n" for i, text in
+                            [("1", "A dog runs on grass."), ("1", "a brown dog running"), ("2", "Two cats sleep.")]))
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(json.dumps({"image_id": "1", "caption": "a dog running on the grass"}) + "\n" +
+                           json.dumps({"image_id": "2", "caption": "two cats"}) + "\n")
+    found = vltools.score_caption(predictions, refs, spice=False, meteor=False)
+    printed_by_stage = json.loads(run("score", "caption", predictions, "--refs", refs, "--no-spice", "--no-meteor"))
+    assert printed(found) == printed_by_stage
+    assert set(found) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr"} and found["Bleu_1"] > 0
+
+
+def test_encode_writes_what_the_stage_writes(world, tmp_path):
+    features, captions, _, vse = world
+    assert vltools.encode(captions, vse, tmp_path / "api.h5", split="test", device="cpu") == 21
+    run("encode", captions, "--model", vse, "--split", "test", "--device", "cpu", "-o", tmp_path / "cli.h5")
+    assert vltools.encode(features, vltools.load_model(vse, "encodable"), tmp_path / "api_img.h5",
+                          device="cpu") == 9
+    run("encode", features, "--model", vse, "--device", "cpu", "-o", tmp_path / "cli_img.h5")
+    for api, cli_file in (("api.h5", "cli.h5"), ("api_img.h5", "cli_img.h5")):
+        with h5py.File(tmp_path / api) as mine, h5py.File(tmp_path / cli_file) as theirs:
+            np.testing.assert_array_equal(mine["emb"][:], theirs["emb"][:])
+            assert list(mine["ids"].asstr()) == list(theirs["ids"].asstr())
+
+
+def test_train_with_a_config_dict_and_set_keys_equals_the_stage(tmp_path):
+    from tiny_matching import make_world as make_training_world
+
+    features, captions = make_training_world(tmp_path)
+    summary = vltools.train_model("vse", [features, captions], tmp_path / "api.pt",
+                            config={"train": {"epochs": 1, "batch_size": 16, "device": "cpu"}},
+                            set={"model.embed_size": 32, "word_dim": 16})
+    run("train", "--model", "vse", features, captions, "--epochs", "1", "--batch-size", "16", "--device", "cpu",
+        "--set", "model.embed_size=32", "--set", "word_dim=16", "-o", tmp_path / "cli.pt")
+    mine, theirs = (torch_load(tmp_path / name) for name in ("api.pt", "cli.pt"))
+    assert mine["config"] == theirs["config"] and mine["config"]["embed_size"] == 32
+    assert mine["train_state"]["config"] == theirs["train_state"]["config"]
+    for key, value in mine["state_dict"].items():
+        assert np.array_equal(value.numpy(), theirs["state_dict"][key].numpy()), key
+    assert summary["epoch"] == 1
+
+
+def torch_load(path) -> dict:
+    from vltools.io.checkpoints import load_checkpoint
+
+    return load_checkpoint(path)
+
+
+def test_convert_gives_the_records_the_stage_writes(tmp_path):
+    from test_convert_webdataset import SAMPLES, _shard
+
+    shard = _shard(tmp_path / "shard.tar", SAMPLES)
+    records = vltools.convert("webdataset", [shard], tmp_path / "api.jsonl", split="test")
+    run("convert", "webdataset", shard, "--split", "test", "-o", tmp_path / "cli.jsonl")
+    assert (tmp_path / "api.jsonl").read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
+    assert records == read_records(tmp_path / "cli.jsonl", "captions") and len(records) == 3
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path (str or pathlib.Path), not 5"),
+    (lambda p: vltools.score_caption(p / "p.jsonl", p / "r.jsonl", spice="no"), "spice must be True or False, "
+                                                                                 "not 'no'"),
+    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", None), "output must be a file path (str or "
+                                                                "pathlib.Path), not None"),
+    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", batch_size=0),
+     "batch_size must be a positive integer, not 0"),
+    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", image_size=10**9),
+     "image_size must be an integer from 32 to 4096, not 1000000000"),
+    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", with_txt=True),
+     "with_txt is not an argument of vltools.encode; did you mean with_text?"),
+    (lambda p: vltools.train_model("bogus", [p / "f.h5"], p / "m.pt"), "model must be one of "),
+    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", config=3),
+     "config must be a file path (str or pathlib.Path), not 3"),
+    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": 0}),
+     "epochs: train.epochs must be in [1, inf), not 0"),
+    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", set=["epochs=1"]),
+     "set must be a dict of config sections or KEY: value, not ['epochs=1']"),
+    (lambda p: vltools.convert("bogus", p / "x.json"), "kind must be one of karpathy, coco, flickr, "),
+    (lambda p: vltools.convert("coco", p / "x.json", id_feld="id"),
+     "id_feld is not an argument of vltools.convert; did you mean id_field?"),
+    (lambda p: vltools.convert("webdataset", [], p / "x.jsonl"),
+     "source must be a file path or a non-empty list of paths, not []"),
+])
+def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call, message):
+    with pytest.raises(VLToolsError) as error:
+        call(tmp_path)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_build_report_writes_the_cards_the_stage_writes(world, tmp_path):
+    features, captions, _, vse = world
+    run("match", "--model", vse, features, captions, "--device", "cpu", "-o", tmp_path / "r.jsonl")
+    counts = vltools.build_report(tmp_path / "api", rankings=tmp_path / "r.jsonl", captions=captions, sample=3,
+                                  seed=1)
+    run("report", tmp_path / "cli", "--rankings", tmp_path / "r.jsonl", "--captions", captions, "--sample", 3,
+        "--seed", 1)
+    cards = sorted(p.relative_to(tmp_path / "cli") for p in (tmp_path / "cli" / "data").rglob("*.js")
+                   if p.name != "summary.js")
+    assert cards and cards == sorted(p.relative_to(tmp_path / "api") for p in (tmp_path / "api" / "data").rglob("*.js")
+                                     if p.name != "summary.js")
+    for card in cards:     # summary.js holds the provenance (times, paths); the cards must be the same
+        assert (tmp_path / "api" / card).read_bytes() == (tmp_path / "cli" / card).read_bytes()
+    assert counts["cards"] == 6     # 3 sampled queries each way
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, "rankings or generated, scores, logs or figures must be given: nothing to show"),
+    ({"rankings": 5}, "rankings must be a file path or a non-empty list of paths, not 5"),
+    ({"scores": "s.json", "sample": -1}, "sample must be a non-negative integer, not -1"),
+    ({"scores": "s.json", "seed": 2**40}, "seed must be an integer from 0 to 4294967295, not 1099511627776"),
+    ({"scores": "s.json", "thumb_size": 8}, "thumb_size must be an integer >= 16, not 8"),
+    ({"generated": [], "item_scores": ["i.jsonl"]}, "item_scores takes at most one file per generated file"),
+])
+def test_build_report_checks_its_arguments_before_any_work(tmp_path, options, message):
+    with pytest.raises(VLToolsError) as error:
+        vltools.build_report(tmp_path / "out", **options)
+    assert str(error.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []

@@ -76,8 +76,8 @@ def test_a_set_value_out_of_range_is_refused_even_when_an_option_sets_the_key(tm
     path.write_text("train:\n  lr: -1\n", encoding="utf-8")
     with pytest.raises(VLToolsError, match=r"c.yaml: train.lr must be in \[0.0, inf\), not -1.0$"):
         build_config(DEFAULTS, path, ["train.lr=0.1"])
-    with pytest.raises(VLToolsError, match=r"^option --epochs: train.epochs must be in \[1, inf\), not 0$"):
-        build_config(DEFAULTS, None, [], {"train.epochs": 0})
+    with pytest.raises(VLToolsError, match=r"^epochs: train.epochs must be in \[1, inf\), not 0$"):
+        build_config(DEFAULTS, None, [], {"train.epochs": 0})     # named as Python spells it (errors.argument)
 
 
 def test_bad_yaml_files(tmp_path):

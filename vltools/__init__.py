@@ -6,6 +6,11 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     match(first, second, model, ...)      rank captions for images and images for captions; returns `Matches`
     score_retrieval(scores, ...)          R@1/5/10 both ways, medr, meanr, rsum, mR of `Matches` or files
     caption(model, features, ...)         one {"image_id", "caption"} per image by beam search
+    score_caption(predictions, refs, ...) BLEU, METEOR, ROUGE-L, CIDEr (SPICE) of captions files (`score caption`)
+    encode(source, model, output, ...)    embeddings HDF5 of images or captions with a separable model (`encode`)
+    train_model(model, inputs, output, ...)  train a model, keep the best checkpoint; config dict or --set keys
+    convert(kind, source, output, ...)    the field's caption formats and webdataset shards as records (`convert`)
+    build_report(out, rankings=..., ...)  the static HTML report folder of rankings, captions, scores (`report`)
     search(queries, index_file, ...)      the top-k rows of a saved index (`vltools index`) for each query
     load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)
     Matches                               what `match` returns: .sims, ids, top-k both ways, .rankings()
@@ -23,7 +28,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-API = ("Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval", "search")
+API = ("Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+       "score_caption", "score_retrieval", "search", "train_model")
 __all__ = ["__version__", *API]
 
 

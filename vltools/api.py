@@ -19,26 +19,47 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 
+from vltools.data.caption_scores import score_caption_files
+from vltools.data.converters.birds_to_words import read_birds_to_words
+from vltools.data.converters.cub import read_cub
+from vltools.data.converters.flickr import read_flickr
+from vltools.data.converters.karpathy import read_karpathy
+from vltools.data.converters.webdataset import read_webdataset
 from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
 from vltools.devices import PRECISIONS, autocast, resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer import checks
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
+from vltools.infer.encode import encode_file
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_files, match_index
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
+from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import RunOptions
+from vltools.io.coco import read_coco
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
+from vltools.io.records import write_records
 from vltools.io.sims import Sims
+from vltools.report.site import ReportInputs
+from vltools.report.site import build_report as write_report_folder
+from vltools.train import TASKS
+from vltools.train.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
-__all__ = ["Matches", "caption", "extract_regions", "load_model", "match", "score_retrieval", "search"]
+__all__ = ["Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+           "score_caption", "score_retrieval", "search", "train_model"]
+
+# convert's record converters: kind -> the library reader `vltools convert KIND` calls (its first argument: the
+# source; its keywords: the converter's options by their Python names)
+CONVERTERS: dict[str, Callable[..., list[dict]]] = {
+    "karpathy": read_karpathy, "coco": read_coco, "flickr": read_flickr, "birds-to-words": read_birds_to_words,
+    "cub": read_cub, "webdataset": read_webdataset}
 
 
 def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
@@ -179,3 +200,148 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
                                           length_penalty=length_penalty, batch_size=batch_size, device=chosen):
             found += [{"image_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
     return found
+
+
+def score_caption(predictions: PathLike, refs: PathLike, *, tokenized: bool = False, spice: bool = True,
+                  meteor: bool = True, strict: bool = False) -> dict[str, float]:
+    """`vltools score caption PREDICTIONS --refs REFS`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE when its
+    models are installed) of one caption per image or pair, as the COCO evaluation server computes them (needs
+    Java). `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
+    checks.path(predictions, "predictions")
+    checks.path(refs, "refs")
+    for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
+        checks.flag(value, name)
+    return score_caption_files(predictions, refs, tokenized, spice, meteor, strict)[0].metrics
+
+
+def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *, split: str | None = None,
+           captions: PathLike | None = None, concepts: PathLike | None = None, sentences: PathLike | None = None,
+           batch_size: int = 256, device: str = "auto", precision: str = "fp32", **rmac: object) -> int:
+    """`vltools encode SOURCE --model MODEL -o OUTPUT`: the embeddings HDF5 (`/ids`, `/emb`) of a separable model
+    (vse, sco; rmac on images) for the images of a features file (those the `split` of `captions` names, when
+    given) or the captions of a captions file's `split`; returns how many were encoded. SCO reads `concepts`
+    (concept scores) and, for "ctx + sen", `sentences` (one generated caption per image). An rmac model takes the
+    keywords of `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers)."""
+    checks.path(source, "source")
+    if not isinstance(model, LoadedModel):
+        checks.path(model, "model")
+    checks.path(output, "output")
+    checks.text(split, "split", optional=True)
+    checks.path(captions, "captions", optional=True)
+    checks.path(concepts, "concepts", optional=True)
+    checks.path(sentences, "sentences", optional=True)
+    checks.integer(batch_size, "batch_size", 1)
+    checks.text(device, "device")
+    checks.choice(precision, "precision", PRECISIONS)
+    checks.known(rmac, _keywords(encode, QueryOptions), "encode")
+    checks.path(rmac.get("proxy"), "proxy", optional=True)
+    checks.optional_integer(rmac.get("first"), "first", 1)
+    checks.flag(rmac.get("with_text", False), "with_text")
+    for name in ("add", "subtract"):
+        words = rmac.get(name, ())
+        if not isinstance(words, list | tuple):
+            raise checks.ArgumentError(name, f"must be a list of words, not {words!r}")
+        for word in words:
+            checks.text(word, name)
+    checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
+    checks.integer(rmac.get("workers", 0), "workers", 0)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+    return encode_file(loaded, source, output, resolve_device(device), split=split, captions=captions,
+                       concepts=concepts, sentences=sentences, batch_size=batch_size, precision=precision,
+                       rmac=QueryOptions(**rmac))
+
+
+def _flat(config: object, name: str) -> dict[str, object]:
+    """A config of sections ({"train": {"epochs": 2}}) or of `--set` keys ({"train.epochs": 2, "lr": 1e-4}) as
+    {key: value} for the config builder, which checks each key and value."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict) or not all(isinstance(key, str) and key for key in config):
+        raise checks.ArgumentError(name, f"must be a dict of config sections or KEY: value, not {config!r}")
+    flat: dict[str, object] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{inner}": item for inner, item in _flat(value, name).items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def train_model(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *,
+                config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
+                resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
+                val_split: str = "val") -> dict:
+    """`vltools train --model MODEL INPUTS -o OUTPUT` (`train` is the package vltools.train): train with the
+    shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and OUTPUT.log.jsonl beside it); returns
+    the summary (epoch, iteration, best).
+    `config`: a YAML file or a dict of sections ({"train": {"epochs": 2}, "model": {"embed_size": 64}});
+    `set`: the command line's `--set` keys over it ({"train.lr": 1e-4, "embed_size": 64})."""
+    checks.choice(model, "model", sorted(TASKS))
+    inputs = checks.paths(inputs, "inputs")
+    checks.path(output, "output")
+    config_file = None if isinstance(config, dict | type(None)) else checks.path(config, "config")
+    options = {**_flat(config if isinstance(config, dict) else None, "config"), **_flat(set, "set")}
+    checks.flag(resume, "resume")
+    checks.path(vocab, "vocab", optional=True)
+    checks.text(train_split, "train_split")
+    checks.text(val_split, "val_split")
+    built = training_config(model, config_file, (), options)
+    return run_training(model, inputs, output, built, resume, vocab, train_split, val_split)
+
+
+def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike | None = None,
+            **options: object) -> list[dict]:
+    """`vltools convert KIND SOURCE -o OUTPUT` for the formats that become records: karpathy, coco, flickr,
+    birds-to-words, cub and webdataset (SOURCE: a list of shards). Returns the records, and writes them as JSONL
+    to `output` when given; `options` are the keywords of the converter's reader (`vltools.api.CONVERTERS`),
+    e.g. convert("karpathy", "dataset_coco.json", id_field="cocoid")."""
+    checks.choice(kind, "kind", CONVERTERS)
+    reader = CONVERTERS[kind]
+    source = checks.paths(source, "source") if kind == "webdataset" else checks.path(source, "source")
+    checks.path(output, "output", optional=True)
+    checks.known(options, set(list(inspect.signature(reader).parameters)[1:]), "convert")
+    records = reader(source, **options)
+    if output is not None:
+        write_records(output, records)
+    return records
+
+
+def _path_list(value: object, name: str) -> list[str]:
+    """An optional list of paths (a report's repeatable inputs: empty, one path, or a list) as strings."""
+    return [] if isinstance(value, list | tuple) and not value else list(map(os.fspath, checks.paths(value, name)))
+
+
+def _optional_path(value: object, name: str) -> str | None:
+    """None, or a path as a string (the report's files are named in its pages)."""
+    return None if checks.path(value, name, optional=True) is None else os.fspath(value)
+
+
+def build_report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
+                 generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
+                 images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
+                 pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
+                 proxy: PathLike | None = None, heatmaps: PathLike | None = None,
+                 logs: PathLike | Sequence[PathLike] = (), figures: PathLike | Sequence[PathLike] = (),
+                 boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
+                 top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
+                 force: bool = False, max_boxes: int = 10) -> dict[str, int]:
+    """`vltools report OUT` (`report` is the package vltools.report): the static HTML report folder OUT (open
+    OUT/index.html) of rankings, generated captions (with their per-item scores), metrics, training logs and
+    figures, with thumbnails of `images`; returns the counts of cards, thumbnails and broken images."""
+    checks.path(out, "out")
+    inputs = ReportInputs(*(_path_list(value, name) for value, name in (
+        (rankings, "rankings"), (generated, "generated"), (item_scores, "item_scores"), (images, "images"))),
+        _optional_path(captions, "captions"), _optional_path(pairs, "pairs"), _path_list(scores, "scores"),
+        _optional_path(proxy, "proxy"), _optional_path(heatmaps, "heatmaps"), _path_list(logs, "logs"),
+        _path_list(figures, "figures"), _optional_path(boxes, "boxes"))
+    checks.text(queries, "queries", optional=True)
+    checks.integer(sample, "sample", 0)
+    checks.integer(seed, "seed", 0, checks.MAX_SEED)
+    checks.integer(top_k, "top_k", 1)
+    checks.integer(page_size, "page_size", 1)
+    checks.integer(thumb_size, "thumb_size", 16)
+    checks.text(title, "title")
+    checks.flag(force, "force")
+    checks.integer(max_boxes, "max_boxes", 1)
+    return write_report_folder(out, inputs, queries, sample, seed, top_k, page_size, thumb_size, title, force,
+                               max_boxes)

@@ -16,8 +16,7 @@ import click
 
 from vltools import __version__
 from vltools.commands.options import binary_format, is_output_param, option_spelling, writes_stdout
-from vltools.errors import VLToolsError, first_line, spelled
-from vltools.infer.checks import ArgumentError
+from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
 from vltools.io.atomic import (
     OUTPUT_ERRNOS,
     after_failure,

@@ -30,6 +30,16 @@ def argument(name: str, value: str | None = None) -> str:
     return SPELLING.get()(name, value)
 
 
+class ArgumentError(VLToolsError):
+    """A bad value of one argument (a usage error: exit 2 on the command line): `name` is its Python name,
+    `problem` what is wrong with the value, without the name (the command line's option types put the option's
+    name in front themselves)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"{argument(name)} {problem}")
+
+
 @contextmanager
 def spelled(spelling: Callable[[str, str | None], str]) -> Iterator[None]:
     """Spell arguments with `spelling` in the messages raised inside the block."""

@@ -27,7 +27,7 @@ DROP_UNASSIGNED = click.option("--drop-unassigned", is_flag=True,
 @click.group("convert")
 def command() -> None:
     """Import the field's formats (SCAN precomp, Karpathy, COCO, Flickr, Visual Genome, Birds-to-Words, CUB,
-    bottom-up features, SCAN vocabularies) as vltools files, and export vltools files back."""
+    webdataset shards, bottom-up features, SCAN vocabularies) as vltools files, and export vltools files back."""
 
 
 def _wrote(count: int, what: str, output: str | None) -> None:
@@ -209,6 +209,22 @@ def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str,
             raise click.UsageError(f"--split-list {split} given twice")
         lists[split] = path
     records = cub.read_cub(text_dir, lists, drop_unassigned)
+    _wrote(write_records(output, records), "captions", output)
+
+
+@command.command("webdataset")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--split", help="Split field of every record (default: none).")
+@click.option("--strict", is_flag=True, help="Stop with an error at the first image without a caption (exit 1, no "
+                                             "output) instead of skipping and counting it.")
+def webdataset_command(shards: tuple[str, ...], output: str | None, split: str | None, strict: bool) -> None:
+    """Webdataset / img2dataset shards (KEY.jpg beside KEY.txt and/or KEY.json with "caption") -> captions JSONL
+    with the image ids `extract-regions SHARD.tar` gives (the member names); caption_id = <image id>#0."""
+    from vltools.data.converters import webdataset
+    from vltools.io.records import write_records
+
+    records = webdataset.read_webdataset(shards, split, strict)
     _wrote(write_records(output, records), "captions", output)
 
 

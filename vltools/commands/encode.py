@@ -14,7 +14,6 @@ from vltools.commands.options import (
     workers_option,
 )
 from vltools.devices import resolve_device
-from vltools.io.progress import log
 
 
 @click.command("encode")
@@ -59,69 +58,12 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
     embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
     QUERIES.h5 DATABASE.h5` then ranks images for images."""
-    from vltools.data.blocks import CaptionBlocks, FeatureBlocks
-    from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
-    from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
-    from vltools.infer.embed import embed_blocks, require_separable
-    from vltools.infer.loader import check_features, hdf5_kind, load_model
-    from vltools.infer.rmac import QueryOptions, encode_rmac
-    from vltools.io.embeddings import write_embeddings
-    from vltools.io.features import FeaturesReader
-    from vltools.io.provenance import ids_digest
+    from vltools.infer.encode import encode_file
+    from vltools.infer.loader import load_model
+    from vltools.infer.rmac import QueryOptions
 
-    loaded = load_model(model_path, "encodable")
-    if loaded.name == "rmac":
-        options = QueryOptions(proxy_path, split or DEFAULT_SPLIT, first, with_text, add_words, subtract_words,
-                               image_size, batch_size, workers)
-        ids, emb, attrs = encode_rmac(loaded, source, options, resolve_device(device))
-        write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": model_path,
-                                              "checkpoint_digest": loaded.digest, "source": source,
-                                              "ids_digest": ids_digest(ids), **attrs})
-        log.info("encoded %d images (%s) with rmac", len(ids), attrs["query"])
-        return
-    require_separable(loaded.model, loaded.name, model_path)
-    chosen_device = resolve_device(device)
-    loaded.model.to(chosen_device)
-    attrs = {"model": loaded.name, "checkpoint": model_path, "checkpoint_digest": loaded.digest, "source": source,
-             "precision": precision}
-    if hdf5_kind(source) is not None and getattr(loaded.model, "inputs", "regions") == "global":
-        vectors = model_vectors(loaded.config, source, concepts_path, sentences_path, loaded.vocab)
-        ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
-        if captions_path is not None:
-            chosen = read_split(captions_path, split)
-            for path in vectors.paths:
-                if path is not None:
-                    check_split_images(chosen, path, captions_path)
-            ids = chosen.image_ids
-        if vectors.sentences is not None:
-            vectors.sentences.check(ids, captions_path or source)
-        blocks = VectorBlocks(vectors, ids, batch_size)
-        write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", chosen_device, precision),
-                         {**attrs, "side": "images", "concepts": concepts_path or "",
-                          "sentences": sentences_path or "", "ids_digest": ids_digest(ids)})
-        vectors.close()
-        count = len(ids)
-    elif hdf5_kind(source) is not None:
-        ids = None
-        if captions_path is not None:
-            chosen = read_split(captions_path, split)
-            check_images(chosen, source, captions_path)
-            ids = chosen.image_ids
-        with FeaturesReader(source) as reader:
-            check_features(reader, [loaded])
-            ids = reader.ids if ids is None else ids
-            blocks = FeatureBlocks(reader, ids, batch_size)
-            write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", chosen_device, precision),
-                             {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
-            count = len(ids)
-    else:
-        chosen = read_split(source, split)
-        blocks = CaptionBlocks(loaded.tokenize(chosen.captions), batch_size)
-        write_embeddings(output, chosen.caption_ids,
-                         embed_blocks(loaded.model, blocks, "captions", chosen_device, precision),
-                         {**attrs, "side": "captions", "split": chosen.name,
-                          "ids_digest": ids_digest(chosen.caption_ids)},
-                         caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
-        count = len(chosen.caption_ids)
-    log.info("encoded %d %s with %s", count, "images" if hdf5_kind(source) is not None else "captions", loaded.name)
-
+    rmac = QueryOptions(proxy_path, first=first, with_text=with_text, add=add_words, subtract=subtract_words,
+                        image_size=image_size, workers=workers)
+    encode_file(load_model(model_path, "encodable"), source, output, resolve_device(device), split=split,
+                captions=captions_path, concepts=concepts_path, sentences=sentences_path,
+                batch_size=batch_size, precision=precision, rmac=rmac)

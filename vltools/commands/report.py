@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from vltools.commands.options import SEED_RANGE, Integer
-from vltools.errors import VLToolsError
-from vltools.io.progress import log
 
 FILE = click.Path(dir_okay=False)
 
@@ -61,43 +57,8 @@ def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], ite
     """Write OUT/, a static HTML report that opens from file:// or any web server (open OUT/index.html): the
     ranked results of sampled queries with the ground truth marked, generated captions beside their references,
     the scores, training curves and the provenance of every input. Images become thumbnails inside OUT."""
-    from vltools.io.provenance import provenance
-    from vltools.report.boxes import read_boxes
-    from vltools.report.curves import read_training_log
-    from vltools.report.gallery import (
-        caption_section,
-        file_summary,
-        parse_queries,
-        ranking_sections,
-        read_references,
-        read_scores,
-    )
-    from vltools.report.site import Header, write_report
-    from vltools.vision.images import list_inputs
+    from vltools.report.site import ReportInputs, build_report
 
-    if item_scores and len(item_scores) > len(generated):
-        raise click.UsageError("give at most one --item-scores per --generated file, in the same order")
-    if not (rankings or generated or scores or logs or figures):
-        raise click.UsageError("nothing to show: give --rankings, --generated, --scores, --log or --figure")
-    wanted = parse_queries(queries)
-    refs = read_references(captions, pairs)
-    taken: set[str] = set()
-    sections = []
-    for path in rankings:
-        sections += ranking_sections(path, refs, wanted, sample, seed, top_k, proxy, heatmaps, taken)
-    for n, path in enumerate(generated):
-        sections.append(caption_section(path, item_scores[n] if n < len(item_scores) else None, refs, wanted,
-                                        sample, seed, taken))
-    if wanted is not None and sections and not any(s.cards for s in sections):
-        raise VLToolsError(f"--queries: none of the {len(wanted)} ids is a query or item of the given files; "
-                           "check the ids")
-    items = list_inputs(images) if images else []
-    inputs = [*rankings, *generated, *item_scores, *images, *(p for p in (captions, pairs, proxy) if p), *scores,
-              *logs]
-    header = Header(title, [(path, read_scores(path)) for path in scores], [Path(f) for f in figures],
-                    [read_training_log(path) for path in logs],
-                    [file_summary(path) for path in inputs if Path(path).is_file()], provenance())
-    boxes = read_boxes(boxes_path, [item.image_id for item in items], max_boxes) if boxes_path else None
-    counts = write_report(out, header, sections, items, thumb_size, page_size, force, boxes)
-    log.info("wrote %s/index.html: %d sections, %d cards, %d thumbnails%s", out, len(sections), counts["cards"],
-             counts["thumbnails"], f", {counts['broken']} images unreadable" if counts["broken"] else "")
+    inputs = ReportInputs(rankings, generated, item_scores, images, captions, pairs, scores, proxy, heatmaps, logs,
+                          figures, boxes_path)
+    build_report(out, inputs, queries, sample, seed, top_k, page_size, thumb_size, title, force, max_boxes)

@@ -71,24 +71,12 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_met
     server scores it (it matches nothing), with a warning; --strict refuses it. Needs Java (pycocoevalcap's
     tokenizer and METEOR run on it).
     """
-    from vltools.eval import caption as caption_eval
-    from vltools.io import caption_files
+    from vltools.data.caption_scores import score_caption_files
     from vltools.io.records import write_records
 
-    predicted = caption_files.read_caption_file(predictions)
-    references = caption_files.read_caption_file(refs)
-    texts, ref_texts = caption_eval.pair_predictions(predicted, references, strict=strict)
-    caption_eval.java_path()
-    spice = not no_spice
-    if spice and (reason := caption_eval.spice_missing()):
-        log.warning("SPICE skipped: %s", reason)
-        spice = False
-    log.info("scoring %d predictions (by %s) against %s (%d references)", len(texts), predicted.key, refs,
-             sum(len(r) for r in ref_texts.values()))
-    scores = caption_eval.score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice,
-                                         meteor=not no_meteor)
+    scores, key = score_caption_files(predictions, refs, tokenized, not no_spice, not no_meteor, strict)
     if per_image:
-        write_records(per_image, ({predicted.key: item_id, **{k: _finite(v) for k, v in values.items()}}
+        write_records(per_image, ({key: item_id, **{k: _finite(v) for k, v in values.items()}}
                                   for item_id, values in scores.per_item.items()))
     counts = scores.bleu_counts
     rows = [("metric", "score"), *((name, _number(value)) for name, value in scores.metrics.items()),

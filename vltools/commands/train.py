@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, precision_option
-from vltools.io.progress import labelled, log
-from vltools.train import TASKS, config_defaults, task_module
+from vltools.train import TASKS
 
 
 @click.command("train")
@@ -66,29 +63,11 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
     (default: 0, every validation caption).
     """
-    from vltools.io.numbers import clean_numbers
-    from vltools.models import check_model_config
-    from vltools.train.config import build_config
-    from vltools.train.distributed import distributed
-    from vltools.train.state import seed_everything
-    from vltools.train.trainer import train
+    from vltools.train.trainer import run_training, training_config
 
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,
                "train.device": device, "train.workers": workers, "train.precision": precision}
-    defaults = config_defaults(model_name)
-    for key, value in (("objective", objective), ("reference", reference), ("init", init)):
-        if value is not None and key not in defaults.get("task", {}):
-            raise click.UsageError(f"--{key} is not an option of --model {model_name}")
-        options[f"task.{key}"] = value
-    config = build_config(defaults, config_file, overrides, options)
-    check_model_config(model_name, config["model"])    # before any file is read or anything built
-    # every line of this training names the model and its output: two trainings under make -j2 interleave
-    with labelled(f"{model_name} {Path(output).name}"), distributed(config["train"]["device"]) as env:
-        seed_everything(config["train"]["seed"])
-        task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,
-                                                  val_split=val_split)
-        summary = train(task, config, output, env, resume=resume)
-        if env.main:
-            log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
-                     summary["iteration"], task.metric, clean_numbers(summary["best"]), output)
+    config = training_config(model_name, config_file, overrides, options,
+                             {"objective": objective, "reference": reference, "init": init})
+    run_training(model_name, inputs, output, config, resume, vocab, train_split, val_split)

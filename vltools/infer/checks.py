@@ -1,8 +1,8 @@
 """Plain validators of the values the stages take, shared by both interfaces: the command line's option types
 (`commands/options.py`) call them at parse time and the Python API (`vltools.api`, and the option dataclasses
 it builds) before any work, so that a value is refused by the same code, within the same limits, wherever it
-comes from. Each takes the value and the argument's Python name and raises `ArgumentError` naming it (as the
-user wrote it: `top_k` from Python, `--top-k` from the command line, see `vltools.errors.argument`).
+comes from. Each takes the value and the argument's Python name and raises `vltools.errors.ArgumentError` naming
+it (as the user wrote it: `top_k` from Python, `--top-k` from the command line, see `vltools.errors.argument`).
 
 No torch, no numpy: every stage's --help is built from these.
 """
@@ -15,7 +15,7 @@ import numbers
 import os
 from collections.abc import Collection, Iterable
 
-from vltools.errors import VLToolsError, argument
+from vltools.errors import ArgumentError
 
 # Upper bounds of sizes: work whose memory grows with a size must not start from a typing slip (an image side of
 # 100000 asks for terabytes; a caption of a million words decodes for hours; a beam of 10**9 allocates as much)
@@ -24,15 +24,6 @@ MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions
 MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
 MAX_BEAM = 100               # beams per image: the field decodes with 1 to 20
 MAX_SEED = 2**32 - 1         # what numpy, torch and random all accept
-
-
-class ArgumentError(VLToolsError):
-    """A bad value of one argument (a usage error): `name` is its Python name, `problem` what is wrong with the
-    value, without the name (the command line's option types put the option's name in front themselves)."""
-
-    def __init__(self, name: str, problem: str) -> None:
-        self.name, self.problem = name, problem
-        super().__init__(f"{argument(name)} {problem}")
 
 
 def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = False,

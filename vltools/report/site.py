@@ -8,18 +8,31 @@ Layout: `index.html`, `assets/` (the page's script and style), `data/summary.js`
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.io.atomic import atomic_folder
 from vltools.io.numbers import dumps
-from vltools.report.boxes import Box
-from vltools.report.curves import TrainingLog, draw_curves, save_figure
-from vltools.report.gallery import Section
+from vltools.io.progress import log
+from vltools.io.provenance import provenance
+from vltools.report.boxes import Box, read_boxes
+from vltools.report.curves import TrainingLog, draw_curves, read_training_log, save_figure
+from vltools.report.gallery import (
+    Section,
+    caption_section,
+    file_summary,
+    parse_queries,
+    ranking_sections,
+    read_references,
+    read_scores,
+)
 from vltools.report.thumbs import Thumbnails
-from vltools.vision.images import ImageItem
+from vltools.vision.images import ImageItem, list_inputs
 
 ASSETS = ("index.html", "report.js", "report.css")
 HEATMAP_SIZE = 480
@@ -100,3 +113,61 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
         _script(stage / "data" / "summary.js", "summary", summary)
     return {"cards": sum(len(s.cards) for s in sections), "thumbnails": len(thumbs.made) - thumbs.failed,
             "broken": thumbs.failed}
+
+
+@dataclass
+class ReportInputs:
+    """The files a report shows (`vltools report`'s options by their Python names): rankings, generated captions
+    with their per-item scores (same positions), where the images are, references, metrics JSON, the proxy and
+    heatmaps beside i2i results, training logs, figures, and the features whose boxes are drawn."""
+
+    rankings: Sequence[str | os.PathLike] = ()
+    generated: Sequence[str | os.PathLike] = ()
+    item_scores: Sequence[str | os.PathLike] = ()
+    images: Sequence[str | os.PathLike] = ()
+    captions: str | os.PathLike | None = None
+    pairs: str | os.PathLike | None = None
+    scores: Sequence[str | os.PathLike] = ()
+    proxy: str | os.PathLike | None = None
+    heatmaps: str | os.PathLike | None = None
+    logs: Sequence[str | os.PathLike] = ()
+    figures: Sequence[str | os.PathLike] = ()
+    boxes: str | os.PathLike | None = None
+
+
+def build_report(out: str | os.PathLike, inputs: ReportInputs, queries: str | None = None, sample: int = 100,
+                 seed: int = 0, top_k: int = 5, page_size: int = 50, thumb_size: int = 160,
+                 title: str = "vltools report", force: bool = False, max_boxes: int = 10) -> dict[str, int]:
+    """Write the report folder OUT from `inputs` (what `vltools report` and `vltools.build_report` do): `sample`
+    queries per section drawn with `seed` (0: all) or the `queries` ids (comma-separated or @FILE); returns the
+    counts (cards, thumbnails, broken)."""
+    given = inputs
+    if len(given.item_scores) > len(given.generated):
+        raise ArgumentError("item_scores", f"takes at most one file per {argument('generated')} file, in the same "
+                                           "order")
+    if not (given.rankings or given.generated or given.scores or given.logs or given.figures):
+        raise ArgumentError("rankings", f"or {argument('generated')}, {argument('scores')}, {argument('logs')} or "
+                                        f"{argument('figures')} must be given: nothing to show")
+    wanted = parse_queries(queries)
+    refs = read_references(given.captions, given.pairs)
+    taken: set[str] = set()
+    sections = []
+    for path in given.rankings:
+        sections += ranking_sections(path, refs, wanted, sample, seed, top_k, given.proxy, given.heatmaps, taken)
+    for n, path in enumerate(given.generated):
+        sections.append(caption_section(path, given.item_scores[n] if n < len(given.item_scores) else None, refs,
+                                        wanted, sample, seed, taken))
+    if wanted is not None and sections and not any(s.cards for s in sections):
+        raise VLToolsError(f"{argument('queries')}: none of the {len(wanted)} ids is a query or item of the given "
+                           "files; check the ids")
+    items = list_inputs(given.images) if given.images else []
+    files = [*given.rankings, *given.generated, *given.item_scores, *given.images,
+             *(p for p in (given.captions, given.pairs, given.proxy) if p), *given.scores, *given.logs]
+    header = Header(title, [(path, read_scores(path)) for path in given.scores], [Path(f) for f in given.figures],
+                    [read_training_log(path) for path in given.logs],
+                    [file_summary(path) for path in files if Path(path).is_file()], provenance())
+    boxes = read_boxes(given.boxes, [item.image_id for item in items], max_boxes) if given.boxes else None
+    counts = write_report(out, header, sections, items, thumb_size, page_size, force, boxes)
+    log.info("wrote %s/index.html: %d sections, %d cards, %d thumbnails%s", out, len(sections), counts["cards"],
+             counts["thumbnails"], f", {counts['broken']} images unreadable" if counts["broken"] else "")
+    return counts

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
-from vltools.errors import VLToolsError, require_file
+from vltools.errors import VLToolsError, argument, require_file
 
 # The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
 TRAIN_DEFAULTS: dict[str, object] = {
@@ -152,8 +152,8 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
     for key, value in (options or {}).items():
         if value is not None:
             section, name = _locate(defaults, key, f"option {key}")
-            config[section][name] = checked(key, coerce(value, defaults[section][name], key, f"option --{name}"),
-                                            f"option --{name}")
+            source = argument(name)    # the option (--epochs) on the command line, the key from Python
+            config[section][name] = checked(key, coerce(value, defaults[section][name], key, source), source)
     return config
 
 

@@ -44,15 +44,27 @@ from torch.utils.data import DataLoader, Dataset
 
 from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast
-from vltools.errors import VLToolsError
+from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
-from vltools.io.progress import log, progress
+from vltools.io.numbers import clean_numbers
+from vltools.io.progress import labelled, log, progress
 from vltools.io.provenance import input_digest
-from vltools.train.config import KEEP_BEST, check_choice
-from vltools.train.distributed import Distributed
+from vltools.models import check_model_config
+from vltools.train import config_defaults, task_module
+from vltools.train.config import KEEP_BEST, build_config, check_choice
+from vltools.train.distributed import Distributed, distributed
 from vltools.train.samplers import AuxiliaryBatches, GlobalBatchSampler, fetch
-from vltools.train.state import JsonLog, check_inputs, check_resumable, deterministic, rng_state, set_rng_state, sibling
+from vltools.train.state import (
+    JsonLog,
+    check_inputs,
+    check_resumable,
+    deterministic,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    sibling,
+)
 
 
 class Task(Protocol):
@@ -317,3 +329,37 @@ class Trainer:
 def train(task: Task, config: dict, output: str | os.PathLike, env: Distributed, resume: bool = False) -> dict:
     """Run `task` with `config` (sections train / task / model), writing PATH, PATH.last.pt, PATH.log.jsonl."""
     return Trainer(task, config, output, env, resume).run()
+
+
+def training_config(model_name: str, config_file: str | os.PathLike | None = None, overrides: Sequence[str] = (),
+                    options: dict[str, object] | None = None, task_options: dict[str, object] | None = None) -> dict:
+    """The configuration `vltools train` and `vltools.train` run `model_name` with: its defaults, the YAML file,
+    the `--set KEY=VALUE` overrides, then `options` ({"train.epochs": 2, ...}; None: not given) and
+    `task_options` (objective, reference, init: refused when the model's task has no such key), each
+    range-checked, and the model section checked before any file is read or anything built."""
+    defaults = config_defaults(model_name)
+    chosen = dict(options or {})
+    for key, value in (task_options or {}).items():
+        if value is not None and key not in defaults.get("task", {}):
+            raise ArgumentError(key, f"is not an option of {argument('model', model_name)}")
+        chosen[f"task.{key}"] = value
+    config = build_config(defaults, config_file, overrides, chosen)
+    check_model_config(model_name, config["model"])
+    return config
+
+
+def run_training(model_name: str, inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config: dict,
+                resume: bool = False, vocab: str | os.PathLike | None = None, train_split: str = "train",
+                val_split: str = "val") -> dict:
+    """Train `model_name` on `inputs` with `config` (training_config) into the checkpoint `output` (with
+    OUTPUT.last.pt and OUTPUT.log.jsonl beside it), under torchrun too; returns the summary (epoch, iteration,
+    best). Every log line names the model and the output: two trainings under make -j2 interleave."""
+    with labelled(f"{model_name} {Path(output).name}"), distributed(config["train"]["device"]) as env:
+        seed_everything(config["train"]["seed"])
+        task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,
+                                                  val_split=val_split)
+        summary = train(task, config, output, env, resume=resume)
+        if env.main:
+            log.info("trained %d epochs (%d iterations); best %s %s written to %s", summary["epoch"],
+                     summary["iteration"], task.metric, clean_numbers(summary["best"]), output)
+    return summary

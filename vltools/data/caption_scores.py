@@ -1,0 +1,27 @@
+"""What `vltools score caption` and `vltools.score_caption` compute: the COCO caption metrics of a predictions
+file against a references file (captions JSONL, pairs JSONL or COCO JSON), SPICE when it can run."""
+
+from __future__ import annotations
+
+import os
+
+from vltools.eval.caption import CaptionScores, java_path, pair_predictions, score_captions, spice_missing
+from vltools.io.caption_files import read_caption_file
+from vltools.io.progress import log
+
+
+def score_caption_files(predictions: str | os.PathLike, refs: str | os.PathLike, tokenized: bool = False,
+                        spice: bool = True, meteor: bool = True, strict: bool = False) -> tuple[CaptionScores, str]:
+    """(the scores, the key of the predictions: image_id or pair_id) of one caption per predicted id against its
+    references; SPICE is skipped with a warning when its CoreNLP models are missing. `tokenized`: the references
+    are already PTB-tokenised; `strict`: refuse empty references of predicted ids (see `pair_predictions`)."""
+    predicted = read_caption_file(predictions)
+    references = read_caption_file(refs)
+    texts, ref_texts = pair_predictions(predicted, references, strict=strict)
+    java_path()
+    if spice and (reason := spice_missing()):
+        log.warning("SPICE skipped: %s", reason)
+        spice = False
+    log.info("scoring %d predictions (by %s) against %s (%d references)", len(texts), predicted.key, refs,
+             sum(len(r) for r in ref_texts.values()))
+    return score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice, meteor=meteor), predicted.key

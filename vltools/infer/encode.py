@@ -1,0 +1,86 @@
+"""What `vltools encode` and `vltools.encode` compute: the embeddings file of images or captions of a separable
+model, with its provenance, from features (regions or global vectors), captions or (rmac) images."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import torch
+
+from vltools.data.blocks import CaptionBlocks, FeatureBlocks
+from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
+from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
+from vltools.infer.embed import embed_blocks, require_separable
+from vltools.infer.loader import LoadedModel, check_features, hdf5_kind
+from vltools.infer.rmac import QueryOptions, encode_rmac
+from vltools.io.embeddings import write_embeddings
+from vltools.io.features import FeaturesReader
+from vltools.io.progress import log
+from vltools.io.provenance import ids_digest
+
+PathLike = str | os.PathLike
+
+
+def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device, *,
+                split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
+                sentences: PathLike | None = None, batch_size: int = 256, precision: str = "fp32",
+                rmac: QueryOptions | None = None) -> int:
+    """Write `/ids` and `/emb` of SOURCE to `output` (None: standard output) and return how many: one vector per
+    image of a features file (in file order, or those the `split` of `captions` names, first mention), per caption
+    of a captions file's `split`, or (an rmac model) per image of an images input, as `rmac` says (its split and
+    batch size are `split` and `batch_size`). An SCO model reads its concept scores from `concepts` and ("ctx +
+    sen") its generated sentences from `sentences`."""
+    checkpoint = str(loaded.path)
+    if loaded.name == "rmac":
+        query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
+        ids, emb, attrs = encode_rmac(loaded, source, query, device)
+        write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": checkpoint,
+                                              "checkpoint_digest": loaded.digest, "source": str(source),
+                                              "ids_digest": ids_digest(ids), **attrs})
+        log.info("encoded %d images (%s) with rmac", len(ids), attrs["query"])
+        return len(ids)
+    require_separable(loaded.model, loaded.name, checkpoint)
+    loaded.model.to(device)
+    attrs = {"model": loaded.name, "checkpoint": checkpoint, "checkpoint_digest": loaded.digest,
+             "source": str(source), "precision": precision}
+    if hdf5_kind(source) is not None and getattr(loaded.model, "inputs", "regions") == "global":
+        vectors = model_vectors(loaded.config, source, concepts, sentences, loaded.vocab)
+        ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
+        if captions is not None:
+            chosen = read_split(captions, split)
+            for path in vectors.paths:
+                if path is not None:
+                    check_split_images(chosen, path, captions)
+            ids = chosen.image_ids
+        if vectors.sentences is not None:
+            vectors.sentences.check(ids, captions or source)
+        blocks = VectorBlocks(vectors, ids, batch_size)
+        write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", device, precision),
+                         {**attrs, "side": "images", "concepts": str(concepts or ""),
+                          "sentences": str(sentences or ""), "ids_digest": ids_digest(ids)})
+        vectors.close()
+        count, side = len(ids), "images"
+    elif hdf5_kind(source) is not None:
+        ids = None
+        if captions is not None:
+            chosen = read_split(captions, split)
+            check_images(chosen, source, captions)
+            ids = chosen.image_ids
+        with FeaturesReader(source) as reader:
+            check_features(reader, [loaded])
+            ids = reader.ids if ids is None else ids
+            blocks = FeatureBlocks(reader, ids, batch_size)
+            write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", device, precision),
+                             {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
+            count, side = len(ids), "images"
+    else:
+        chosen = read_split(source, split)
+        blocks = CaptionBlocks(loaded.tokenize(chosen.captions), batch_size)
+        write_embeddings(output, chosen.caption_ids, embed_blocks(loaded.model, blocks, "captions", device, precision),
+                         {**attrs, "side": "captions", "split": chosen.name,
+                          "ids_digest": ids_digest(chosen.caption_ids)},
+                         caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
+        count, side = len(chosen.caption_ids), "captions"
+    log.info("encoded %d %s with %s", count, side, loaded.name)
+    return count
