@@ -386,3 +386,39 @@ def test_build_report_checks_its_arguments_before_any_work(tmp_path, options, me
         vltools.build_report(tmp_path / "out", **options)
     assert str(error.value).startswith(message)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_score_semantic_and_self_retrieval_give_what_their_stages_print(tmp_path):
+    from vltools.io.logp import write_logp
+    from vltools.io.sims import write_sims
+
+    ids = [f"im{i}" for i in range(6)]
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text("".join(json.dumps({"image_id": i, "caption": text, "split": "test"}) + "\n" for i, text in
+                                zip(ids, ["a red circle", "a red square", "a blue circle", "a green star",
+                                          "a red circle and a star", "a blue square"], strict=True)))
+    run("tfidf-proxy", captions, "--train-split", "test", "--k", "2", "-o", tmp_path / "proxy.h5")
+    triplets = tmp_path / "t.jsonl"
+    triplets.write_text(json.dumps({"query": "im0", "a": "im4", "b": "im5", "o1": 3, "o2": 1, "o3": 0}) + "\n")
+    write_sims(tmp_path / "s.h5", np.random.default_rng(0).random((6, 6)), ids, ids)
+    for model in (tmp_path / "s.h5", tmp_path / "proxy.h5"):
+        found = vltools.score_semantic(model, tmp_path / "proxy.h5", triplets, r_values=[1, 2, 5])
+        assert printed(found) == json.loads(run("score", "semantic", model, "--proxy", tmp_path / "proxy.h5",
+                                                "--triplets", triplets, "--R", "1,2,5"))
+    write_logp(tmp_path / "logp.h5", np.array([[-1.0, -2.0, -3.0], [-5.0, -4.0, -0.5]]), ["a", "b", "c"], ["a", "b"])
+    assert printed(vltools.score_self_retrieval(tmp_path / "logp.h5", [1, 2])) == json.loads(
+        run("score", "self-retrieval", tmp_path / "logp.h5", "--k", "1,2"))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: vltools.score_semantic("s.h5"), "give a proxy for NDCG / PCC, user-study triplets"),
+    (lambda: vltools.score_semantic("s.h5", "p.h5", r_values="1,2"), "r_values must be a list of integers"),
+    (lambda: vltools.score_semantic("s.h5", "p.h5", r_values=[0]), "r_values must be a positive integer, not 0"),
+    (lambda: vltools.score_semantic(5, "p.h5"), "model must be a file path"),
+    (lambda: vltools.score_semantic("s.h5", "p.h5", queries=-1), "queries must be a positive integer"),
+    (lambda: vltools.score_self_retrieval("l.h5", []), "ks must be a non-empty list of integers"),
+    (lambda: vltools.score_self_retrieval("l.h5", [1.5]), "ks must be a positive integer, not 1.5"),
+])
+def test_the_semantic_and_self_retrieval_scorers_check_their_arguments(call, message):
+    with pytest.raises(VLToolsError, match=message):
+        call()

@@ -7,6 +7,8 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     score_retrieval(scores, ...)          R@1/5/10 both ways, medr, meanr, rsum, mR of `Matches` or files
     caption(model, features, ...)         one {"image_id", "caption"} per image by beam search
     score_caption(predictions, refs, ...) BLEU, METEOR, ROUGE-L, CIDEr (SPICE) of captions files (`score caption`)
+    score_semantic(model, proxy, ...)     NDCG@R, PCC@R, their AUC and user agreement of i2i similarities
+    score_self_retrieval(logp, ks)        top-K recall of each generated caption's own image (`score self-retrieval`)
     encode(source, model, output, ...)    embeddings HDF5 of images or captions with a separable model (`encode`)
     train_model(model, inputs, output, ...)  train a model, keep the best checkpoint; config dict or --set keys
     convert(kind, source, output, ...)    the field's caption formats and webdataset shards as records (`convert`)
@@ -29,7 +31,7 @@ import importlib
 __version__ = "0.1.0"
 
 API = ("Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
-       "score_caption", "score_retrieval", "search", "train_model")
+       "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train_model")
 __all__ = ["__version__", *API]
 
 

@@ -19,7 +19,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 
-from vltools.data.caption_scores import score_caption_files
+from vltools.data.caption_scores import score_caption_files, score_self_retrieval_file
 from vltools.data.converters.birds_to_words import read_birds_to_words
 from vltools.data.converters.cub import read_cub
 from vltools.data.converters.flickr import read_flickr
@@ -27,8 +27,11 @@ from vltools.data.converters.karpathy import read_karpathy
 from vltools.data.converters.webdataset import read_webdataset
 from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
+from vltools.data.semantic_scores import score_semantic_file
 from vltools.devices import PRECISIONS, autocast, resolve_device
 from vltools.errors import VLToolsError
+from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
+from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
 from vltools.infer.encode import encode_file
@@ -212,6 +215,36 @@ def score_caption(predictions: PathLike, refs: PathLike, *, tokenized: bool = Fa
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
     return score_caption_files(predictions, refs, tokenized, spice, meteor, strict)[0].metrics
+
+
+def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: PathLike | None = None, *,
+                   r_values: Sequence[int] = DEFAULT_R, split: str = "test", queries: int | None = None,
+                   plot: PathLike | None = None) -> dict:
+    """`vltools score semantic MODEL`: NDCG@R, PCC@R and their AUC against a `proxy` (tfidf-proxy), and the user
+    agreement with user-study `triplets`, of image-to-image similarities (a sims file, i2i rankings, or a proxy
+    file ranking the first `queries` images of `split`: the text oracle); `plot`: draw the curves to a PNG."""
+    checks.path(model, "model")
+    checks.path(proxy, "proxy", optional=True)
+    checks.path(triplets, "triplets", optional=True)
+    if isinstance(r_values, str) or not isinstance(r_values, Sequence):
+        raise checks.ArgumentError("r_values", f"must be a list of integers, not {r_values!r}")
+    for r in r_values:
+        checks.integer(r, "r_values", 1)
+    checks.text(split, "split")
+    checks.optional_integer(queries, "queries", 1)
+    checks.path(plot, "plot", optional=True)
+    return score_semantic_file(model, proxy, triplets, tuple(r_values), split, queries, plot)[0]
+
+
+def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) -> dict:
+    """`vltools score self-retrieval LOGP`: top-K recall of each generated caption's own image ranked by
+    log p(c | I) (Dai & Lin 4.1), medr and meanr, from a `caption --logp` file."""
+    checks.path(logp, "logp")
+    if isinstance(ks, str) or not isinstance(ks, Sequence) or not ks:
+        raise checks.ArgumentError("ks", f"must be a non-empty list of integers, not {ks!r}")
+    for k in ks:
+        checks.integer(k, "ks", 1)
+    return score_self_retrieval_file(logp, tuple(ks))
 
 
 def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *, split: str | None = None,

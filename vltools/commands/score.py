@@ -152,48 +152,21 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     (tfidf-proxy) whose tf-idf similarities rank the --split images (the text oracle). The query is
     removed from its own ranking. All values are percentages; AUC is over a log R axis normalised to [0, 1].
     """
-    from vltools.data.semantic import oracle_sims
-    from vltools.infer.loader import hdf5_kind
-    from vltools.io import proxy as proxy_io
-    from vltools.io import sims as sims_io
-    from vltools.io.hdf5 import is_hdf5
-    from vltools.io.records import read_records
+    from vltools.data.semantic_scores import score_semantic_file
 
     if proxy is None and triplets is None:
         raise click.UsageError("give --proxy for NDCG / PCC, --triplets for user agreement, or both")
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
     r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
-    if is_hdf5(model) and hdf5_kind(model) == "proxy":
-        sims = oracle_sims(proxy_io.read_proxy_file(model), split, queries)
-    else:
-        sims = sims_io.read_sims(model) if is_hdf5(model) else None
-    rankings = read_records(model, "rankings") if sims is None else None
-    result: dict[str, object] = {}
+    result, kept = score_semantic_file(model, proxy, triplets, tuple(r_values), split, queries, plot)
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if proxy is not None:
-        tfidf = proxy_io.read_proxy(proxy)
-        if sims is not None:
-            ndcg, pcc, kept = semantic_eval.semantic_from_sims(sims, tfidf, r_values, model)
-        else:
-            ndcg, pcc, kept = semantic_eval.semantic_from_rankings(rankings, tfidf, r_values, model)
-        result.update(semantic_eval.summarize_curves(ndcg, pcc, kept))
         rows += [(f"NDCG@{r} / PCC@{r}", f"{_number(result['ndcg'][str(r)], 1)} / {_number(result['pcc'][str(r)], 1)}")
                  for r in kept]
         rows += [("NDCG AUC", _number(result["ndcg_auc"], 1)), ("PCC AUC", _number(result["pcc_auc"], 1))]
-        if plot:
-            semantic_eval.plot_curves(plot, result)
     if triplets is not None:
-        annotated = proxy_io.read_triplets(triplets)
-        if sims is not None:
-            sim_a, sim_b = semantic_eval.triplet_sims_from_matrix(sims, annotated, model)
-        else:
-            sim_a, sim_b = semantic_eval.triplet_sims_from_rankings(rankings, annotated, model)
-        agreement, used = semantic_eval.user_agreement(sim_a, sim_b, semantic_eval.triplet_counts(annotated))
-        if used < len(annotated):
-            log.info("%d triplets without any annotator left out", len(annotated) - used)
-        result.update({"user_agreement": agreement, "n_triplets": used})
-        rows.append(("user agreement", f"{_number(agreement, 1)} ({used} triplets)"))
+        rows.append(("user agreement", f"{_number(result['user_agreement'], 1)} ({result['n_triplets']} triplets)"))
     _emit(result, rows)
 
 
@@ -206,16 +179,12 @@ def self_retrieval(logp: str, k_text: str) -> None:
 
     LOGP: HDF5 with /logp (n_captions x n_images), /image_ids and /caption_image_ids (or /caption_image_index).
     """
-    from vltools.io import logp as logp_io
+    from vltools.data.caption_scores import score_self_retrieval_file
 
     ks = tuple(_int_list(k_text, "--k"))
     if not ks or min(ks) < 1:
         raise click.BadParameter("give positive integers", param_hint="--k")
-    data = logp_io.read_logp(logp)
-    n_images = len(data.image_ids)
-    if max(ks) > n_images:
-        log.warning("K above the %d images is capped at %d", n_images, n_images)
-    result = self_retrieval_eval.self_retrieval(data.logp, data.caption_index, ks)
+    result = score_self_retrieval_file(logp, ks)
     rows = [("K", "recall")] + [(f"R@{k}", _number(result[f"R@{k}"], 2)) for k in ks]
     rows += [("medr", _number(result["medr"], 1)), ("meanr", _number(result["meanr"], 1))]
     _emit(result, rows)
