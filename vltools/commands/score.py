@@ -133,7 +133,8 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
 @command.command("semantic")
 @click.argument("model", type=FILE)
 @click.option("--proxy", type=click.Path(dir_okay=False),
-              help="Proxy HDF5 (tfidf-proxy): relevance = dot product of tf-idf vectors. Needed for NDCG / PCC.")
+              help="Proxy HDF5 (tfidf-proxy): relevance = dot product of its rows (tf-idf, or word2vec + FV). "
+                   "Needed for NDCG / PCC.")
 @click.option("--R", "r_text", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
               help="Comma-separated numbers of retrieved images R for NDCG@R and PCC@R.")
 @click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
