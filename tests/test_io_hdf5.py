@@ -6,7 +6,7 @@ import pytest
 
 from vltools.cli import main
 from vltools.errors import VLToolsError
-from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify, write_arrays
+from vltools.io.hdf5 import decode_strings, file_kind, hdf5_kind, is_hdf5, open_h5, verify, write_arrays
 from vltools.io.sims import read_sims, write_sims
 
 
@@ -152,3 +152,12 @@ def test_a_write_past_the_file_size_limit_is_an_error_after_close_not_a_crash(tm
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["EFBIG", str(path)]
     assert result.stderr == ""
+
+
+def test_hdf5_kind_names_the_declared_kind_plain_hdf5_or_not_hdf5(tmp_path):
+    write_arrays(tmp_path / "p.h5", "proxy", {"ids": ["a"]}, {})
+    with h5py.File(tmp_path / "plain.h5", "w") as handle:
+        handle["x"] = [1]
+    (tmp_path / "caps.jsonl").write_text('{"image_id": "a", "caption": "a dog"}\n')
+    assert [hdf5_kind(tmp_path / name) for name in ("p.h5", "plain.h5", "caps.jsonl")] == ["proxy", "hdf5", None]
+    assert hdf5_kind("-") is None

@@ -11,7 +11,7 @@ from vltools.errors import VLToolsError
 from vltools.eval import semantic as semantic_eval
 from vltools.io import proxy as proxy_io
 from vltools.io import sims as sims_io
-from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
+from vltools.io.hdf5 import hdf5_kind
 from vltools.io.progress import log
 from vltools.io.records import read_records
 
@@ -30,11 +30,12 @@ def score_semantic_file(model: PathLike, proxy: PathLike | None = None, triplets
     if plot is not None and proxy is None:
         raise VLToolsError("the NDCG / PCC curves need a proxy")
     r_values = semantic_eval.check_r_values(list(r_values))
+    kind = hdf5_kind(model)
     sims = None
-    if is_hdf5(model):
-        with open_h5(model) as handle:
-            oracle = file_kind(handle) == "proxy"
-        sims = oracle_sims(proxy_io.read_proxy_file(model), split, queries) if oracle else sims_io.read_sims(model)
+    if kind == "proxy":
+        sims = oracle_sims(proxy_io.read_proxy_file(model), split, queries)
+    elif kind is not None:
+        sims = sims_io.read_sims(model)
     rankings = read_records(model, "rankings") if sims is None else None
     result: dict[str, object] = {}
     kept: list[int] = []

@@ -12,10 +12,11 @@ from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.infer.embed import embed_blocks, require_separable
-from vltools.infer.loader import LoadedModel, check_features, hdf5_kind
+from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, encode_rmac
 from vltools.io.embeddings import write_embeddings
 from vltools.io.features import FeaturesReader
+from vltools.io.hdf5 import hdf5_kind
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 

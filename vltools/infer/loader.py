@@ -15,7 +15,6 @@ from torch import nn
 from vltools.errors import VLToolsError, argument
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
-from vltools.io.hdf5 import file_kind, is_hdf5, open_h5
 from vltools.io.progress import log
 from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
@@ -196,12 +195,3 @@ def trained_extractor(payload: dict) -> str | None:
     feature_extractor`: trained by vltools, or `bottom-up` for the converted released checkpoints)."""
     inputs = (payload.get("train_state") or {}).get("inputs") or {}
     return inputs.get("feature_extractor")
-
-
-def hdf5_kind(path: str | os.PathLike) -> str | None:
-    """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
-    when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5."""
-    if not is_hdf5(path):
-        return None
-    with open_h5(path) as handle:
-        return file_kind(handle) or "hdf5"

@@ -24,12 +24,13 @@ from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
 from vltools.infer.index import SavedIndex, check_model, load_index, positions, search_embeddings
-from vltools.infer.loader import LoadedModel, check_features, hdf5_kind, no_model
+from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
 from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
+from vltools.io.hdf5 import hdf5_kind
 from vltools.io.provenance import ids_digest
 from vltools.io.records import ranking_records
 from vltools.io.sims import average_sims, read_sims

@@ -231,6 +231,15 @@ def file_kind(handle: h5py.File) -> str | None:
     return fmt.split(".", 1)[1]
 
 
+def hdf5_kind(path: str | os.PathLike) -> str | None:
+    """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
+    when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5."""
+    if not is_hdf5(path):
+        return None
+    with open_h5(path) as handle:
+        return file_kind(handle) or "hdf5"
+
+
 def set_attrs(handle: h5py.File, kind: str, attrs: dict[str, object]) -> None:
     """Write the `format`, `format_version` and provenance attributes, plus `attrs`."""
     handle.attrs["format"] = f"vltools.{kind}"
