@@ -113,6 +113,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     check_header(features, [*models, *([first_stage] if rerank_k is not None else [])])
     chosen = read_split(captions, split)
     check_images(chosen, features, captions)
+    saved, saved_positions = None, None
+    if rerank_k is not None:      # the first stage's refusals come before any caption is encoded
+        require_separable(first_stage.model, first_stage.name, first_stage.path)
+        saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen.image_ids,
+                                                    chosen.caption_ids)
     for item in models:
         item.model.to(options.device)
     coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
@@ -124,10 +129,7 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
         images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         caption_blocks = CaptionBlocks(tokens, options.block_captions)
         if rerank_k is not None:
-            require_separable(first_stage.model, first_stage.name, first_stage.path)
             first_stage.model.to(options.device)
-            saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen.image_ids,
-                                                        chosen.caption_ids)
             plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
                                                                options.block_captions), options.index, options.nprobe,
                               saved, saved_positions)
