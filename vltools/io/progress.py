@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import TextIO, TypeVar
 
 from tqdm import tqdm
 
@@ -27,6 +27,20 @@ class _Label(logging.Filter):
         return True
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to the standard error of the moment it is emitted: the handler is made once per process,
+    and a stage run in-process (the Python API, click's test runner, pytest's capture) may have swapped
+    sys.stderr since, closing the one the handler first saw."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """StreamHandler.__init__ assigns its stream; the current sys.stderr is always used instead."""
+
+
 def configure(quiet: bool = False, debug: bool = False, interval: float = 10.0) -> None:
     """Set up the `vltools` logger once per process; `quiet` silences progress and info lines."""
     _state["quiet"] = quiet
@@ -34,7 +48,7 @@ def configure(quiet: bool = False, debug: bool = False, interval: float = 10.0) 
     level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
     log.setLevel(level)
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.addFilter(_Label())
         handler.setFormatter(logging.Formatter("vltools: %(label)s%(message)s"))
         log.addHandler(handler)
