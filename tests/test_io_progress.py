@@ -132,3 +132,17 @@ def test_quiet_children_silences_a_child_process_only_under_quiet(capfd):
     with quiet_children():
         subprocess.run(command, check=True)
     assert capfd.readouterr().err == "chatter\n"
+
+
+def test_log_lines_go_to_the_standard_error_of_the_moment(monkeypatch):
+    """The handler is made once per process; a later swap of sys.stderr (an in-process stage, a test's capture)
+    must still receive the lines, not the stream the handler first saw."""
+    progress_module.configure()
+    log = progress_module.log
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    log.warning("one")
+    monkeypatch.setattr("sys.stderr", second)
+    first.close()
+    log.warning("two")
+    assert second.getvalue() == "vltools: two\n"
