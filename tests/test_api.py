@@ -47,9 +47,22 @@ def test_importing_vltools_does_not_import_torch():
     assert out == ["False", "True"]
 
 
+def test_train_and_report_are_callable_although_they_are_also_packages():
+    code = ("import sys, inspect, vltools; print('torch' in sys.modules); "
+            "import vltools.train.trainer, vltools.report.site; "
+            "print(callable(vltools.train), callable(vltools.report), vltools.train.trainer.__name__, "
+            "list(inspect.signature(vltools.train).parameters)[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=4)
+    assert out == ["False", "True", "True", "vltools.train.trainer", "['model', 'inputs', 'output']\n"]
+    with pytest.raises(VLToolsError, match="model must be one of"):
+        vltools.train("bogus", ["f.h5"], "m.pt")
+    with pytest.raises(VLToolsError, match="top_k must be"):
+        vltools.report("site", top_k=0)
+
+
 def test_the_api_is_discoverable_with_dir_and_help():
-    api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "score_caption",
-           "score_retrieval", "search", "train_model"]
+    api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
+           "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
     assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
     shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
     for name in api:     # in the module's docstring with its one line, and documented below it
@@ -296,7 +309,7 @@ def test_train_with_a_config_dict_and_set_keys_equals_the_stage(tmp_path):
     from tiny_matching import make_world as make_training_world
 
     features, captions = make_training_world(tmp_path)
-    summary = vltools.train_model("vse", [features, captions], tmp_path / "api.pt",
+    summary = vltools.train("vse", [features, captions], tmp_path / "api.pt",
                             config={"train": {"epochs": 1, "batch_size": 16, "device": "cpu"}},
                             set={"model.embed_size": 32, "word_dim": 16})
     run("train", "--model", "vse", features, captions, "--epochs", "1", "--batch-size", "16", "--device", "cpu",
@@ -337,12 +350,12 @@ def test_convert_gives_the_records_the_stage_writes(tmp_path):
      "image_size must be an integer from 32 to 4096, not 1000000000"),
     (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", with_txt=True),
      "with_txt is not an argument of vltools.encode; did you mean with_text?"),
-    (lambda p: vltools.train_model("bogus", [p / "f.h5"], p / "m.pt"), "model must be one of "),
-    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", config=3),
+    (lambda p: vltools.train("bogus", [p / "f.h5"], p / "m.pt"), "model must be one of "),
+    (lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", config=3),
      "config must be a file path (str or pathlib.Path), not 3"),
-    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": 0}),
+    (lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": 0}),
      "epochs: train.epochs must be in [1, inf), not 0"),
-    (lambda p: vltools.train_model("vse", [p / "f.h5"], p / "m.pt", set=["epochs=1"]),
+    (lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set=["epochs=1"]),
      "set must be a dict of config sections or KEY: value, not ['epochs=1']"),
     (lambda p: vltools.convert("bogus", p / "x.json"), "kind must be one of karpathy, coco, flickr, "),
     (lambda p: vltools.convert("coco", p / "x.json", id_feld="id"),
@@ -357,10 +370,10 @@ def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_build_report_writes_the_cards_the_stage_writes(world, tmp_path):
+def test_report_writes_the_cards_the_stage_writes(world, tmp_path):
     features, captions, _, vse = world
     run("match", "--model", vse, features, captions, "--device", "cpu", "-o", tmp_path / "r.jsonl")
-    counts = vltools.build_report(tmp_path / "api", rankings=tmp_path / "r.jsonl", captions=captions, sample=3,
+    counts = vltools.report(tmp_path / "api", rankings=tmp_path / "r.jsonl", captions=captions, sample=3,
                                   seed=1)
     run("report", tmp_path / "cli", "--rankings", tmp_path / "r.jsonl", "--captions", captions, "--sample", 3,
         "--seed", 1)
@@ -381,9 +394,9 @@ def test_build_report_writes_the_cards_the_stage_writes(world, tmp_path):
     ({"scores": "s.json", "thumb_size": 8}, "thumb_size must be an integer >= 16, not 8"),
     ({"generated": [], "item_scores": ["i.jsonl"]}, "item_scores takes at most one file per generated file"),
 ])
-def test_build_report_checks_its_arguments_before_any_work(tmp_path, options, message):
+def test_report_checks_its_arguments_before_any_work(tmp_path, options, message):
     with pytest.raises(VLToolsError) as error:
-        vltools.build_report(tmp_path / "out", **options)
+        vltools.report(tmp_path / "out", **options)
     assert str(error.value).startswith(message)
     assert list(tmp_path.iterdir()) == []
 

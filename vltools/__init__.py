@@ -10,9 +10,9 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     score_semantic(model, proxy, ...)     NDCG@R, PCC@R, their AUC and user agreement of i2i similarities
     score_self_retrieval(logp, ks)        top-K recall of each generated caption's own image (`score self-retrieval`)
     encode(source, model, output, ...)    embeddings HDF5 of images or captions with a separable model (`encode`)
-    train_model(model, inputs, output, ...)  train a model, keep the best checkpoint; config dict or --set keys
+    train(model, inputs, output, ...)     train a model, keep the best checkpoint; config dict or --set keys
     convert(kind, source, output, ...)    the field's caption formats and webdataset shards as records (`convert`)
-    build_report(out, rankings=..., ...)  the static HTML report folder of rankings, captions, scores (`report`)
+    report(out, rankings=..., ...)        the static HTML report folder of rankings, captions, scores (`report`)
     search(queries, index_file, ...)      the top-k rows of a saved index (`vltools index`) for each query
     load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)
     Matches                               what `match` returns: .sims, ids, top-k both ways, .rankings()
@@ -21,18 +21,43 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     found = vltools.match("feats.h5", "caps.jsonl", model="sgraf", top_k=10)
     vltools.score_retrieval(found)["rsum"]
 
-help(vltools.match) and the others say more; every stage is also `vltools STAGE --help` on the command line.
+help(vltools.match) and the others say more (help(vltools.api.train) and help(vltools.api.report) for the two
+that are also subpackages); every stage is also `vltools STAGE --help` on the command line.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+from types import ModuleType
 
 __version__ = "0.1.0"
 
-API = ("Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
-       "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train_model")
+API = ("Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
+       "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train")
 __all__ = ["__version__", *API]
+CALLABLE_PACKAGES = ("report", "train")   # subpackages whose names are also API functions
+
+
+class _CallablePackage(ModuleType):
+    """A subpackage named like an API function: `vltools.train(...)` calls `vltools.api.train`, while
+    `vltools.train.trainer` stays the package's module (the import system binds the package to the name, so a
+    plain function of that name would be replaced by the package at the first `import vltools.train...`)."""
+
+    def api_function(self) -> object:
+        """The API function of this package's name (imports vltools.api, and so torch, on first use)."""
+        return getattr(importlib.import_module("vltools.api"), self.__name__.rpartition(".")[2])
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.api_function()(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.api_function())
+
+
+for _package in CALLABLE_PACKAGES:
+    importlib.import_module(f"vltools.{_package}").__class__ = _CallablePackage
 
 
 def __getattr__(name: str) -> object:

@@ -55,8 +55,8 @@ from vltools.train.trainer import run_training, training_config
 PathLike = str | os.PathLike
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
-__all__ = ["Matches", "build_report", "caption", "convert", "encode", "extract_regions", "load_model", "match",
-           "score_caption", "score_retrieval", "search", "train_model"]
+__all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
+           "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
 
 # convert's record converters: kind -> the library reader `vltools convert KIND` calls (its first argument: the
 # source; its keywords: the converter's options by their Python names)
@@ -300,13 +300,13 @@ def _flat(config: object, name: str) -> dict[str, object]:
     return flat
 
 
-def train_model(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *,
+def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *,
                 config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
                 resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
                 val_split: str = "val") -> dict:
-    """`vltools train --model MODEL INPUTS -o OUTPUT` (`train` is the package vltools.train): train with the
-    shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and OUTPUT.log.jsonl beside it); returns
-    the summary (epoch, iteration, best).
+    """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.train(...)` (the training package
+    is callable): train with the shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and
+    OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
     `config`: a YAML file or a dict of sections ({"train": {"epochs": 2}, "model": {"embed_size": 64}});
     `set`: the command line's `--set` keys over it ({"train.lr": 1e-4, "embed_size": 64})."""
     checks.choice(model, "model", sorted(TASKS))
@@ -349,7 +349,7 @@ def _optional_path(value: object, name: str) -> str | None:
     return None if checks.path(value, name, optional=True) is None else os.fspath(value)
 
 
-def build_report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
+def report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
                  generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
                  images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
                  pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
@@ -358,9 +358,10 @@ def build_report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
                  boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
                  top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
                  force: bool = False, max_boxes: int = 10) -> dict[str, int]:
-    """`vltools report OUT` (`report` is the package vltools.report): the static HTML report folder OUT (open
-    OUT/index.html) of rankings, generated captions (with their per-item scores), metrics, training logs and
-    figures, with thumbnails of `images`; returns the counts of cards, thumbnails and broken images."""
+    """`vltools report OUT`, also called as `vltools.report(...)` (the report package is callable): the static
+    HTML report folder OUT (open OUT/index.html) of rankings, generated captions (with their per-item scores),
+    metrics, training logs and figures, with thumbnails of `images`; returns the counts of cards, thumbnails and
+    broken images."""
     checks.path(out, "out")
     inputs = ReportInputs(*(_path_list(value, name) for value, name in (
         (rankings, "rankings"), (generated, "generated"), (item_scores, "item_scores"), (images, "images"))),
