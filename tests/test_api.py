@@ -52,7 +52,8 @@ def test_train_and_report_are_callable_although_they_are_also_packages():
             "import vltools.train.trainer, vltools.report.site; "
             "print(callable(vltools.train), callable(vltools.report), vltools.train.trainer.__name__, "
             "list(inspect.signature(vltools.train).parameters)[:3])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=4)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = out.split(maxsplit=4)
     assert out == ["False", "True", "True", "vltools.train.trainer", "['model', 'inputs', 'output']\n"]
     with pytest.raises(VLToolsError, match="model must be one of"):
         vltools.train("bogus", ["f.h5"], "m.pt")

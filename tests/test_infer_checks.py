@@ -75,3 +75,20 @@ def test_messages_spell_the_argument_as_the_interface_does():
             pytest.raises(ArgumentError, match="^--top-k must be a positive integer, not 0$") as info:
         checks.integer(0, "top_k", 1)
     assert info.value.problem == "must be a positive integer, not 0"
+
+
+def test_lists_of_integers_and_of_words():
+    assert checks.integers([1, 5, 10], "ks", 1) == (1, 5, 10)
+    assert checks.integers((), "r_values", 1) == ()
+    for value, message in (("1,5", "^ks must be a non-empty list of integers, not '1,5'$"),
+                           ([], r"^ks must be a non-empty list of integers, not \[\]$"),
+                           ([1, 0], "^ks must be a positive integer, not 0$"),
+                           ([1, 2.5], "^ks must be a positive integer, not 2.5$"),
+                           ({1: 2}, "^ks must be a non-empty list")):
+        with pytest.raises(ArgumentError, match=message):
+            checks.integers(value, "ks", 1, empty=False)
+    assert checks.texts(["dog", "snow"], "add") == ("dog", "snow")
+    with pytest.raises(ArgumentError, match="^add must be a list of words, not 'dog'$"):
+        checks.texts("dog", "add")
+    with pytest.raises(ArgumentError, match="^subtract must be a non-empty string"):
+        checks.texts(["dog", ""], "subtract")

@@ -226,25 +226,18 @@ def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: Pat
     checks.path(model, "model")
     checks.path(proxy, "proxy", optional=True)
     checks.path(triplets, "triplets", optional=True)
-    if isinstance(r_values, str) or not isinstance(r_values, Sequence):
-        raise checks.ArgumentError("r_values", f"must be a list of integers, not {r_values!r}")
-    for r in r_values:
-        checks.integer(r, "r_values", 1)
+    r_values = checks.integers(r_values, "r_values", 1)
     checks.text(split, "split")
     checks.optional_integer(queries, "queries", 1)
     checks.path(plot, "plot", optional=True)
-    return score_semantic_file(model, proxy, triplets, tuple(r_values), split, queries, plot)[0]
+    return score_semantic_file(model, proxy, triplets, r_values, split, queries, plot)[0]
 
 
 def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) -> dict:
     """`vltools score self-retrieval LOGP`: top-K recall of each generated caption's own image ranked by
     log p(c | I) (Dai & Lin 4.1), medr and meanr, from a `caption --logp` file."""
     checks.path(logp, "logp")
-    if isinstance(ks, str) or not isinstance(ks, Sequence) or not ks:
-        raise checks.ArgumentError("ks", f"must be a non-empty list of integers, not {ks!r}")
-    for k in ks:
-        checks.integer(k, "ks", 1)
-    return score_self_retrieval_file(logp, tuple(ks))
+    return score_self_retrieval_file(logp, checks.integers(ks, "ks", 1, empty=False))
 
 
 def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *, split: str | None = None,
@@ -271,11 +264,7 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *,
     checks.optional_integer(rmac.get("first"), "first", 1)
     checks.flag(rmac.get("with_text", False), "with_text")
     for name in ("add", "subtract"):
-        words = rmac.get(name, ())
-        if not isinstance(words, list | tuple):
-            raise checks.ArgumentError(name, f"must be a list of words, not {words!r}")
-        for word in words:
-            checks.text(word, name)
+        checks.texts(rmac.get(name, ()), name)
     checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
     checks.integer(rmac.get("workers", 0), "workers", 0)
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")

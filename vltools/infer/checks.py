@@ -117,6 +117,20 @@ def paths(value: object, name: str) -> list[str | os.PathLike]:
     return [path(item, name) for item in value]
 
 
+def integers(value: object, name: str, low: int | None = None, empty: bool = True) -> tuple[int, ...]:
+    """A list (or tuple) of integers, each at least `low` (R values, top-K cut-offs), as a tuple."""
+    if isinstance(value, str) or not isinstance(value, list | tuple) or (not value and not empty):
+        raise ArgumentError(name, f"must be a {'' if empty else 'non-empty '}list of integers, not {value!r}")
+    return tuple(integer(item, name, low) for item in value)
+
+
+def texts(value: object, name: str) -> tuple[str, ...]:
+    """A list (or tuple) of non-empty strings (words to add or subtract), as a tuple."""
+    if not isinstance(value, list | tuple):
+        raise ArgumentError(name, f"must be a list of words, not {value!r}")
+    return tuple(text(item, name) for item in value)
+
+
 def known(given: Iterable[str], accepted: Collection[str], function: str) -> None:
     """Refuse a keyword `function` does not take, suggesting the nearest one it does (`topk`: top_k)."""
     for name in given:
