@@ -19,8 +19,15 @@ seconds; the minimum over the timed steps after one warm-up step that creates Ad
 the largest differences of the loss and of every parameter's gradient, and the peak resident memory.
 `--profile` adds a torch profile of one vltools step (forward, backward, optimizer) by operator.
 
-Run: `.venv/bin/python benchmarks/train_sgraf.py [--batch 128] [--steps 2] [--threads 2] [--bf16] [--profile]`
-(the last line is one JSON object).
+An epoch at the real size: each side's step time times the steps of one Flickr30K epoch (`--epoch-images` 29,000
+images x 5 captions at the batch size: 1,133 steps at 128), projected from the measured steps. `--stage-images N`
+also runs the whole `vltools train` stage (one epoch, a fresh process, the same thread count) on a Flickr-shaped
+file of N images x 5 captions (random 36 x 2048 regions, the real captions of tests/data, a 10-image validation
+split) and reads the trainer's own `seconds_per_step` log lines (data loading included, validation not): the
+stage's step against the bare vltools step measured above, i.e. what the data pipeline and the loop add.
+
+Run: `.venv/bin/python benchmarks/train_sgraf.py [--batch 128] [--steps 2] [--threads 2] [--bf16] [--profile]
+[--stage-images 1280]` (the last line is one JSON object).
 """
 
 from __future__ import annotations
@@ -28,15 +35,26 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
+import os
 import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
+from help import load_average
 from machine import cpu_model
-from match_sgraf import VOCAB, real_captions, released_forward_sim
+from match_sgraf import CAPTIONS, VOCAB, real_captions, released_forward_sim
 from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
+from vltools.io.features import FeaturesWriter
+from vltools.io.records import write_records
 from vltools.losses import hardest_negative_loss
 from vltools.models import build_model
 
@@ -127,6 +145,47 @@ def profile_step(model: nn.Module, batch, rows: int = 25) -> str:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
+def flickr_shaped(folder: Path, images: int, val_images: int = 10, per_image: int = 5) -> tuple[Path, Path]:
+    """A features file of random 36 x 2048 regions and a captions file of the real test captions, cycled, with
+    the last `val_images` images in split "val" and the rest in "train"."""
+    texts = [line for line in CAPTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ids = [f"{n:06d}.jpg" for n in range(images + val_images)]
+    rng = np.random.default_rng(0)
+    features = folder / "flickr.h5"
+    with FeaturesWriter(features, {"backbone": "random"}, dtype="float32") as writer:
+        for start in range(0, len(ids), 256):
+            block = ids[start:start + 256]
+            writer.add(block, regions=rng.standard_normal((len(block), 36, 2048), dtype=np.float32),
+                       num_regions=np.full(len(block), 36, dtype=np.int32))
+    records = [{"image_id": image, "caption_id": f"{image}#{k}", "caption": texts[(n * per_image + k) % len(texts)],
+                "split": "val" if n >= images else "train"} for n, image in enumerate(ids) for k in range(per_image)]
+    captions = folder / "flickr.jsonl"
+    write_records(captions, records)
+    return features, captions
+
+
+def stage_steps(model_name: str, images: int, batch: int, threads: int) -> dict[str, object]:
+    """One epoch of `vltools train` on a Flickr-shaped file: the trainer's seconds per step (data loading
+    included), median over its log lines after the first, and the process's wall time and peak memory."""
+    with tempfile.TemporaryDirectory() as folder:
+        features, captions = flickr_shaped(Path(folder), images)
+        output = Path(folder) / "model.pt"
+        argv = [sys.executable, "-m", "vltools", "--quiet", "train", "--model", model_name, str(features),
+                str(captions), "-o", str(output), "--vocab", str(VOCAB)]
+        for setting in ("train.epochs=1", f"train.batch_size={batch}", "train.log_every=1", "train.val_every=0",
+                        "train.save_every=0"):
+            argv += ["--set", setting]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, env=env)
+        wall = time.perf_counter() - start
+        log = [json.loads(line) for line in Path(f"{output}.log.jsonl").read_text(encoding="utf-8").splitlines()]
+        steps = [record["seconds_per_step"] for record in log if record.get("type") == "train"]
+    return {"images": images, "steps": len(steps), "seconds_per_step": round(statistics.median(steps[1:]), 2),
+            "process_wall_s": round(wall, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=("sgr", "saf"), default="sgr")
@@ -135,14 +194,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--bf16", action="store_true", help="also time both sides under bf16 autocast")
     parser.add_argument("--profile", action="store_true", help="print a torch profile of one vltools step")
+    parser.add_argument("--epoch-images", type=int, default=29000, help="images of the projected epoch (x 5)")
+    parser.add_argument("--stage-images", type=int, default=0,
+                        help="also run `vltools train` for one epoch on this many Flickr-shaped images")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = no_dropout(build_model(args.model, {}, len(load_vocabulary(VOCAB)))).train()
     batch = make_batch(args.batch)
     lengths = batch[2]
+    epoch_steps = math.ceil(args.epoch_images * 5 / args.batch)
     report: dict[str, object] = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                                 "model": args.model, "batch": args.batch,
+                                 "model": args.model, "batch": args.batch, "epoch_steps": epoch_steps,
                                  "caption_lengths": [int(lengths.min()), int(lengths.max())]}
     print(f"{report['cpu']}, {report['threads']} thread(s), {args.model}, batch {args.batch}, caption lengths "
           f"{report['caption_lengths'][0]}-{report['caption_lengths'][1]} tokens", flush=True)
@@ -150,16 +213,32 @@ def main() -> None:
     print("agreement: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in report["agreement"].items()), flush=True)
     for precision in ("fp32", "bf16") if args.bf16 else ("fp32",):
+        before = load_average()
         released = timed_steps(model, released_loss, batch, args.steps, precision)
         ours = timed_steps(model, vltools_loss, batch, args.steps, precision)
         row = {"released_structure": released, "vltools": ours,
                "ratio_wall": round(ours["wall_s"] / released["wall_s"], 3),
-               "ratio_cpu": round(ours["cpu_s"] / released["cpu_s"], 3)}
+               "ratio_cpu": round(ours["cpu_s"] / released["cpu_s"], 3),
+               "epoch_hours_released": round(epoch_steps * released["wall_s"] / 3600, 2),
+               "epoch_hours_vltools": round(epoch_steps * ours["wall_s"] / 3600, 2),
+               "load_before_after": [before, load_average()]}
         report[precision] = row
         print(f"{precision}: released structure {released['wall_s']} s wall / {released['cpu_s']} s CPU per step, "
               f"vltools {ours['wall_s']} s / {ours['cpu_s']} s; vltools / released = {row['ratio_wall']} (wall), "
-              f"{row['ratio_cpu']} (CPU)", flush=True)
+              f"{row['ratio_cpu']} (CPU); projected epoch ({epoch_steps} steps): released "
+              f"{row['epoch_hours_released']} h, vltools {row['epoch_hours_vltools']} h; load {before} -> "
+              f"{row['load_before_after'][1]}", flush=True)
     report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if args.stage_images:
+        before = load_average()
+        stage = {**stage_steps(args.model, args.stage_images, args.batch, args.threads),
+                 "load_before_after": [before, load_average()]}
+        stage["stage_over_vltools_step"] = round(stage["seconds_per_step"] / report["fp32"]["vltools"]["wall_s"], 3)
+        report["stage"] = stage
+        print(f"vltools train stage, {stage['images']} images, {stage['steps']} steps: {stage['seconds_per_step']} s "
+              f"per step (loading included), {stage['stage_over_vltools_step']}x the bare step; process "
+              f"{stage['process_wall_s']} s, peak RSS {stage['peak_rss_mb']} MB; load {before} -> "
+              f"{stage['load_before_after'][1]}", flush=True)
     if args.profile:
         print(profile_step(model, batch), flush=True)
     print(json.dumps(report))
