@@ -45,6 +45,7 @@ from torch import nn
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.devices import autocast
 from vltools.eval.retrieval import retrieval_metrics
+from vltools.infer.settings import MATCH_BLOCK
 from vltools.infer.similarity import ensemble_similarity, similarity_blocks
 from vltools.losses import hardest_negative_loss
 from vltools.models import build_model, sgraf
@@ -56,7 +57,7 @@ VOCAB = ROOT / "tests/data/convert/scan_vocab/f30k_precomp_vocab.json"
 SIZES = ((100, 500), (200, 1000))
 SHARD = 100
 LARGE_REFERENCE_CAPTIONS = 200
-CAPTION_BLOCK = 500
+IMAGE_BLOCK, CAPTION_BLOCK = MATCH_BLOCK
 
 
 # ---------- the released evaluation's structure, on the same modules ----------
@@ -132,9 +133,11 @@ def real_captions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def vltools_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
                   precision: str = "fp32") -> torch.Tensor:
+    """`similarity_blocks` in the blocks `match` uses by default (MATCH_BLOCK images x captions)."""
+    images = [(regions[s:s + IMAGE_BLOCK], None) for s in range(0, len(regions), IMAGE_BLOCK)]
     captions = [(tokens[s:s + CAPTION_BLOCK, :int(lengths[s:s + CAPTION_BLOCK].max())], lengths[s:s + CAPTION_BLOCK])
                 for s in range(0, len(tokens), CAPTION_BLOCK)]
-    return similarity_blocks(model, [(regions, None)], captions, device="cpu", precision=precision)
+    return similarity_blocks(model, images, captions, device="cpu", precision=precision)
 
 
 def timed(function, *args, **kwargs):

@@ -7,7 +7,7 @@ import click
 from vltools.commands.options import FiniteFloat, Integer, block_options, device_option, output_option, precision_option
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.infer.settings import EXACT
+from vltools.infer.settings import EXACT, MATCH_BLOCK
 from vltools.io.progress import log
 
 MEMORY_NOTE = """\b
@@ -46,7 +46,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
                    "IMG_EMB.h5 or CAP_EMB.h5 alone (no second input), or as the first stage of --rerank.")
 @click.option("--nprobe", type=Integer(min=1), default=16, show_default=True,
               help="IVF lists visited per query (FAISS IVF indexes, built or saved).")
-@block_options(128, 512)
+@block_options(*MATCH_BLOCK)
 @click.option("--image-cache-mb", type=FiniteFloat(min=0), default=2048.0, show_default=True,
               help="Image embeddings kept between caption blocks, at most this many MB (the rest is re-encoded); "
                    "with --rerank, the encoded candidates kept between query blocks.")

@@ -25,6 +25,7 @@ EXACT = "exact"                  # search over embeddings by blocked matmul (els
 INDEX_METRICS = ("ip", "l2")     # a saved index (`vltools index`): inner product (cosine: embeddings are unit) or L2
 DEFAULT_FACTORY = "Flat"         # a saved index's FAISS factory string: exact; "IVF4096,PQ64" is approximate
 DEFAULT_TRAIN_SIZE = 262144      # rows sampled to train an IVF / PQ index: 64 per list of IVF4096
+MATCH_BLOCK = (128, 512)         # match's default images x captions per model call (--block-images, --block-captions)
 
 
 @dataclass
