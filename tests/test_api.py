@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import pydoc
+import shutil
 import subprocess
 import sys
 
@@ -17,6 +19,7 @@ from tiny_captioning import make_caption_world, save_captioner
 import vltools
 from vltools.cli import cli
 from vltools.errors import VLToolsError
+from vltools.io.features import FeaturesReader
 from vltools.io.model_store import add_model
 from vltools.io.numbers import dumps
 from vltools.io.records import read_records
@@ -337,6 +340,153 @@ def test_convert_gives_the_records_the_stage_writes(tmp_path):
     run("convert", "webdataset", shard, "--split", "test", "-o", tmp_path / "cli.jsonl")
     assert (tmp_path / "api.jsonl").read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
     assert records == read_records(tmp_path / "cli.jsonl", "captions") and len(records) == 3
+
+
+def test_convert_takes_every_kind_of_the_command_and_checks_every_keyword_of_its_function():
+    from vltools.api import CONVERTERS
+
+    assert set(CONVERTERS) == set(cli.get_command(None, "convert").commands) and len(CONVERTERS) == 15
+    for kind, converter in CONVERTERS.items():    # all but the source, the output and a memory knob no command shows
+        keywords = set(list(inspect.signature(converter.function).parameters)[1:]) - {converter.output, "chunk_bytes"}
+        assert set(converter.options) == keywords, kind
+
+
+def test_convert_visual_genome_gives_the_records_the_stage_writes(tmp_path):
+    from test_convert_visual_genome import IMAGES, REGIONS
+
+    records = vltools.convert("visual-genome", REGIONS, tmp_path / "api.jsonl", image_data=IMAGES, clip_boxes=True)
+    run("convert", "visual-genome", REGIONS, "--image-data", IMAGES, "--clip-boxes", "-o", tmp_path / "cli.jsonl")
+    assert (tmp_path / "api.jsonl").read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
+    assert records == read_records(tmp_path / "cli.jsonl", "regions")
+    assert {r["image_id"] for r in records} == {"1", "2", "3", "4", "5"}
+    sizes = {"1": [600, 800], "2": [600, 800], "3": [480, 640], "4": [480, 640], "5": [600, 800]}  # image_data's
+    for record in records:
+        assert record["image_size"] == sizes[record["image_id"]]
+        height, width = record["image_size"]
+        assert 0 <= record["box"][0] < record["box"][2] <= width and 0 <= record["box"][1] < record["box"][3] <= height
+
+
+def test_convert_precomp_and_back_writes_the_files_and_counts_them(tmp_path):
+    from test_convert_precomp import DATA, derived_names, raw_lines
+
+    folder = tmp_path / "f30k_precomp"
+    folder.mkdir()
+    shutil.copy(DATA / "f30k_precomp" / "test_caps.txt", folder)
+    names = derived_names()                      # the real 50 image names of the 250 real captions
+    (folder / "test_imagename.txt").write_text("\n".join(names) + "\n")
+    images = np.random.default_rng(0).standard_normal((50, 4, 8)).astype(np.float32)
+    np.save(folder / "test_ims.npy", images)
+    feats, caps = tmp_path / "feats.h5", tmp_path / "caps.jsonl"
+    assert vltools.convert("precomp", folder, split="test", features=feats, captions=caps) == {"images": 50,
+                                                                                                "captions": 250}
+    with FeaturesReader(feats) as reader:
+        assert reader.ids == names
+        np.testing.assert_array_equal(reader.read(names, ["regions"])["regions"], images)
+    lines = raw_lines(folder / "test_caps.txt")
+    assert [(r["image_id"], r["caption"]) for r in read_records(caps, "captions")] == [
+        (names[i // 5], line) for i, line in enumerate(lines)]
+    back = tmp_path / "back"
+    written = vltools.convert("to-precomp", feats, back, captions=caps, split="test")
+    assert written == {"images": 50, "captions": 250,
+                       "files": [str(back / name) for name in ("test_ims.npy", "test_caps.txt", "test_ids.txt")]}
+    np.testing.assert_array_equal(np.load(back / "test_ims.npy"), images)
+    assert raw_lines(back / "test_caps.txt") == lines and (back / "test_ids.txt").read_text().splitlines() == names
+
+
+def test_convert_to_coco_results_and_the_scan_vocabularies(tmp_path):
+    from test_io_coco import RESULTS
+    from test_sgraf_checkpoint import VOCAB_JSON
+
+    raw = json.loads(RESULTS.read_text())
+    assert len(vltools.convert("coco", RESULTS, tmp_path / "caps.jsonl")) == 1000
+    assert vltools.convert("to-coco-results", tmp_path / "caps.jsonl", tmp_path / "results.json") == {"results": 1000}
+    assert json.loads((tmp_path / "results.json").read_text()) == [
+        {"image_id": r["image_id"], "caption": r["caption"].strip()} for r in raw]
+    scan = json.loads(VOCAB_JSON.read_text())
+    assert vltools.convert("scan-vocab", VOCAB_JSON, tmp_path / "vocab.json") == {"words": 8481}
+    words = json.loads((tmp_path / "vocab.json").read_text())["words"]
+    assert words == [scan["idx2word"][str(i)] for i in range(8481)]
+    assert vltools.convert("to-scan-vocab", tmp_path / "vocab.json", tmp_path / "scan.json") == {"words": 8481}
+    assert json.loads((tmp_path / "scan.json").read_text()) == scan
+
+
+def test_convert_bottom_up_features_keep_the_detections(tmp_path):
+    from test_convert_bottom_up import check, detections, write_anderson_tsv
+
+    items = detections([4, 7, 2])
+    write_anderson_tsv(tmp_path / "x.tsv", items)
+    assert vltools.convert("bottom-up", tmp_path / "x.tsv", tmp_path / "f.h5", max_regions=5) == {"images": 3}
+    check(tmp_path / "f.h5", items, 5, with_counts=True)
+
+
+def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
+    import torch
+    from test_convert_bottom_up_weights import TINY, milvlg_state, tiny_model
+    from test_sgraf_checkpoint import VOCAB_JSON, write_released
+
+    from vltools.io.checkpoints import load_checkpoint
+    from vltools.models.bottom_up import BottomUpAttention
+
+    _, parts, path = write_released(tmp_path, "SGR")
+    written = vltools.convert("sgraf-checkpoint", path, tmp_path / "sgr.pt", vocab=VOCAB_JSON, trust=True)
+    saved = load_checkpoint(tmp_path / "sgr.pt")
+    assert saved["model"] == written["model"] == "sgr" and written["config"] == saved["config"]
+    assert saved["config"]["embed_size"] == 32 and len(saved["vocab"]) == 8481
+    for prefix, part in zip(("img_enc", "txt_enc", "sim_enc"), parts, strict=True):
+        for key, tensor in part.items():
+            assert torch.equal(saved["state_dict"][f"{prefix}.{key}"], tensor), key
+    model = tiny_model()
+    torch.save({"model": milvlg_state(model)}, tmp_path / "bua.pth")
+    # the released detector is a ResNet-101: the tiny one stands for it as the default the command converts to
+    monkeypatch.setattr(BottomUpAttention, "DEFAULTS", {**BottomUpAttention.DEFAULTS, **TINY})
+    assert vltools.convert("bottom-up-weights", tmp_path / "bua.pth", tmp_path / "bua.pt") == {
+        "layout": "bottom-up-attention.pytorch"}
+    fresh = BottomUpAttention(**load_checkpoint(tmp_path / "bua.pt")["config"])
+    fresh.load_state_dict(load_checkpoint(tmp_path / "bua.pt")["state_dict"], strict=True)
+    assert torch.equal(fresh.predictor.attr_fc.weight, model.predictor.attr_fc.weight)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"), "split must be a non-empty string, not None"),
+    (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", split="test"),
+     "captions must be a file path (str or pathlib.Path), not None"),
+    (lambda p: vltools.convert("sgraf-checkpoint", p / "m.pth", p / "m.pt", trust=True),
+     "vocab must be a file path (str or pathlib.Path), not None"),
+    (lambda p: vltools.convert("scan-vocab", p / "v.json"), "output must be a file path (str or pathlib.Path), not "
+                                                            "None"),
+    (lambda p: vltools.convert("precomp", p / "d", p / "f.h5", split="test"),
+     "output is not taken by precomp, which names its outputs by keyword"),
+    (lambda p: vltools.convert("precomp", p / "d", split="test"),
+     "features or captions must be given (or both): nothing to write"),
+    (lambda p: vltools.convert("precomp", p / "d", split="test", captions=p / "c.jsonl", captions_per_image="5"),
+     "captions_per_image must be a positive integer, not '5'"),
+    (lambda p: vltools.convert("precomp", p / "d", split="test", captions=p / "c.jsonl", dtype="float64"),
+     "dtype must be one of float16, float32, not 'float64'"),
+    (lambda p: vltools.convert("visual-genome", p / "r.json", clip_boxes=True),
+     "clip_boxes needs image_data: the image sizes to clip to"),
+    (lambda p: vltools.convert("visual-genome", p / "r.json", clip_boxes=1), "clip_boxes must be True or False, not 1"),
+    (lambda p: vltools.convert("cub", p / "text_c10", split_files=[("test", p / "a.txt"), ("test", p / "b.txt")]),
+     "split_files names split 'test' twice; give one file per split"),
+    (lambda p: vltools.convert("cub", p / "text_c10", split_files="test.txt"),
+     "split_files must be a dict {split: file} or a list of (split, file) pairs, not 'test.txt'"),
+    (lambda p: vltools.convert("karpathy", p / "d.json", splits="test"),
+     "splits must be a list of words, not 'test'"),
+    (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", fields=3),
+     "fields must be a list of words, not 3"),
+    (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", max_regions=0),
+     "max_regions must be a positive integer, not 0"),
+    (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", max_region=5),
+     "max_region is not an argument of vltools.convert; did you mean max_regions?"),
+    (lambda p: vltools.convert("bottom-up-weights", p / "w.pth", p / "w.pt", trust="yes"),
+     "trust must be True or False, not 'yes'"),
+    (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", captions=p / "c.jsonl", split="test",
+                               chunk_bytes=1), "chunk_bytes is not an argument of vltools.convert"),
+])
+def test_convert_checks_every_kind_s_arguments_before_any_work(tmp_path, call, message):
+    with pytest.raises(VLToolsError) as error:
+        call(tmp_path)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("call", "message"), [

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from convert_cli import convert
 
+from vltools.cli import main
 from vltools.data.converters.bottom_up import ANDERSON_FIELDS, LXMERT_FIELDS, convert_bottom_up
 from vltools.errors import VLToolsError
 
@@ -126,3 +127,18 @@ def test_wrong_fields_and_repeated_ids(tmp_path):
     write_anderson_tsv(tsv, items)
     with pytest.raises(VLToolsError, match="x.tsv: line 2: image id '391895' repeats"):
         convert_bottom_up([tsv], tmp_path / "f.h5", ANDERSON_FIELDS)
+
+
+def test_fields_as_one_comma_separated_string_and_their_errors_per_interface(tmp_path, capsys):
+    items = detections([3, 5])
+    tsv, out = tmp_path / "x.tsv", tmp_path / "f.h5"
+    write_anderson_tsv(tsv, items)
+    assert convert_bottom_up([tsv], out, " image_id, image_w,image_h,num_boxes,boxes,features ") == {"images": 2}
+    check(out, items, 5, with_counts=True)
+    with pytest.raises(VLToolsError, match=r"^fields=image_id,boxes: needs exactly one of image_h / img_h$"):
+        convert_bottom_up([tsv], tmp_path / "g.h5", "image_id,boxes")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "bottom-up", str(tsv), "--fields", "image_id,boxes", "-o", str(tmp_path / "g.h5")])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().endswith("--fields image_id,boxes: needs exactly one of image_h / img_h")
+    assert not (tmp_path / "g.h5").exists()

@@ -7,6 +7,7 @@ import json
 import pytest
 from convert_cli import convert
 
+from vltools.cli import main
 from vltools.data.converters.cub import read_cub
 from vltools.errors import VLToolsError
 
@@ -63,3 +64,16 @@ def test_empty_caption_file_exits_1(text_c10, tmp_path, vltools_cmd):
 def test_not_a_text_folder(tmp_path):
     with pytest.raises(VLToolsError, match="no <class>/<image>.txt files"):
         read_cub(tmp_path)
+
+
+def test_a_split_list_given_twice_is_a_usage_error_naming_the_option(text_c10, tmp_path, capsys):
+    listed = tmp_path / "test.txt"
+    listed.write_text("002.Laysan_Albatross\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "cub", str(text_c10), "--split-list", "test", str(listed), "--split-list", "test",
+              str(listed), "-o", str(tmp_path / "caps.jsonl")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--split-list names split 'test' twice; give one file per split" in err
+    assert not (tmp_path / "caps.jsonl").exists()
+    pairs = read_cub(text_c10, [("test", listed)], drop_unassigned=True)
+    assert {r["image_id"] for r in pairs} == {"002.Laysan_Albatross/Laysan_Albatross_0001_545"}

@@ -13,8 +13,9 @@ import pytest
 from convert_cli import DATA as CONVERT_DATA
 from convert_cli import convert
 
+from vltools.cli import main
 from vltools.data.converters import precomp
-from vltools.errors import VLToolsError
+from vltools.errors import ArgumentError, VLToolsError
 from vltools.io.features import FeaturesReader
 
 DATA = CONVERT_DATA / "precomp"
@@ -148,12 +149,15 @@ def test_blank_caption_line_is_named(tmp_path):
         precomp.read_precomp(folder, "test", per_image=1)
 
 
-def test_without_images_the_ratio_must_be_given(tmp_path):
+def test_without_images_the_ratio_must_be_given(tmp_path, capsys):
     folder = tmp_path / "p"
     folder.mkdir()
     shutil.copy(DATA / "f30k_precomp" / "test_caps.txt", folder)
-    with pytest.raises(VLToolsError, match="--captions-per-image"):
+    with pytest.raises(VLToolsError, match="give captions_per_image=N$"):    # as the Python API names it
         precomp.read_precomp(folder, "test")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "precomp", str(folder), "--split", "test", "--captions", str(tmp_path / "c.jsonl")])
+    assert exit_info.value.code == 1 and capsys.readouterr().err.strip().endswith("give --captions-per-image N")
     assert len(precomp.read_precomp(folder, "test", per_image=5).image_ids) == 50
 
 
@@ -181,3 +185,47 @@ def test_to_precomp_refuses_uneven_caption_counts_and_writes_nothing(f30k, tmp_p
     assert result.returncode == 1
     assert f"image '{names[0]}' has 4 captions" in result.stderr.decode()
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(("options", "problem"), [
+    ({}, "{features} or {captions} must be given (or both): nothing to write"),
+    ({"features": "-", "captions": "-"}, "{features} and {captions} cannot both be standard output"),
+])
+def test_the_outputs_are_refused_before_reading_naming_them_per_interface(tmp_path, capsys, options, problem):
+    missing = tmp_path / "absent"    # never read: the outputs are checked first
+    with pytest.raises(ArgumentError) as error:
+        precomp.convert_precomp(missing, "test", **options)
+    assert str(error.value) == problem.format(features="features", captions="captions")
+    argv = ["convert", "precomp", str(missing), "--split", "test"]
+    for name, value in options.items():
+        argv += [f"--{name}", value]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and problem.format(features="--features", captions="--captions") in err
+
+
+def test_features_without_an_ims_file_is_refused_and_nothing_is_written(tmp_path, capsys):
+    folder = tmp_path / "csran"
+    folder.mkdir()
+    for name in ("test_caps.txt", "test_imagename.txt"):
+        shutil.copy(DATA / "csran_f30k" / name, folder)
+    with pytest.raises(VLToolsError, match=r"csran: no test_ims.npy to convert to features$"):
+        precomp.convert_precomp(folder, "test", features=tmp_path / "f.h5", captions=tmp_path / "c.jsonl")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "precomp", str(folder), "--split", "test", "--features", str(tmp_path / "f.h5")])
+    assert exit_info.value.code == 1 and capsys.readouterr().err.strip().endswith("to convert to --features")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["csran"]
+
+
+def test_convert_precomp_counts_what_it_wrote(f30k, tmp_path):
+    folder, _, names = f30k
+    assert precomp.convert_precomp(folder, "test", captions=tmp_path / "c.jsonl") == {"captions": 250}
+    assert not (tmp_path / "f.h5").exists()
+    written = precomp.convert_precomp(folder, "test", features=tmp_path / "f.h5")
+    assert written == {"images": 50}
+    with FeaturesReader(tmp_path / "f.h5") as reader:
+        assert reader.ids == names
+    back = precomp.write_precomp(tmp_path / "f.h5", tmp_path / "c.jsonl", tmp_path / "out", "test")
+    assert back == {"images": 50, "captions": 250,
+                    "files": [str(tmp_path / "out" / f"test_{name}") for name in ("ims.npy", "caps.txt", "ids.txt")]}

@@ -7,8 +7,14 @@ import json
 import pytest
 from convert_cli import DATA, convert
 
-from vltools.data.converters.visual_genome import read_image_sizes, read_split_lists, read_visual_genome
-from vltools.errors import VLToolsError
+from vltools.cli import main
+from vltools.data.converters.visual_genome import (
+    read_image_sizes,
+    read_split_lists,
+    read_visual_genome,
+    visual_genome_records,
+)
+from vltools.errors import ArgumentError, VLToolsError
 
 VG = DATA / "visual_genome"
 REGIONS = VG / "region_descriptions_v1.2_5images.json"
@@ -78,3 +84,22 @@ def test_nan_and_infinite_boxes_are_skipped_and_counted_never_written(tmp_path, 
     assert "skipped 3 regions with a NaN or infinite box" in caplog.text
     bad = {str(raw[0]["regions"][k]["region_id"]) for k in range(3)}
     assert not bad & {r["region_id"] for r in records}
+
+
+def test_the_records_of_the_files_are_those_of_what_they_hold(tmp_path):
+    splits = tmp_path / "splits.json"
+    splits.write_text(json.dumps({"train": [1, 2], "val": [4]}))
+    records = visual_genome_records(REGIONS, IMAGES, splits, clip_boxes=True, drop_unassigned=True)
+    assert records == read_visual_genome(REGIONS, read_image_sizes(IMAGES), read_split_lists(splits), clip=True,
+                                         drop_unassigned=True)
+    assert {r["image_id"] for r in records} == {"1", "2", "4"} and records[0]["image_size"] == [600, 800]
+
+
+def test_clip_boxes_without_image_data_is_refused_naming_both_per_interface(tmp_path, capsys):
+    with pytest.raises(ArgumentError, match=r"^clip_boxes needs image_data: the image sizes to clip to$"):
+        visual_genome_records(tmp_path / "absent.json", clip_boxes=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "visual-genome", str(REGIONS), "--clip-boxes", "-o", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--clip-boxes needs --image-data: the image sizes to clip to" in err
+    assert not (tmp_path / "r.jsonl").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vltools.errors import VLToolsError
+from vltools.errors import ArgumentError, VLToolsError
 from vltools.io.sources import load_json, numbered_lines, read_class_names, read_id_list, split_assignments
 
 
@@ -27,9 +27,15 @@ def test_id_lists_and_split_assignment(tmp_path):
     test.write_text("c.jpg\n")
     assert read_id_list(train) == ["a.jpg", "b.jpg"]
     assert split_assignments({"train": train, "test": test}) == {"a.jpg": "train", "b.jpg": "train", "c.jpg": "test"}
+    assert split_assignments([("train", train), ("test", test)]) == split_assignments({"train": train, "test": test})
     train.write_text("a.jpg\nb.jpg\na.jpg\n")
     with pytest.raises(VLToolsError, match=r"train.txt: line 3: id 'a.jpg' repeats line 1"):
         read_id_list(train)
+
+
+def test_a_split_named_twice_is_refused_before_any_list_is_read(tmp_path):
+    with pytest.raises(ArgumentError, match=r"^split_files names split 'test' twice; give one file per split$"):
+        split_assignments([("test", tmp_path / "absent.txt"), ("test", tmp_path / "absent.txt")])
 
 
 def test_json_errors_name_line_and_column(tmp_path):

@@ -11,7 +11,7 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     score_self_retrieval(logp, ks)        top-K recall of each generated caption's own image (`score self-retrieval`)
     encode(source, model, output, ...)    embeddings HDF5 of images or captions with a separable model (`encode`)
     train(model, inputs, output, ...)     train a model, keep the best checkpoint; config dict or --set keys
-    convert(kind, source, output, ...)    the field's caption formats and webdataset shards as records (`convert`)
+    convert(kind, source, output, ...)    every `vltools convert` kind: records, or the files written and counts
     report(out, rankings=..., ...)        the static HTML report folder of rankings, captions, scores (`report`)
     search(queries, index_file, ...)      the top-k rows of a saved index (`vltools index`) for each query
     load_model(name_or_path, role)        a checkpoint or store name as a `LoadedModel` (.model: the nn.Module)

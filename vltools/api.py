@@ -18,12 +18,17 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from vltools.data.caption_scores import score_caption_files, score_self_retrieval_file
-from vltools.data.converters.birds_to_words import read_birds_to_words
+from vltools.data.converters import birds_to_words, karpathy, precomp
+from vltools.data.converters.bottom_up import convert_bottom_up
+from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
 from vltools.data.converters.cub import read_cub
 from vltools.data.converters.flickr import read_flickr
-from vltools.data.converters.karpathy import read_karpathy
+from vltools.data.converters.scan_vocab import convert_scan_vocab, convert_to_scan_vocab
+from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
+from vltools.data.converters.visual_genome import visual_genome_records
 from vltools.data.converters.webdataset import read_webdataset
 from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
@@ -41,8 +46,8 @@ from vltools.infer.match import Matches, Search, match_files, match_index
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.rmac import QueryOptions
-from vltools.infer.settings import RunOptions
-from vltools.io.coco import read_coco
+from vltools.infer.settings import FEATURE_DTYPES, RunOptions
+from vltools.io import coco
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
@@ -58,11 +63,92 @@ ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 __all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
            "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
 
-# convert's record converters: kind -> the library reader `vltools convert KIND` calls (its first argument: the
-# source; its keywords: the converter's options by their Python names)
-CONVERTERS: dict[str, Callable[..., list[dict]]] = {
-    "karpathy": read_karpathy, "coco": read_coco, "flickr": read_flickr, "birds-to-words": read_birds_to_words,
-    "cub": read_cub, "webdataset": read_webdataset}
+Check = Callable[[object, str], object]    # a validator of vltools.infer.checks: (value, argument name)
+
+
+def _optional(check: Check) -> Check:
+    """`check`, letting None through (an argument the converter can go without)."""
+    return lambda value, name: None if value is None else check(value, name)
+
+
+def _one_of(choices: Sequence[object]) -> Check:
+    """`checks.choice` among `choices`."""
+    return lambda value, name: checks.choice(value, name, choices)
+
+
+def _positive(value: object, name: str) -> int:
+    """A positive integer."""
+    return checks.integer(value, name, 1)
+
+
+def _fields(value: object, name: str) -> str | tuple[str, ...]:
+    """Column names: a list of strings or one comma-separated string, as `--fields` takes them."""
+    return checks.text(value, name) if isinstance(value, str) else checks.texts(value, name)
+
+
+def _split_files(value: object, name: str) -> object:
+    """Split lists as {split: file} or (split, file) pairs (the converter refuses a split named twice)."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list | tuple) or not all(isinstance(pair, list | tuple) and len(pair) == 2
+                                                      for pair in pairs):
+        raise checks.ArgumentError(name, f"must be a dict {{split: file}} or a list of (split, file) pairs, not "
+                                         f"{value!r}")
+    for split, path in pairs:
+        checks.text(split, name)
+        checks.path(path, name)
+    return value
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One kind of `vltools convert` as the library function its command calls: `function` takes the source
+    first, then the keywords `options` checks (each by its validator, default values included, so that a missing
+    required one is named). `records`: the function returns records, which `convert` writes when given an
+    output; `output`: the function's parameter that the API's `output` fills (neither: it takes its outputs as
+    keywords). `sources`: the source is one or more paths."""
+
+    function: Callable[..., list[dict] | dict[str, object]]
+    options: dict[str, Check] = field(default_factory=dict)
+    records: bool = False
+    output: str | None = None
+    sources: bool = False
+
+
+# every kind of `vltools convert`; the first six and visual-genome return records, the rest write files
+CONVERTERS: dict[str, Converter] = {
+    "karpathy": Converter(karpathy.read_karpathy, {
+        "id_field": _one_of(karpathy.ID_FIELDS), "text_field": _one_of(karpathy.TEXT_FIELDS),
+        "restval_as": _optional(checks.text), "splits": _optional(checks.texts)}, records=True),
+    "coco": Converter(coco.read_coco, {"split": _optional(checks.text), "id_field": _one_of(coco.ID_FIELDS)},
+                      records=True),
+    "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
+                        records=True),
+    "birds-to-words": Converter(birds_to_words.read_birds_to_words, {"names": _one_of(birds_to_words.IMAGE_NAMES)},
+                                records=True),
+    "cub": Converter(read_cub, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
+                     records=True),
+    "webdataset": Converter(read_webdataset, {"split": _optional(checks.text), "strict": checks.flag},
+                            records=True, sources=True),
+    "visual-genome": Converter(visual_genome_records, {
+        "image_data": _optional(checks.path), "splits": _optional(checks.path), "clip_boxes": checks.flag,
+        "drop_unassigned": checks.flag}, records=True),
+    "precomp": Converter(precomp.convert_precomp, {
+        "split": checks.text, "features": _optional(checks.path), "captions": _optional(checks.path),
+        "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
+        "dtype": _one_of(FEATURE_DTYPES)}),
+    "to-precomp": Converter(precomp.write_precomp, {
+        "captions": checks.path, "split": checks.text, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
+        output="out_dir"),
+    "to-coco-results": Converter(coco.write_coco_results, output="output"),
+    "bottom-up": Converter(convert_bottom_up, {
+        "fields": _fields, "max_regions": _optional(_positive), "dtype": _one_of(FEATURE_DTYPES)}, output="output",
+        sources=True),
+    "scan-vocab": Converter(convert_scan_vocab, output="output"),
+    "to-scan-vocab": Converter(convert_to_scan_vocab, output="output"),
+    "sgraf-checkpoint": Converter(convert_sgraf_checkpoint, {"vocab": checks.path, "trust": checks.flag},
+                                  output="output"),
+    "bottom-up-weights": Converter(save_bottom_up_checkpoint, {"trust": checks.flag}, output="output"),
+}
 
 
 def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
@@ -312,20 +398,35 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
 
 
 def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike | None = None,
-            **options: object) -> list[dict]:
-    """`vltools convert KIND SOURCE -o OUTPUT` for the formats that become records: karpathy, coco, flickr,
-    birds-to-words, cub and webdataset (SOURCE: a list of shards). Returns the records, and writes them as JSONL
-    to `output` when given; `options` are the keywords of the converter's reader (`vltools.api.CONVERTERS`),
-    e.g. convert("karpathy", "dataset_coco.json", id_field="cocoid")."""
+            **options: object) -> list[dict] | dict[str, object]:
+    """`vltools convert KIND SOURCE -o OUTPUT`, every kind, through the library function its command calls
+    (`vltools.api.CONVERTERS`); `options` are that function's keywords (the command's options by their Python
+    names). The record formats (karpathy, coco, flickr, visual-genome, birds-to-words, cub, webdataset: SOURCE a
+    list of shards) return the records and write them as JSONL to `output` when given, e.g.
+    convert("karpathy", "dataset_coco.json", id_field="cocoid"). The file formats write `output` (to-precomp: the
+    folder; precomp: `features` and / or `captions` instead) and return what they wrote, e.g.
+    convert("precomp", "f30k_precomp", split="test", features="f.h5", captions="c.jsonl") gives
+    {"images": 1000, "captions": 5000}; bottom-up (SOURCE: TSV files or one .npz folder), scan-vocab,
+    to-scan-vocab, to-coco-results, sgraf-checkpoint (vocab=, trust=) and bottom-up-weights (trust=) too."""
     checks.choice(kind, "kind", CONVERTERS)
-    reader = CONVERTERS[kind]
-    source = checks.paths(source, "source") if kind == "webdataset" else checks.path(source, "source")
-    checks.path(output, "output", optional=True)
-    checks.known(options, set(list(inspect.signature(reader).parameters)[1:]), "convert")
-    records = reader(source, **options)
-    if output is not None:
-        write_records(output, records)
-    return records
+    converter = CONVERTERS[kind]
+    source = checks.paths(source, "source") if converter.sources else checks.path(source, "source")
+    if converter.records or converter.output:
+        checks.path(output, "output", optional=converter.records)
+    elif output is not None:
+        raise checks.ArgumentError("output", f"is not taken by {kind}, which names its outputs by keyword "
+                                             "(see help(vltools.convert))")
+    checks.known(options, converter.options, "convert")
+    defaults = inspect.signature(converter.function).parameters
+    for name, check in converter.options.items():
+        default = defaults[name].default
+        check(options.get(name, None if default is inspect.Parameter.empty else default), name)
+    if converter.output:
+        options[converter.output] = output
+    written = converter.function(source, **options)
+    if converter.records and output is not None:
+        write_records(output, written)
+    return written
 
 
 def _path_list(value: object, name: str) -> list[str]:

@@ -1,18 +1,16 @@
 """`vltools convert KIND ...`: import the field's formats as vltools files, and export them back.
 
-One subcommand per format; each parses options, calls a library function of `vltools.data.converters`
+One subcommand per format; each parses options and makes one call to the library function of its format (in
+`vltools.data.converters` or `vltools.io`), which the Python API (`vltools.convert`) calls too: it reads, checks
 and writes the output atomically (`-o PATH`, or standard output when absent).
 """
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from vltools.commands.options import Integer, output_option
-from vltools.data.converters import birds_to_words, bottom_up, karpathy
-from vltools.errors import VLToolsError
+from vltools.data.converters import birds_to_words, bottom_up, karpathy, precomp
 from vltools.io import coco
 from vltools.io.progress import log
 
@@ -52,28 +50,11 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
     """SCAN / VSE++ / SGRAF precomp DIRECTORY -> features HDF5 (--features) and captions JSONL (--captions).
 
     Image ids come from the ids file, else are "{split}_{index}"; caption ids are "{image_id}#{k}"."""
-    from vltools.data.converters import precomp
-    from vltools.io.atomic import binary_output, is_stdout
-    from vltools.io.records import write_records
-
-    if features_out is None and captions_out is None:
-        raise click.UsageError("give --features PATH, --captions PATH, or both")
-    if features_out is not None and captions_out is not None and is_stdout(features_out) and is_stdout(captions_out):
-        raise click.UsageError("only one of --features and --captions can be standard output")
-    data = precomp.read_precomp(directory, split, ids_file, captions_per_image)
-    if features_out is None:
-        write_records(captions_out, data.records)
-        _wrote(len(data.records), "captions", captions_out)
-        return
-    if data.images is None:
-        raise VLToolsError(f"{directory}: no {split}_ims.npy to convert to --features")
-    with binary_output(features_out) as target:
-        precomp.write_precomp_features(data.images, data.image_ids, target, data.files.images, dtype)
-        if captions_out is not None:
-            write_records(captions_out, data.records)
-    _wrote(len(data.image_ids), "images", features_out)
-    if captions_out is not None:
-        _wrote(len(data.records), "captions", captions_out)
+    written = precomp.convert_precomp(directory, split, features_out, captions_out, ids_file, captions_per_image,
+                                      dtype)
+    for what, output in (("images", features_out), ("captions", captions_out)):
+        if what in written:
+            _wrote(written[what], what, output)
 
 
 @command.command("to-precomp")
@@ -81,14 +62,12 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
 @click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--split", required=True, help="Split name of the files written: {split}_ims.npy, _caps.txt, _ids.txt.")
-@click.option("--field", type=click.Choice(["regions", "global"]),
+@click.option("--field", type=click.Choice(precomp.EXPORT_FIELDS),
               help="Features dataset to export (default: regions if present, else global).")
 def to_precomp_command(features: str, captions: str, out_dir: str, split: str, field: str | None) -> None:
     """Features HDF5 + captions JSONL -> precomp files in OUT_DIR, in the features' image order."""
-    from vltools.data.converters import precomp
-
-    paths = precomp.write_precomp(features, captions, out_dir, split, field)
-    log.info("wrote %s", ", ".join(str(path) for path in paths.values()))
+    written = precomp.write_precomp(features, captions, out_dir, split, field)
+    log.info("wrote %s", ", ".join(written["files"]))
 
 
 @command.command("karpathy")
@@ -128,14 +107,7 @@ def coco_command(coco_json: str, output: str | None, split: str | None, id_field
 @OUTPUT
 def to_coco_results_command(captions: str, output: str | None) -> None:
     """Captions JSONL (one caption per image) -> COCO results JSON [{"image_id", "caption"}]."""
-    from vltools.io.atomic import text_output
-    from vltools.io.records import read_records
-
-    results = coco.coco_results(read_records(captions, "captions"), captions)
-    with text_output(output) as stream:
-        json.dump(results, stream, ensure_ascii=False)
-        stream.write("\n")
-    _wrote(len(results), "results", output)
+    _wrote(coco.write_coco_results(captions, output)["results"], "results", output)
 
 
 @command.command("flickr")
@@ -167,14 +139,10 @@ def flickr_command(tokens: str, output: str | None, train: str | None, val: str 
 def visual_genome_command(regions: str, output: str | None, image_data: str | None, splits: str | None,
                           clip_boxes: bool, drop_unassigned: bool) -> None:
     """Visual Genome region_descriptions.json -> region captions JSONL (box = x1 y1 x2 y2)."""
-    from vltools.data.converters import visual_genome
+    from vltools.data.converters.visual_genome import visual_genome_records
     from vltools.io.records import write_records
 
-    if clip_boxes and image_data is None:
-        raise click.UsageError("--clip-boxes needs --image-data")
-    sizes = visual_genome.read_image_sizes(image_data) if image_data else None
-    assignment = visual_genome.read_split_lists(splits) if splits else None
-    records = visual_genome.read_visual_genome(regions, sizes, assignment, clip_boxes, drop_unassigned)
+    records = visual_genome_records(regions, image_data, splits, clip_boxes, drop_unassigned)
     _wrote(write_records(output, records), "regions", output)
 
 
@@ -194,21 +162,16 @@ def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> No
 @command.command("cub")
 @click.argument("text_dir", type=click.Path(file_okay=False))
 @OUTPUT
-@click.option("--split-list", "split_lists", nargs=2, multiple=True, metavar="SPLIT FILE",
+@click.option("--split-list", "split_files", nargs=2, multiple=True, metavar="SPLIT FILE",
               help="FILE lists image ids (<class>/<image>) or class names of SPLIT; repeatable.")
 @DROP_UNASSIGNED
-def cub_command(text_dir: str, output: str | None, split_lists: tuple[tuple[str, str], ...],
+def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str, str], ...],
                 drop_unassigned: bool) -> None:
     """CUB text_c10 folder (<class>/<image>.txt, a caption a line) -> captions JSONL; image_id = <class>/<image>."""
     from vltools.data.converters import cub
     from vltools.io.records import write_records
 
-    lists: dict[str, str] = {}
-    for split, path in split_lists:
-        if split in lists:
-            raise click.UsageError(f"--split-list {split} given twice")
-        lists[split] = path
-    records = cub.read_cub(text_dir, lists, drop_unassigned)
+    records = cub.read_cub(text_dir, split_files, drop_unassigned)
     _wrote(write_records(output, records), "captions", output)
 
 
@@ -240,12 +203,7 @@ def webdataset_command(shards: tuple[str, ...], output: str | None, split: str |
 def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, max_regions: int | None,
                       dtype: str) -> None:
     """Bottom-up attention TSV file(s), or one folder of per-image .npz -> features HDF5."""
-    from vltools.io.atomic import binary_output
-
-    names = [name.strip() for name in fields.split(",") if name.strip()]
-    with binary_output(output) as target:
-        count = bottom_up.convert_bottom_up(inputs, target, names, max_regions, dtype)
-    _wrote(count, "images", output)
+    _wrote(bottom_up.convert_bottom_up(inputs, output, fields, max_regions, dtype)["images"], "images", output)
 
 
 @command.command("scan-vocab")
@@ -253,11 +211,9 @@ def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, 
 @OUTPUT
 def scan_vocab_command(scan_json: str, output: str | None) -> None:
     """SCAN / SGRAF vocabulary JSON -> vltools vocabulary file (same indices)."""
-    from vltools.data.converters import scan_vocab
+    from vltools.data.converters.scan_vocab import convert_scan_vocab
 
-    vocab = scan_vocab.Vocabulary.from_scan_json(scan_json)
-    scan_vocab.write_vocab_json(output, scan_vocab.vocab_document(vocab))
-    _wrote(len(vocab), "words", output)
+    _wrote(convert_scan_vocab(scan_json, output)["words"], "words", output)
 
 
 @command.command("to-scan-vocab")
@@ -265,27 +221,23 @@ def scan_vocab_command(scan_json: str, output: str | None) -> None:
 @OUTPUT
 def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
     """vltools vocabulary file -> SCAN / SGRAF vocabulary JSON (word2idx, idx2word, idx)."""
-    from vltools.data.converters import scan_vocab
+    from vltools.data.converters.scan_vocab import convert_to_scan_vocab
 
-    vocab = scan_vocab.read_vocab_file(vocab_file)
-    scan_vocab.write_vocab_json(output, vocab.to_scan_json())
-    _wrote(len(vocab), "words", output)
+    _wrote(convert_to_scan_vocab(vocab_file, output)["words"], "words", output)
 
 
 @command.command("sgraf-checkpoint")
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
-@click.option("--vocab", "vocab_file", required=True, type=click.Path(dir_okay=False),
+@click.option("--vocab", required=True, type=click.Path(dir_okay=False),
               help="The vocabulary it was trained with (SCAN JSON such as f30k_precomp_vocab.json, or vltools).")
 @click.option("--trust", is_flag=True, help="Load the pickle (it can run code from the file): only for trusted files.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="vltools checkpoint to write.")
-def sgraf_checkpoint_command(checkpoint: str, vocab_file: str, trust: bool, output: str) -> None:
+def sgraf_checkpoint_command(checkpoint: str, vocab: str, trust: bool, output: str) -> None:
     """Released SGRAF checkpoint (model_best.pth.tar) -> vltools checkpoint for `match`, `train --resume`."""
-    from vltools.data.converters.sgraf_checkpoint import import_sgraf_checkpoint
-    from vltools.io.checkpoints import save_checkpoint
+    from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
 
-    payload = import_sgraf_checkpoint(checkpoint, vocab_file, trust)
-    save_checkpoint(output, **payload)
-    log.info("wrote %s model (%s) to %s", payload["model"], ", ".join(f"{k}={v}" for k, v in payload["config"].items()),
+    written = convert_sgraf_checkpoint(checkpoint, vocab, output, trust)
+    log.info("wrote %s model (%s) to %s", written["model"], ", ".join(f"{k}={v}" for k, v in written["config"].items()),
              output)
 
 
@@ -300,9 +252,7 @@ def bottom_up_weights_command(weights: str, trust: bool, output: str) -> None:
 
     Example: vltools convert bottom-up-weights bua-caffe-frcn-r101_k10-100.pth --trust -o bua.pt
     """
-    from vltools.data.converters.bottom_up_weights import bottom_up_checkpoint
-    from vltools.io.checkpoints import save_checkpoint
+    from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
 
-    payload = bottom_up_checkpoint(weights, trust)
-    save_checkpoint(output, **payload)
-    log.info("wrote the bottom-up detector (%s layout) to %s", payload["train_state"]["layout"], output)
+    written = save_bottom_up_checkpoint(weights, output, trust)
+    log.info("wrote the bottom-up detector (%s layout) to %s", written["layout"], output)

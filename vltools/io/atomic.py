@@ -521,6 +521,13 @@ def text_output(path: str | os.PathLike | None) -> Iterator:
         yield stream
 
 
+def write_json(path: str | os.PathLike | None, document: object) -> None:
+    """Write one JSON document (UTF-8, a final newline) atomically to `path`, or to standard output."""
+    with text_output(path) as stream:
+        json.dump(document, stream, ensure_ascii=False)
+        stream.write("\n")
+
+
 @contextlib.contextmanager
 def atomic_folder(out: str | os.PathLike, force: bool, replaceable: Callable[[Path], bool], what: str,
                   mark: str) -> Iterator[Path]:

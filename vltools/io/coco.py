@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterable
 
 from vltools.errors import input_error
-from vltools.io.records import check_converted
+from vltools.io.atomic import write_json
+from vltools.io.records import check_converted, read_records
 from vltools.io.sources import field, json_list, load_json, record_unique
 
 ID_FIELDS = ("id", "file_name")
@@ -140,3 +141,11 @@ def coco_results(records: Iterable[dict], path: object) -> list[dict]:
     numeric = all(record["image_id"].isascii() and record["image_id"].isdecimal() for record in records)
     return [{"image_id": int(record["image_id"]) if numeric else record["image_id"], "caption": record["caption"]}
             for record in records]
+
+
+def write_coco_results(captions: str | os.PathLike, output: str | os.PathLike | None) -> dict[str, int]:
+    """`vltools convert to-coco-results`: a captions JSONL (one caption per image) as a COCO results JSON at
+    `output` (None: standard output); returns {"results": how many}."""
+    results = coco_results(read_records(captions, "captions"), captions)
+    write_json(output, results)
+    return {"results": len(results)}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
-from vltools.errors import input_error, require_file
+from vltools.errors import ArgumentError, input_error, require_file
 
 UNASSIGNED = "unassigned"
+# split lists: {split: file}, or (split, file) pairs (a repeatable option's values, where a split can come twice)
+SplitFiles = Mapping[str, str | os.PathLike] | Sequence[tuple[str, str | os.PathLike]]
 
 
 def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -99,11 +101,17 @@ def json_list(value: object, path: object, where: str, what: str) -> list:
     return value
 
 
-def split_assignments(split_files: dict[str, str | os.PathLike]) -> dict[str, str]:
-    """Map each id listed in the split files ({split name: path}) to its split; an id in two lists is an error."""
+def split_assignments(split_files: SplitFiles) -> dict[str, str]:
+    """Map each id listed in the split files ({split name: path}, or (split, path) pairs as a repeatable option
+    gives them) to its split; a split named twice (argument `split_files`) or an id in two lists is an error."""
+    files: dict[str, str | os.PathLike] = {}
+    for split, path in split_files.items() if isinstance(split_files, Mapping) else split_files:
+        if split in files:
+            raise ArgumentError("split_files", f"names split {split!r} twice; give one file per split")
+        files[split] = path
     assignment: dict[str, str] = {}
     origin: dict[str, str | os.PathLike] = {}
-    for split, path in split_files.items():
+    for split, path in files.items():
         for item in read_id_list(path):
             if item in assignment:
                 raise input_error(path, None, f"id {item!r} is also in the {assignment[item]} list {origin[item]}",

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error
+from vltools.errors import VLToolsError, argument, input_error
+from vltools.io.atomic import binary_output
 from vltools.io.features import FeaturesWriter
 from vltools.io.progress import log, progress
 from vltools.io.sources import features_attrs
@@ -51,10 +52,10 @@ def resolve_fields(fields: Sequence[str]) -> dict[str, str]:
     for name, names in ALIASES.items():
         found = [column for column in fields if column in names]
         if len(found) != 1:
-            raise VLToolsError(f"--fields {','.join(fields)}: needs exactly one of {' / '.join(names)}")
+            raise VLToolsError(f"{argument('fields', ','.join(fields))}: needs exactly one of {' / '.join(names)}")
         columns[name] = found[0]
     if len(set(fields)) != len(fields):
-        raise VLToolsError(f"--fields {','.join(fields)}: a field is named twice")
+        raise VLToolsError(f"{argument('fields', ','.join(fields))}: a field is named twice")
     return columns
 
 
@@ -79,7 +80,8 @@ def _tsv_rows(paths: Sequence[str | os.PathLike], fields: Sequence[str]) -> Iter
                         continue
                     if len(row) != len(fields):
                         raise input_error(path, where, f"{len(row)} columns instead of {len(fields)} "
-                                          f"({','.join(fields)})", "give the TSV's column names with --fields")
+                                          f"({','.join(fields)})",
+                                          f"give the TSV's column names with {argument('fields')}")
                     yield dict(zip(fields, row, strict=True)), where, path
             except UnicodeDecodeError as exc:
                 raise input_error(path, f"line {reader.line_num + 1}", f"not a bottom-up TSV ({exc.reason})") from None
@@ -234,10 +236,14 @@ def write_detections(detections: Iterable[Detection], counts: Sequence[int], pat
             flush()
 
 
-def convert_bottom_up(inputs: Sequence[str | os.PathLike], path: str | os.PathLike,
-                      fields: Sequence[str] = ANDERSON_FIELDS, max_regions: int | None = None,
-                      dtype: str = "float32") -> int:
-    """Convert TSV files, or one folder of `.npz` files, to a features file at `path`; return the image count."""
+def convert_bottom_up(inputs: Sequence[str | os.PathLike], output: str | os.PathLike | None,
+                      fields: str | Sequence[str] = ANDERSON_FIELDS, max_regions: int | None = None,
+                      dtype: str = "float32") -> dict[str, int]:
+    """`vltools convert bottom-up`: TSV files (columns `fields`: names, or one comma-separated string), or one
+    folder of `.npz` files, as a features file written atomically to `output` (None: standard output); returns
+    {"images": how many}."""
+    if isinstance(fields, str):
+        fields = [name.strip() for name in fields.split(",") if name.strip()]
     if len(inputs) == 1 and Path(inputs[0]).is_dir():
         counts, detections = npz_counts(inputs[0]), iter_npz(inputs[0])
     else:
@@ -252,5 +258,6 @@ def convert_bottom_up(inputs: Sequence[str | os.PathLike], path: str | os.PathLi
         log.info("images have %d to %d boxes: padding to %d, /num_regions keeps the counts",
                  min(numbers), max(numbers), max(numbers))
     attrs = features_attrs("bottom-up", "detector", ", ".join(map(str, inputs)))
-    write_detections(detections, numbers, path, attrs, max_regions, dtype)
-    return len(counts)
+    with binary_output(output) as path:
+        write_detections(detections, numbers, path, attrs, max_regions, dtype)
+    return {"images": len(counts)}

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from vltools.errors import VLToolsError, first_line, shown_ids
-from vltools.io.checkpoints import NeedsPickle, load_weights_only
+from vltools.io.checkpoints import NeedsPickle, load_weights_only, save_checkpoint
 from vltools.models import schema_version
 from vltools.models.bottom_up import BottomUpAttention, caffe_anchors
 
@@ -311,6 +311,15 @@ def bottom_up_checkpoint(source: str | os.PathLike, trust: bool, config: dict | 
     return {"model": MODEL_NAME, "config": full_config, "state_dict": state_dict, "vocab": None,
             "train_state": {"converted_from": path.name, "layout": layout, "source_sha256": digest.hexdigest()},
             "schema": schema_version(MODEL_NAME)}
+
+
+def save_bottom_up_checkpoint(weights: str | os.PathLike, output: str | os.PathLike,
+                              trust: bool = False) -> dict[str, str]:
+    """`vltools convert bottom-up-weights`: the released detector weights as a vltools checkpoint of the
+    `bottom-up` detector at `output`; returns {"layout": the release's layout}."""
+    payload = bottom_up_checkpoint(weights, trust)
+    save_checkpoint(output, **payload)
+    return {"layout": payload["train_state"]["layout"]}
 
 
 def _starts_as_pickle(path: Path) -> bool:

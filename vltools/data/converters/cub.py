@@ -14,7 +14,7 @@ from pathlib import Path
 from vltools.errors import VLToolsError, input_error
 from vltools.io.progress import log
 from vltools.io.records import check_converted
-from vltools.io.sources import UNASSIGNED, numbered_lines, split_assignments
+from vltools.io.sources import UNASSIGNED, SplitFiles, numbered_lines, split_assignments
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".txt")
 
@@ -36,9 +36,10 @@ def cub_text_files(root: str | os.PathLike) -> list[tuple[str, Path]]:
     return [(f"{path.parent.name}/{path.stem}", path) for path in files]
 
 
-def read_cub(root: str | os.PathLike, split_files: dict[str, str | os.PathLike] | None = None,
+def read_cub(root: str | os.PathLike, split_files: SplitFiles | None = None,
              drop_unassigned: bool = False) -> list[dict]:
-    """Captions records, images sorted by id, captions in line order; caption_id = `<image id>#<k>`."""
+    """Captions records, images sorted by id, captions in line order; caption_id = `<image id>#<k>`.
+    `split_files`: {split: list file} or (split, list file) pairs, one file per split."""
     assignment = {strip_extension(item): split for item, split in split_assignments(split_files or {}).items()}
     files = cub_text_files(root)
     classes = {image_id.split("/", 1)[0] for image_id, _ in files}

@@ -7,7 +7,7 @@ import os
 from vltools.errors import input_error
 from vltools.io.progress import log
 from vltools.io.records import check_converted
-from vltools.io.sources import UNASSIGNED, numbered_lines, record_unique, split_assignments
+from vltools.io.sources import UNASSIGNED, SplitFiles, numbered_lines, record_unique, split_assignments
 
 
 def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:
@@ -35,7 +35,7 @@ def read_flickr_tokens(path: str | os.PathLike) -> list[tuple[str, str, str]]:
     return entries
 
 
-def read_flickr(path: str | os.PathLike, split_files: dict[str, str | os.PathLike] | None = None,
+def read_flickr(path: str | os.PathLike, split_files: SplitFiles | None = None,
                 drop_unassigned: bool = False) -> list[dict]:
     """Captions records of a token file in file order; with split lists, each image gets the split of the list
     naming it, else "unassigned" (or is dropped with `drop_unassigned`). Listed images without captions are logged."""

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import atomic_path, check_parent
+from vltools.errors import ArgumentError, VLToolsError, argument, input_error
+from vltools.io.atomic import atomic_path, binary_output, check_parent, is_stdout
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.progress import log, progress
-from vltools.io.records import check_converted, iter_records
+from vltools.io.records import check_converted, iter_records, write_records
 from vltools.io.sources import features_attrs, numbered_lines
 
 CHUNK_BYTES = 64 << 20
 ID_SUFFIXES = ("ids", "imagename")
+EXPORT_FIELDS = ("regions", "global")   # the features datasets to-precomp exports
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def find_precomp_files(directory: str | os.PathLike, split: str, ids: str | os.P
         raise VLToolsError(f"{folder}: no such folder; give the folder holding {split}_caps.txt and {split}_ims.npy")
     captions = folder / f"{split}_caps.txt"
     if not captions.is_file():
-        raise VLToolsError(f"{captions}: no such file; check --split (the folder has "
+        raise VLToolsError(f"{captions}: no such file; check {argument('split')} (the folder has "
                            f"{', '.join(sorted(p.name for p in folder.glob('*_caps.txt'))) or 'no *_caps.txt'})")
     images = folder / f"{split}_ims.npy"
     if ids is None:
@@ -158,14 +159,14 @@ def read_precomp(directory: str | os.PathLike, split: str, ids: str | os.PathLik
     elif files.ids is not None and per_image is None:
         n_images, source = count_id_runs(files.ids), files.ids
     elif per_image is not None:
-        n_images, source = len(captions) // per_image, f"--captions-per-image {per_image}"
+        n_images, source = len(captions) // per_image, argument("captions_per_image", str(per_image))
     else:
         raise VLToolsError(f"{Path(directory) / f'{split}_ims.npy'}: no such file, and no ids file to count the "
-                           "images; give --captions-per-image N")
+                           f"images; give {argument('captions_per_image', 'N')}")
     count = captions_per_image(len(captions), n_images, files.captions, source)
     if per_image is not None and count != per_image:
         raise input_error(files.captions, None, f"{len(captions)} lines make {count} captions for each of "
-                          f"{n_images} images, not {per_image}", "drop --captions-per-image or fix it")
+                          f"{n_images} images, not {per_image}", f"drop {argument('captions_per_image')} or fix it")
     if files.ids is not None:
         image_ids = read_precomp_ids(files.ids, n_images, count)
     else:
@@ -188,6 +189,30 @@ def write_precomp_features(images: np.ndarray, image_ids: Sequence[str], path: s
                               desc="precomp features", unit="chunks"):
             block = np.asarray(images[start:start + rows])
             writer.add(image_ids[start:start + rows], **{name: block})
+
+
+def convert_precomp(directory: str | os.PathLike, split: str, features: str | os.PathLike | None = None,
+                    captions: str | os.PathLike | None = None, ids_file: str | os.PathLike | None = None,
+                    captions_per_image: int | None = None, dtype: str = "float32") -> dict[str, int]:
+    """`vltools convert precomp`: a precomp split as a features file (`features`) and / or a captions JSONL
+    (`captions`), each written atomically ("-": standard output, for one of them); returns how many "images" and
+    "captions" were written. Image ids come from `ids_file` (default: the split's ids or imagename file), else are
+    `{split}_{index}`; caption ids are `{image_id}#{k}`."""
+    if features is None and captions is None:
+        raise ArgumentError("features", f"or {argument('captions')} must be given (or both): nothing to write")
+    if features is not None and captions is not None and is_stdout(features) and is_stdout(captions):
+        raise ArgumentError("features", f"and {argument('captions')} cannot both be standard output")
+    data = read_precomp(directory, split, ids_file, captions_per_image)
+    if features is None:
+        return {"captions": write_records(captions, data.records)}
+    if data.images is None:
+        raise VLToolsError(f"{directory}: no {split}_ims.npy to convert to {argument('features')}")
+    with binary_output(features) as target:
+        write_precomp_features(data.images, data.image_ids, target, data.files.images, dtype)
+        written = {"images": len(data.image_ids)}
+        if captions is not None:
+            written["captions"] = write_records(captions, data.records)
+    return written
 
 
 def group_captions(captions_path: str | os.PathLike, image_ids: Sequence[str],
@@ -217,26 +242,28 @@ def group_captions(captions_path: str | os.PathLike, image_ids: Sequence[str],
     return [grouped[image_id] for image_id in image_ids]
 
 
-def write_precomp(features_path: str | os.PathLike, captions_path: str | os.PathLike, out_dir: str | os.PathLike,
-                  split: str, field: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> dict[str, Path]:
-    """Write `{split}_ims.npy` (float32), `{split}_caps.txt` and `{split}_ids.txt` in `out_dir`, in the order of
-    the features' ids; all three land together or none does."""
+def write_precomp(features: str | os.PathLike, captions: str | os.PathLike, out_dir: str | os.PathLike,
+                  split: str, field: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> dict[str, object]:
+    """`vltools convert to-precomp`: write `{split}_ims.npy` (float32), `{split}_caps.txt` and `{split}_ids.txt`
+    in `out_dir`, in the order of the features' ids; all three land together or none does. `field`: the
+    features dataset to export (default: regions if present, else global). Returns how many "images" and
+    "captions" were written and the "files" (paths)."""
     out = Path(out_dir)
-    with FeaturesReader(features_path) as reader:
+    with FeaturesReader(features) as reader:
         image_ids = list(reader.ids)
         if not image_ids:
-            raise VLToolsError(f"{features_path}: no images")
-        field = field or next((name for name in ("regions", "global") if name in reader.fields), None)
+            raise VLToolsError(f"{features}: no images")
+        field = field or next((name for name in EXPORT_FIELDS if name in reader.fields), None)
         if field is None or field not in reader.fields:
-            raise VLToolsError(f"{features_path}: no /{field or 'regions or /global'} dataset to export; "
+            raise VLToolsError(f"{features}: no /{field or 'regions or /global'} dataset to export; "
                                "precomp needs region features or global vectors")
         if field == "regions" and "num_regions" in reader.fields:
             counts = reader.handle["num_regions"][:]
             if (counts < reader.shape("regions")[1]).any():
                 log.warning("%s: %d images have fewer regions than %d; their zero padding rows go into the "
-                            "precomp array, which has no mask", features_path,
+                            "precomp array, which has no mask", features,
                             int((counts < reader.shape("regions")[1]).sum()), reader.shape("regions")[1])
-        grouped = group_captions(captions_path, image_ids, features_path)
+        grouped = group_captions(captions, image_ids, features)
         paths = {name: out / f"{split}_{name}.{ext}" for name, ext in (("ims", "npy"), ("caps", "txt"), ("ids", "txt"))}
         check_parent(out)
         out.mkdir(exist_ok=True)
@@ -253,7 +280,7 @@ def write_precomp(features_path: str | os.PathLike, captions_path: str | os.Path
                     block = reader.read_range(field, start, start + rows)
                     stream.write(block.astype(np.float32, copy=False).tobytes())
             with open(temps["caps"], "w", encoding="utf-8", newline="\n") as stream:
-                stream.writelines(f"{caption}\n" for captions in grouped for caption in captions)
+                stream.writelines(f"{caption}\n" for texts in grouped for caption in texts)
             with open(temps["ids"], "w", encoding="utf-8", newline="\n") as stream:
                 stream.writelines(f"{image_id}\n" for image_id in image_ids)
-    return paths
+    return {"images": len(image_ids), "captions": sum(map(len, grouped)), "files": [str(p) for p in paths.values()]}

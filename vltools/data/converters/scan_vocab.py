@@ -6,11 +6,10 @@ The vltools vocabulary file is JSON `{"format": "vltools.vocab", "words": [...]}
 
 from __future__ import annotations
 
-import json
 import os
 
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import text_output
+from vltools.io.atomic import write_json
 from vltools.io.sources import load_json
 from vltools.text.vocab import Vocabulary
 
@@ -45,8 +44,17 @@ def load_vocabulary(path: str | os.PathLike) -> Vocabulary:
     return read_vocab_file(path)
 
 
-def write_vocab_json(path: str | os.PathLike | None, document: dict) -> None:
-    """Write a vocabulary JSON document atomically to `path` or to standard output."""
-    with text_output(path) as stream:
-        json.dump(document, stream, ensure_ascii=False)
-        stream.write("\n")
+def convert_scan_vocab(scan_json: str | os.PathLike, output: str | os.PathLike | None) -> dict[str, int]:
+    """`vltools convert scan-vocab`: a SCAN / SGRAF vocabulary JSON as a vltools vocabulary file at `output`
+    (None: standard output), same indices; returns {"words": how many}."""
+    vocab = Vocabulary.from_scan_json(scan_json)
+    write_json(output, vocab_document(vocab))
+    return {"words": len(vocab)}
+
+
+def convert_to_scan_vocab(vocab_file: str | os.PathLike, output: str | os.PathLike | None) -> dict[str, int]:
+    """`vltools convert to-scan-vocab`: a vltools vocabulary file as a SCAN vocabulary JSON (word2idx, idx2word,
+    idx) at `output` (None: standard output); returns {"words": how many}."""
+    vocab = read_vocab_file(vocab_file)
+    write_json(output, vocab.to_scan_json())
+    return {"words": len(vocab)}

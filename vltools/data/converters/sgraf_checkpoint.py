@@ -16,6 +16,7 @@ import torch
 
 from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.errors import VLToolsError, first_line
+from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import BOTTOM_UP
 from vltools.models import build_model, default_config, schema_version
 from vltools.text.vocab import Vocabulary
@@ -64,6 +65,15 @@ def import_sgraf_checkpoint(src_path: str | os.PathLike, vocab: Vocabulary | str
                    "best_rsum": float(raw.get("best_rsum", 0.0)), "inputs": {"feature_extractor": BOTTOM_UP}}
     return {"model": name, "config": config, "state_dict": model.state_dict(), "vocab": list(words.words),
             "train_state": train_state, "schema": schema_version(name)}
+
+
+def convert_sgraf_checkpoint(checkpoint: str | os.PathLike, vocab: str | os.PathLike, output: str | os.PathLike,
+                             trust: bool = False) -> dict[str, object]:
+    """`vltools convert sgraf-checkpoint`: the released checkpoint (trained with the vocabulary file `vocab`) as a
+    vltools checkpoint at `output`; returns the "model" (sgr or saf) and its "config"."""
+    payload = import_sgraf_checkpoint(checkpoint, vocab, trust)
+    save_checkpoint(output, **payload)
+    return {"model": payload["model"], "config": payload["config"]}
 
 
 def _released_parts(src: Path, raw: object) -> tuple[list[dict], object]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 
-from vltools.errors import input_error
+from vltools.errors import ArgumentError, argument, input_error
 from vltools.io.progress import log
 from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED, field, json_list, load_json, record_unique
@@ -119,3 +119,16 @@ def read_visual_genome(path: str | os.PathLike, image_sizes: dict[str, tuple[int
     if not records:
         raise input_error(path, None, "no regions", "give a region_descriptions.json with regions")
     return records
+
+
+def visual_genome_records(regions: str | os.PathLike, image_data: str | os.PathLike | None = None,
+                          splits: str | os.PathLike | None = None, clip_boxes: bool = False,
+                          drop_unassigned: bool = False) -> list[dict]:
+    """`vltools convert visual-genome`: the region captions records of a region_descriptions.json, with each
+    image's size from `image_data` (image_data.json; needed to `clip_boxes`) and its split from `splits` (JSON
+    {split: [image ids]}; images in none get "unassigned", or are dropped with `drop_unassigned`)."""
+    if clip_boxes and image_data is None:
+        raise ArgumentError("clip_boxes", f"needs {argument('image_data')}: the image sizes to clip to")
+    sizes = read_image_sizes(image_data) if image_data is not None else None
+    assignment = read_split_lists(splits) if splits is not None else None
+    return read_visual_genome(regions, sizes, assignment, clip_boxes, drop_unassigned)
