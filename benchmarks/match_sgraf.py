@@ -47,8 +47,9 @@ from vltools.data.converters.scan_vocab import load_vocabulary
 from vltools.devices import autocast
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import ensemble_similarity, similarity_blocks
+from vltools.io.checkpoints import save_checkpoint
 from vltools.losses import hardest_negative_loss
-from vltools.models import build_model, sgraf
+from vltools.models import build_model, default_config, schema_version, sgraf
 from vltools.models.sgraf import l1norm, l2norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +141,18 @@ def real_captions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     for row, ids in enumerate(encoded):
         tokens[row, :len(ids)] = torch.tensor(ids)
     return tokens, lengths
+
+
+def save_release_model(path: Path, name: str, seed: int = 0) -> Path:
+    """A random-initialised `name` (sgr, saf, vse) at the released sizes (its defaults: 36 x 2048 regions, embed 1024,
+    word 300; SGR/SAF sim 256, 3 SGR steps) with the SGRAF Flickr30K vocabulary, saved as vltools saves a checkpoint
+    (what `vltools match --model` reads)."""
+    vocab = load_vocabulary(VOCAB)
+    config = default_config(name)
+    torch.manual_seed(seed)
+    save_checkpoint(path, name, config, build_model(name, config, len(vocab)).state_dict(), vocab=vocab.words,
+                    schema=schema_version(name))
+    return path
 
 
 def vltools_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
