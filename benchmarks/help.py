@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from machine import cpu_model
+from machine import cpu_model, load_average
 
 from vltools.cli import STAGES
 
@@ -35,11 +35,6 @@ def median_wall(argv: list[str], runs: int) -> float:
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
-
-
-def load_average() -> tuple[float, ...]:
-    """The 1, 5 and 15 minute load averages, rounded: other work competing for the CPUs."""
-    return tuple(round(value, 2) for value in os.getloadavg())
 
 
 def main() -> None:

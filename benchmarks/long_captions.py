@@ -19,44 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
-from machine import cpu_model
+from machine import cpu_model, measured_run
+from match_sgraf import CAPTIONS, save_release_model
 
-from vltools.data.converters.scan_vocab import load_vocabulary
-from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesWriter
 from vltools.io.records import write_records
-from vltools.models import build_model, default_config
 from vltools.text.vocab import MAX_CAPTION_TOKENS, MAX_TOKENS_VARIABLE
-
-ROOT = Path(__file__).resolve().parents[1]
-CAPTIONS = ROOT / "tests/data/convert/precomp/f30k_precomp/test_caps.txt"
-VOCAB = ROOT / "tests/data/convert/scan_vocab/f30k_precomp_vocab.json"
-PEAK = """
-import resource, sys
-from vltools.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exc:
-    assert not exc.code
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
-"""
 
 
 def build(folder: Path, n_images: int) -> dict[str, Path]:
     """Features, an SGR checkpoint and caption files (5 per image; with a 300- or 5000-word caption added)."""
-    vocab = load_vocabulary(VOCAB)
-    config = {**default_config("sgr"), "img_dim": 2048, "num_regions": 36}
-    torch.manual_seed(0)
-    save_checkpoint(folder / "sgr.pt", "sgr", config, build_model("sgr", config, len(vocab)).state_dict(),
-                    vocab=vocab.words)
+    save_release_model(folder / "sgr.pt", "sgr")
     ids = [f"img{i}" for i in range(n_images)]
     rng = np.random.default_rng(0)
     with FeaturesWriter(folder / "feats.h5", {"backbone": "random"}, dtype="float32") as writer:
@@ -79,15 +57,8 @@ def build(folder: Path, n_images: int) -> dict[str, Path]:
 
 def peak_mb(argv: list[str], env: dict[str, str]) -> tuple[int, float, float]:
     """(peak RSS in MB, wall seconds, user+sys CPU seconds) of `vltools ARGV` in a fresh process."""
-    before = os.times()
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", PEAK, "-q", *argv], capture_output=True, env=env, timeout=3600)
-    wall = time.perf_counter() - start
-    after = os.times()
-    if result.returncode != 0:
-        raise SystemExit(f"vltools {' '.join(argv)} failed:\n{result.stderr.decode()}")
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return int(result.stdout.split()[-1]), wall, cpu
+    run = measured_run([sys.executable, "-m", "vltools", "-q", *argv], env)
+    return run.peak_rss_mb, run.wall_s, run.cpu_s
 
 
 def main() -> None:

@@ -1,8 +1,16 @@
-"""What the benchmarks print about the machine they ran on."""
+"""What the benchmarks print about the machine they ran on, and how they measure a fresh process."""
 
 from __future__ import annotations
 
+import json
+import os
 import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -16,3 +24,46 @@ def cpu_model() -> str:
         pass
     return platform.processor() or platform.machine()
 
+
+def load_average() -> tuple[float, ...]:
+    """The 1, 5 and 15 minute load averages, rounded: other work competing for the CPUs."""
+    return tuple(round(value, 2) for value in os.getloadavg())
+
+
+# Runs the command as its own child and reports that child's rusage. A process forked from this benchmark (torch
+# loaded: about 1 GB) would report at least the benchmark's peak as its ru_maxrss (the forked copy's high-water mark
+# is kept through exec); this small interpreter's is a few MB.
+LAUNCHER = """
+import json, os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
+               "maxrss_kb": usage.ru_maxrss}, out)
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished process: wall seconds, user + system CPU seconds, peak resident memory (MB), its standard output."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: int
+    stdout: str
+
+
+def measured_run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Run:
+    """Run `argv` as a fresh process and measure it alone: wall time (with the launcher's start, about 0.03 s), its
+    own CPU time and peak RSS (see LAUNCHER); a failure stops the benchmark with the command and its standard error."""
+    with tempfile.TemporaryDirectory() as folder:
+        usage_path, out_path, err_path = (Path(folder) / name for name in ("usage.json", "stdout", "stderr"))
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", LAUNCHER, str(usage_path), *argv], stdout=out, stderr=err,
+                           env=None if env is None else dict(env), check=True)
+            wall = time.perf_counter() - start
+        usage = json.loads(usage_path.read_text())
+        if usage["exit"] != 0:
+            raise SystemExit(f"{' '.join(argv)} failed (exit {usage['exit']}):\n{err_path.read_text()[-4000:]}")
+        return Run(round(wall, 2), round(usage["cpu_s"], 2), usage["maxrss_kb"] // 1024, out_path.read_text())

@@ -4,9 +4,10 @@ Same SGR weights (random init; embed 1024, sim 256, K=36 regions of 2048-d featu
 for both: the 250 real Flickr30K test captions in tests/data (repeated to fill the size), encoded with
 the SGRAF Flickr30K vocabulary, and random region features.  The reference follows the structure of the
 released evaluation: `shard_attn_scores` (100 x 100 shards) calling a similarity module that loops over
-captions, slices each caption to its real words and repeats it over the image shard.  Both sides
-include encoding the images and captions.  The larger size runs the released loop on its first 200
-captions and scales the time by word count (`--full-reference` runs it all).  Also reported, at the first
+captions, slices each caption to its real words and repeats it over the image shard (`released_forward_sim`,
+which computes SAF too, for flickr_1k.py and train_sgraf.py --model saf).  Both sides include encoding the
+images and captions.  The larger size runs the released loop on its first 200 captions and scales the time by
+word count (`--full-reference` runs it all).  Also reported, at the first
 size: bf16 autocast on CPU (ratio, largest difference, how R@K and the top-1 caption move; with random
 weights all scores lie within a few thousandths of each other, so R@K is near chance and the ranking is
 far more fragile than a trained model's), and one training step on a batch of 128 (forward, loss,
@@ -47,9 +48,10 @@ from vltools.devices import autocast
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.settings import MATCH_BLOCK
 from vltools.infer.similarity import ensemble_similarity, similarity_blocks
+from vltools.io.checkpoints import save_checkpoint
 from vltools.losses import hardest_negative_loss
-from vltools.models import build_model, sgraf
-from vltools.models.sgraf import l2norm
+from vltools.models import build_model, default_config, schema_version, sgraf
+from vltools.models.sgraf import l1norm, l2norm
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = ROOT / "tests/data/convert/precomp/f30k_precomp/test_caps.txt"
@@ -72,7 +74,7 @@ def scan_attention(query: torch.Tensor, context: torch.Tensor, smooth: float) ->
 
 def released_forward_sim(sim: nn.Module, img_emb: torch.Tensor, cap_emb: torch.Tensor,
                          cap_lens: list[int]) -> torch.Tensor:
-    """EncoderSimilarity.forward of the released code: a Python loop over captions."""
+    """EncoderSimilarity.forward of the released code (SGR or SAF): a Python loop over captions."""
     n_image = img_emb.size(0)
     sa = sim.v_global_w
     img_glo = l2norm(((sa.embedding_common(sa.embedding_local(img_emb) * sa.embedding_global(img_emb.mean(1))
@@ -88,12 +90,23 @@ def released_forward_sim(sim: nn.Module, img_emb: torch.Tensor, cap_emb: torch.T
         sim_loc = l2norm(sim.sim_tranloc_w((context - cap_i_expand).pow(2)))
         sim_glo = l2norm(sim.sim_tranglo_w((img_glo - cap_glo_i).pow(2)))
         sim_emb = torch.cat([sim_glo.unsqueeze(1), sim_loc], 1)
+        columns.append(torch.sigmoid(sim.sim_eval_w(released_aggregation(sim, sim_emb))))
+    return torch.cat(columns, 1)
+
+
+def released_aggregation(sim: nn.Module, sim_emb: torch.Tensor) -> torch.Tensor:
+    """The similarity vector [n_img, S] of one caption's nodes [n_img, 1 + words, S], as released: SGR's graph
+    steps (SGR_module) then the global node, or SAF's attention filtration (AttentionFiltration.forward: weights
+    l1-normalised over the nodes, their weighted sum l2-normalised)."""
+    if sim.module_name == "SGR":
         for step in sim.SGR_module:
             edges = torch.softmax(torch.bmm(step.graph_query_w(sim_emb), step.graph_key_w(sim_emb).permute(0, 2, 1)),
                                   dim=-1)
             sim_emb = torch.relu(step.sim_graph_w(torch.bmm(edges, sim_emb)))
-        columns.append(torch.sigmoid(sim.sim_eval_w(sim_emb[:, 0, :])))
-    return torch.cat(columns, 1)
+        return sim_emb[:, 0, :]
+    saf = sim.SAF_module
+    attn = l1norm(torch.sigmoid(saf.bn(saf.attn_sim_w(sim_emb).permute(0, 2, 1))), dim=-1)
+    return l2norm(torch.matmul(attn, sim_emb).squeeze(1), -1)
 
 
 def released_shard_attn_scores(model: nn.Module, img_embs: torch.Tensor, cap_embs: torch.Tensor,
@@ -129,6 +142,18 @@ def real_captions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     for row, ids in enumerate(encoded):
         tokens[row, :len(ids)] = torch.tensor(ids)
     return tokens, lengths
+
+
+def save_release_model(path: Path, name: str, seed: int = 0) -> Path:
+    """A random-initialised `name` (sgr, saf, vse) at the released sizes (its defaults: 36 x 2048 regions, embed 1024,
+    word 300; SGR/SAF sim 256, 3 SGR steps) with the SGRAF Flickr30K vocabulary, saved as vltools saves a checkpoint
+    (what `vltools match --model` reads)."""
+    vocab = load_vocabulary(VOCAB)
+    config = default_config(name)
+    torch.manual_seed(seed)
+    save_checkpoint(path, name, config, build_model(name, config, len(vocab)).state_dict(), vocab=vocab.words,
+                    schema=schema_version(name))
+    return path
 
 
 def vltools_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,

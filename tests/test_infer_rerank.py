@@ -10,7 +10,7 @@ from torch import nn
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.infer.embed import embed_all
-from vltools.infer.rerank import FirstStage, rerank, rerank_direction
+from vltools.infer.rerank import FirstStage, candidates, rerank, rerank_candidates, rerank_direction
 from vltools.infer.similarity import similarity_blocks
 from vltools.infer.topk import topk_rows
 from vltools.io.features import FeaturesReader
@@ -90,6 +90,25 @@ def test_small_k_scores_only_the_candidates(world):
     for query, indices in enumerate(t2i_indices):
         proposed = np.argsort(-first[:, query])[:k]
         np.testing.assert_array_equal(indices, proposed[np.argsort(-full[proposed, query])][:2])
+
+
+def test_a_query_subset_reranks_as_the_full_run_does(world):
+    features, image_ids, tokens = world
+    sgr, saf, vse = tiny_model("sgr", 1), tiny_model("saf", 2), tiny_model("vse", 3)
+    image_queries, caption_queries = np.array([4, 1]), np.array([0, 17, 5, 9])
+    cpu = torch.device("cpu")
+    with FeaturesReader(features) as reader:
+        images = FeatureBlocks(reader, image_ids, 4)
+        captions = CaptionBlocks(tokens, 7)
+        proposals = candidates(FirstStage(vse, captions), images, 4, cpu)
+        full_i2t, full_t2i = rerank_candidates([sgr, saf], images, captions, proposals, 3, cpu)
+        part_i2t, part_t2i = rerank_candidates([sgr, saf], images, captions, proposals, 3, cpu,
+                                               image_queries=image_queries, caption_queries=caption_queries)
+    assert part_i2t[1].shape == (2, 3) and part_t2i[1].shape == (4, 3)
+    for (part_values, part_indices), (full_values, full_indices), queries in (
+            (part_i2t, full_i2t, image_queries), (part_t2i, full_t2i, caption_queries)):
+        np.testing.assert_array_equal(part_indices, full_indices[queries])
+        np.testing.assert_allclose(part_values, full_values[queries], rtol=1e-6)
 
 
 class CountingEncodes(Counting):

@@ -114,15 +114,19 @@ class EncodedItems:
 
 def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, captions: CaptionBlocks,
                      proposals: np.ndarray, top_k: int, query_side: str, device: torch.device,
-                     items_per_block: int, cache_mb: float = 2048.0) -> TopK:
+                     items_per_block: int, cache_mb: float = 2048.0, queries: np.ndarray | None = None) -> TopK:
     """Rerank each query's candidate row of `proposals` by the models' mean similarity; keep the best `top_k`.
 
     `query_side` is "images" (i2t: candidates are caption indices) or "captions" (t2i: image indices).
     Missing candidates (index -1 from an approximate index) are dropped. Candidates' encodings are kept
-    for later blocks up to `cache_mb`.
+    for later blocks up to `cache_mb`. `queries`: only these queries (indices of rows of `proposals`, one
+    row of the result each, in this order) are reranked, e.g. a sample to time a fraction of a large run.
     """
     item_side = "captions" if query_side == "images" else "images"
     encoded = EncodedItems(models, captions if query_side == "images" else images, item_side, device, cache_mb)
+    order = np.arange(len(proposals)) if queries is None else np.asarray(queries, dtype=np.int64)
+    if queries is not None:
+        proposals = proposals[order]
     n_queries, width = proposals.shape
     keep = min(top_k, width)
     values = np.full((n_queries, keep), -np.inf, dtype=np.float32)
@@ -135,7 +139,7 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
         union, positions = np.unique(block[block >= 0], return_inverse=True)
         where = np.full(block.shape, -1, dtype=np.int64)
         where[block >= 0] = positions
-        query_rows = range(start, start + len(block))
+        query_rows = order[start:start + len(block)].tolist()
         item_embs, item_glo, lengths = encoded.take(union)
         if query_side == "images":
             query_embs = encode_images(models, images.take(query_rows), device)
@@ -168,11 +172,22 @@ def rerank(models: nn.Module | Sequence[nn.Module], first: FirstStage, images: F
            captions: CaptionBlocks, k_candidates: int, top_k: int, device: torch.device,
            precision: str = "fp32", cache_mb: float = 2048.0) -> tuple[TopK, TopK]:
     """(i2t, t2i) top-k (scores, indices) after reranking the first stage's `k_candidates` per query."""
+    proposals = candidates(first, images, k_candidates, device, precision)
+    return rerank_candidates(models, images, captions, proposals, top_k, device, precision, cache_mb)
+
+
+def rerank_candidates(models: nn.Module | Sequence[nn.Module], images: FeatureBlocks, captions: CaptionBlocks,
+                      proposals: tuple[np.ndarray, np.ndarray], top_k: int, device: torch.device,
+                      precision: str = "fp32", cache_mb: float = 2048.0, image_queries: np.ndarray | None = None,
+                      caption_queries: np.ndarray | None = None) -> tuple[TopK, TopK]:
+    """(i2t, t2i) top-k (scores, indices) of the first stage's (i2t, t2i) `proposals` (`candidates`) reranked;
+    `image_queries` / `caption_queries`: only those queries of each direction (see `rerank_direction`), so that a
+    benchmark can time every N-th query of a run too long to finish."""
     models = as_models(models)
-    i2t_proposals, t2i_proposals = candidates(first, images, k_candidates, device, precision)
+    i2t_proposals, t2i_proposals = proposals
     with evaluating(models), torch.inference_mode(), autocast(device, precision):
         i2t = rerank_direction(models, images, captions, i2t_proposals, top_k, "images", device,
-                               captions.batch_size, cache_mb)
+                               captions.batch_size, cache_mb, image_queries)
         t2i = rerank_direction(models, images, captions, t2i_proposals, top_k, "captions", device,
-                               images.batch_size, cache_mb)
+                               images.batch_size, cache_mb, caption_queries)
     return i2t, t2i
