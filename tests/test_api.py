@@ -469,8 +469,8 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
      "split_files names split 'test' twice; give one file per split"),
     (lambda p: vltools.convert("cub", p / "text_c10", split_files="test.txt"),
      "split_files must be a dict {split: file} or a list of (split, file) pairs, not 'test.txt'"),
-    (lambda p: vltools.convert("karpathy", p / "d.json", splits="test"),
-     "splits must be a list of words, not 'test'"),
+    (lambda p: vltools.convert("karpathy", p / "d.json", only_splits="test"),
+     "only_splits must be a list of words, not 'test'"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", fields=3),
      "fields must be a list of words, not 3"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", max_regions=0),
@@ -487,6 +487,17 @@ def test_convert_checks_every_kind_s_arguments_before_any_work(tmp_path, call, m
         call(tmp_path)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_messages_spell_options_as_python_keywords(tmp_path):
+    released = tmp_path / "model_best.pth.tar"
+    released.write_bytes(b"not read: refused before loading")
+    with pytest.raises(VLToolsError, match="pass trust=True if you trust where the file came from$") as error:
+        vltools.convert("sgraf-checkpoint", released, tmp_path / "m.pt", vocab=tmp_path / "vocab.json")
+    assert "--" not in str(error.value)
+    result = CliRunner().invoke(cli, ["convert", "sgraf-checkpoint", str(released), "--vocab",
+                                      str(tmp_path / "vocab.json"), "-o", str(tmp_path / "m.pt")])
+    assert "pass --trust if you trust" in str(result.exception)
 
 
 @pytest.mark.parametrize(("call", "message"), [

@@ -51,9 +51,9 @@ def test_sample_pair_gives_four_pair_records(tmp_path, header):
 def test_url_names_and_basename_collision(tmp_path):
     tsv = tmp_path / "birds.tsv"
     build_tsv(tsv)
-    assert read_birds_to_words(tsv, names="url")[0]["image_a"] == LEFT[1]
-    with pytest.raises(VLToolsError, match=r"line 2: image name 'medium.jpg' is shared by .*--image-names path"):
-        read_birds_to_words(tsv, names="basename")
+    assert read_birds_to_words(tsv, image_names="url")[0]["image_a"] == LEFT[1]
+    with pytest.raises(VLToolsError, match=r"line 2: image name 'medium.jpg' is shared by .*image_names=path or url"):
+        read_birds_to_words(tsv, image_names="basename")
 
 
 def test_row_with_ten_columns_exits_1_naming_the_line(tmp_path, vltools_cmd):

@@ -300,7 +300,7 @@ def test_a_pickle_needs_trust_and_then_converts(tmp_path, released, model):
     path = tmp_path / "bua.pkl"
     with open(path, "wb") as stream:  # detectron2's .pkl: a plain pickle of numpy arrays
         pickle.dump({"model": {k: v.numpy() for k, v in state.items()}, "__author__": "test"}, stream)
-    assert "--trust" in one_line_error(path)
+    assert "pass trust=True if you trust" in one_line_error(path)
     converted = convert_bottom_up_weights(path, trust=True, config=TINY)
     for key, value in model.state_dict().items():
         assert torch.equal(converted[key], value), key

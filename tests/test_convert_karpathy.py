@@ -60,7 +60,7 @@ def test_restval_kept_or_renamed(tmp_path):
     path = write(tmp_path, COCO_LIKE)
     assert [r["split"] for r in read_karpathy(path)] == ["test", "test", "restval", "train"]
     assert read_karpathy(path, restval_as="train") == expected(COCO_LIKE, {"restval": "train"})
-    only = read_karpathy(path, restval_as="train", splits={"train"})
+    only = read_karpathy(path, restval_as="train", only_splits={"train"})
     assert [r["caption_id"] for r in only] == ["681330", "787980"]
 
 

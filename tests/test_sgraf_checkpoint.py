@@ -104,7 +104,7 @@ def scores(model, regions, tokens, lengths):
 
 def test_import_needs_trust(released):
     _, _, path = released
-    with pytest.raises(VLToolsError, match="--trust"):
+    with pytest.raises(VLToolsError, match="pass trust=True if you trust"):
         import_sgraf_checkpoint(path, VOCAB_JSON, trust=False)
     with pytest.raises(VLToolsError, match="pickle"):
         load_checkpoint(path)

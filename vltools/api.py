@@ -118,13 +118,13 @@ class Converter:
 CONVERTERS: dict[str, Converter] = {
     "karpathy": Converter(karpathy.read_karpathy, {
         "id_field": _one_of(karpathy.ID_FIELDS), "text_field": _one_of(karpathy.TEXT_FIELDS),
-        "restval_as": _optional(checks.text), "splits": _optional(checks.texts)}, records=True),
+        "restval_as": _optional(checks.text), "only_splits": _optional(checks.texts)}, records=True),
     "coco": Converter(coco.read_coco, {"split": _optional(checks.text), "id_field": _one_of(coco.ID_FIELDS)},
                       records=True),
     "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                         records=True),
-    "birds-to-words": Converter(birds_to_words.read_birds_to_words, {"names": _one_of(birds_to_words.IMAGE_NAMES)},
-                                records=True),
+    "birds-to-words": Converter(birds_to_words.read_birds_to_words,
+                                {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
     "cub": Converter(read_cub, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                      records=True),
     "webdataset": Converter(read_webdataset, {"split": _optional(checks.text), "strict": checks.flag},

@@ -81,6 +81,8 @@ def option_spelling(name: str, value: str | None = None) -> str:
     for param in ctx.command.params if ctx is not None else ():
         flags = [flag for flag in param.opts if flag.startswith("--")]
         if param.name == name or any(flag[2:].replace("-", "_") == name for flag in flags):
+            if getattr(param, "is_flag", False):
+                return max(flags, key=len)     # a flag takes no value: `trust=True` is `--trust`
             spelling = max(flags, key=len) if flags else param.human_readable_name
             break
     return spelling if value is None else f"{spelling} {value}"

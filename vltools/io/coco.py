@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from vltools.errors import input_error
+from vltools.errors import argument, input_error
 from vltools.io.atomic import write_json
 from vltools.io.records import check_converted, read_records
 from vltools.io.sources import field, json_list, load_json, record_unique
@@ -51,7 +51,8 @@ def coco_annotations_records(data: dict, path: object, split: str | None, id_fie
         names[image_key] = str(field(image, "file_name", str, path, where)) if id_field == "file_name" else str(
             image_key)
     if id_field == "file_name" and not names:
-        raise input_error(path, "top level", "no 'images' list to take file names from", "use --id id")
+        raise input_error(path, "top level", "no 'images' list to take file names from",
+                          f"use {argument('id_field', 'id')}")
     records = []
     seen: dict[int, str] = {}
     for index, annotation in enumerate(json_list(data["annotations"], path, "top level", "annotations")):
@@ -108,8 +109,8 @@ def read_coco(path: str | os.PathLike, split: str | None = None, id_field: str =
     data = load_json(path)
     layout = coco_layout(data)
     if layout != "annotations" and id_field != "id":
-        raise input_error(path, None, f"--id {id_field} needs an annotations file, this is a {layout} file",
-                          "drop --id")
+        raise input_error(path, None, f"{argument('id_field', id_field)} needs an annotations file, this is a "
+                          f"{layout} file", f"drop {argument('id_field')}")
     if layout == "annotations":
         records = coco_annotations_records(data, path, split, id_field)
     elif layout == "results":

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from vltools.errors import VLToolsError, input_error
+from vltools.errors import VLToolsError, argument, input_error
 from vltools.io.records import check_converted
 from vltools.io.sources import UNASSIGNED
 
@@ -36,10 +36,10 @@ def image_name(url: str, style: str) -> str:
     return path.rsplit("/", 1)[-1] if style == "basename" else path
 
 
-def read_birds_to_words(path: str | os.PathLike, names: str = "path") -> list[dict]:
+def read_birds_to_words(path: str | os.PathLike, image_names: str = "path") -> list[dict]:
     """Pairs records (pair_id, image_a, image_b, description, split) in file order."""
-    if names not in IMAGE_NAMES:
-        raise ValueError(f"names must be one of {IMAGE_NAMES}")
+    if image_names not in IMAGE_NAMES:
+        raise ValueError(f"image_names must be one of {IMAGE_NAMES}")
     path = Path(path)
     if not path.is_file():
         raise VLToolsError(f"{path}: no such file")
@@ -63,11 +63,11 @@ def read_birds_to_words(path: str | os.PathLike, names: str = "path") -> list[di
                     raise input_error(path, where, "empty image URL", "every row needs img1ImgURL and img2ImgURL")
                 if not cells["description"]:
                     raise input_error(path, where, "empty description", "fix or remove that row")
-                image_a, image_b = image_name(url_a, names), image_name(url_b, names)
+                image_a, image_b = image_name(url_a, image_names), image_name(url_b, image_names)
                 for url, image in ((url_a, image_a), (url_b, image_b)):
                     if owner.setdefault(image, url) != url:
                         raise input_error(path, where, f"image name {image!r} is shared by {owner[image]} and {url}",
-                                          "use --image-names path or url")
+                                          f"use {argument('image_names', 'path')} or url")
                 records.append(check_converted({"pair_id": pair_id(url_a, url_b), "image_a": image_a,
                                                 "image_b": image_b, "description": cells["description"],
                                                 "split": cells["split"] or UNASSIGNED}, "pairs", path, where))

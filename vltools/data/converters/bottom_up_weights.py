@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vltools.errors import VLToolsError, first_line, shown_ids
+from vltools.errors import VLToolsError, argument, first_line, shown_ids
 from vltools.io.checkpoints import NeedsPickle, load_weights_only, save_checkpoint
 from vltools.models import schema_version
 from vltools.models.bottom_up import BottomUpAttention, caffe_anchors
@@ -122,7 +122,7 @@ def _load(path: Path, trust: bool) -> object:
     try:
         return load_weights_only(path, "checkpoint", "no such file",
                                  "empty file, not a checkpoint; it may be from an interrupted download, fetch it again",
-                                 "pass --trust if you trust where it came from")
+                                 f"pass {argument('trust', 'True')} if you trust where it came from")
     except NeedsPickle:
         if not trust:
             raise

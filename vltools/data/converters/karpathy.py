@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Collection
 
-from vltools.errors import input_error
+from vltools.errors import argument, input_error
 from vltools.io.records import check_converted
 from vltools.io.sources import field, json_list, load_json, record_unique
 
@@ -34,7 +34,7 @@ def karpathy_caption(sentence: dict, text_field: str, path: object, where: str) 
         odd = [token for token in tokens if not isinstance(token, str)]
         if odd:
             raise input_error(path, where, f"'tokens' holds {json.dumps(odd[0])[:40]}, not a string",
-                              "fix that sentence, or convert with --text raw")
+                              f"fix that sentence, or convert with {argument('text_field', 'raw')}")
         text = " ".join(tokens)
     else:
         text = str(field(sentence, "raw", str, path, where)).strip()
@@ -44,7 +44,7 @@ def karpathy_caption(sentence: dict, text_field: str, path: object, where: str) 
 
 
 def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_field: str = "raw",
-                  restval_as: str | None = None, splits: Collection[str] | None = None) -> list[dict]:
+                  restval_as: str | None = None, only_splits: Collection[str] | None = None) -> list[dict]:
     """Captions records of a Karpathy dataset JSON, in file order; caption_id = sentid.
 
     `restval_as` renames the restval split (e.g. to train); `splits` keeps only those (after renaming).
@@ -61,12 +61,13 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
     for index, image in enumerate(images):
         where = f"images[{index}]"
         image_id = karpathy_image_id(image, id_field, path, where)
-        record_unique(seen_images, image_id, where, path, where, f"image id {image_id!r}", "choose another --id field")
+        record_unique(seen_images, image_id, where, path, where, f"image id {image_id!r}",
+                      f"choose another {argument('id_field')}")
         split = str(field(image, "split", str, path, where))
         if split == "restval" and restval_as:
             split = restval_as
         sentences = json_list(field(image, "sentences", list, path, where), path, where, "sentences")
-        if splits is not None and split not in splits:
+        if only_splits is not None and split not in only_splits:
             continue
         for number, sentence in enumerate(sentences):
             at = f"{where}.sentences[{number}]"
@@ -77,6 +78,7 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
                                             "caption": karpathy_caption(sentence, text_field, path, at),
                                             "split": split, "caption_id": caption_id}, "captions", path, at))
     if not records:
-        raise input_error(path, None, "no captions" + (f" in splits {', '.join(sorted(splits))}" if splits else ""),
-                          "check the file and --only-split")
+        raise input_error(path, None, "no captions" + (f" in splits {', '.join(sorted(only_splits))}"
+                                                       if only_splits else ""),
+                          f"check the file and {argument('only_splits')}")
     return records

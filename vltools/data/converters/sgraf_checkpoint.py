@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from vltools.data.converters.scan_vocab import load_vocabulary
-from vltools.errors import VLToolsError, first_line
+from vltools.errors import VLToolsError, argument, first_line
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import BOTTOM_UP
 from vltools.models import build_model, default_config, schema_version
@@ -39,7 +39,8 @@ def import_sgraf_checkpoint(src_path: str | os.PathLike, vocab: Vocabulary | str
         raise VLToolsError(f"{src}: no such checkpoint")
     if not trust:
         raise VLToolsError(f"{src}: a released SGRAF checkpoint is a pickle (it holds an argparse Namespace), and "
-                           "loading one can run arbitrary code; pass --trust if you trust where the file came from")
+                           f"loading one can run arbitrary code; pass {argument('trust', 'True')} if you trust where "
+                           "the file came from")
     words = vocab if isinstance(vocab, Vocabulary) else load_vocabulary(vocab)
     try:
         raw = torch.load(src, map_location="cpu", weights_only=False)

@@ -15,7 +15,7 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from vltools.errors import VLToolsError, input_error, require_file
+from vltools.errors import VLToolsError, argument, input_error, require_file
 from vltools.io.progress import log
 from vltools.io.records import check_converted
 from vltools.vision.images import list_inputs
@@ -92,7 +92,8 @@ def read_webdataset(shards: Sequence[str | os.PathLike], split: str | None = Non
         if reason is not None:
             if strict:
                 raise input_error(item.path, f"member {member.name}", f"image with {reason}",
-                                  "give each image a KEY.txt or KEY.json caption, or leave out --strict to skip it")
+                                  "give each image a KEY.txt or KEY.json caption, or leave out "
+                                  f"{argument('strict')} to skip it")
             skipped[reason] += 1
             continue
         record = {"image_id": item.image_id, "caption": caption, "caption_id": f"{item.image_id}#0"}
