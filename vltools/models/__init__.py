@@ -10,8 +10,10 @@ attribute `separable` (True when similarity is an inner product of [B, E] embedd
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
@@ -19,18 +21,31 @@ from torch import nn
 from vltools import __version__
 from vltools.errors import VLToolsError, first_line
 from vltools.io.checkpoints import SCHEMA_KEY
-from vltools.models.bottom_up import BottomUpAttention
-from vltools.models.captioners import AdaptiveAttention, NeuralTalk2
-from vltools.models.concepts import ConceptCNN, build_concept_cnn
-from vltools.models.l2c import L2C
-from vltools.models.rmac import RMAC
-from vltools.models.sco import SCO
-from vltools.models.sgraf import SAF, SGR
-from vltools.models.vse import VSE
 
-MODELS: dict[str, type[nn.Module]] = {"vse": VSE, "sgr": SGR, "saf": SAF, "neuraltalk2": NeuralTalk2,
-                                      "adaptive-attention": AdaptiveAttention, "rmac": RMAC, "sco": SCO,
-                                      "l2c": L2C, "concepts": ConceptCNN, "bottom-up": BottomUpAttention}
+
+class ModelRegistry(Mapping[str, type[nn.Module]]):
+    """Model classes by name, each imported from its module (vltools.models.<module>) when first looked up, so
+    that loading a matching or captioning model does not import what only others need (torchvision: about a
+    second of every stage's start-up)."""
+
+    def __init__(self, classes: dict[str, str]) -> None:
+        self.classes = classes   # name -> "module:Class"
+
+    def __getitem__(self, name: str) -> type[nn.Module]:
+        module, cls = self.classes[name].split(":")
+        return getattr(importlib.import_module(f"vltools.models.{module}"), cls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+
+MODELS = ModelRegistry({"vse": "vse:VSE", "sgr": "sgraf:SGR", "saf": "sgraf:SAF",
+                        "neuraltalk2": "captioners:NeuralTalk2", "adaptive-attention": "captioners:AdaptiveAttention",
+                        "rmac": "rmac:RMAC", "sco": "sco:SCO", "l2c": "l2c:L2C", "concepts": "concepts:ConceptCNN",
+                        "bottom-up": "bottom_up:BottomUpAttention"})
 NO_VOCABULARY = {"bottom-up"}  # models with no text side: their checkpoints carry no vocabulary
 
 
@@ -99,6 +114,8 @@ def check_model_config(name: str, config: dict, source: str = "model") -> None:
 
 def _construct(name: str, full: dict, vocab_size: int) -> nn.Module:
     if name == "concepts":  # a torchvision trunk: built from its name, weights loaded by the caller
+        from vltools.models.concepts import build_concept_cnn
+
         return build_concept_cnn(str(full["backbone"]), "none", int(full["num_concepts"]))[0]
     return _model_class(name)(vocab_size=vocab_size, **full)
 
