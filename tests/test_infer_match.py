@@ -58,7 +58,7 @@ def test_two_image_sets_rank_images_for_images_without_the_query(tmp_path):
     assert found.direction == "i2i" and found.backward is None and len(records) == 3
     for query, record in zip(ids[:3], records, strict=True):
         assert record["direction"] == "i2i" and query not in record["ids"] and len(record["ids"]) == 5
-    np.testing.assert_allclose(found.sims, emb[:3] @ emb.T, rtol=1e-6)
+    np.testing.assert_allclose(found.sims, emb[:3] @ emb.T, rtol=1e-6, atol=1e-6)  # float32 sums: order varies
 
 
 def test_an_index_is_kept_only_where_it_searches_embeddings(world, tmp_path):
