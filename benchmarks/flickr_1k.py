@@ -67,11 +67,14 @@ def write_features(path: Path, n_images: int, dtype: str = "float32", seed: int 
     return ids
 
 
-def write_captions(path: Path, ids: Sequence[str], per_image: int, every: int = 1) -> int:
-    """Captions JSONL, split test: `per_image` real Flickr30K test captions (tests/data's, cycled) for each image, image
-    by image, of which every `every`-th is kept; returns how many."""
+def write_captions(path: Path, ids: Sequence[str], per_image: int, every: int = 1,
+                   splits: Sequence[str] | None = None) -> int:
+    """Captions JSONL: `per_image` real Flickr30K test captions (tests/data's, cycled) for each image, image by
+    image, of which every `every`-th is kept, in split "test" or each image's of `splits`; returns how many."""
     lines = [line for line in CAPTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return write_records(path, ({"image_id": ids[i // per_image], "caption": lines[i % len(lines)], "split": "test",
+    splits = splits or ["test"] * len(ids)
+    return write_records(path, ({"image_id": ids[i // per_image], "caption": lines[i % len(lines)],
+                                 "split": splits[i // per_image],
                                  "caption_id": f"{ids[i // per_image]}#{i % per_image}"}
                                 for i in range(0, len(ids) * per_image, every)))
 

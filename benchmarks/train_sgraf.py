@@ -45,16 +45,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from help import load_average
-from machine import cpu_model
-from match_sgraf import CAPTIONS, VOCAB, real_captions, released_forward_sim
+from flickr_1k import write_captions, write_features
+from machine import cpu_model, load_average
+from match_sgraf import VOCAB, real_captions, released_forward_sim
 from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
-from vltools.io.features import FeaturesWriter
-from vltools.io.records import write_records
 from vltools.losses import hardest_negative_loss
 from vltools.models import build_model
 
@@ -146,21 +143,11 @@ def profile_step(model: nn.Module, batch, rows: int = 25) -> str:
 
 
 def flickr_shaped(folder: Path, images: int, val_images: int = 10, per_image: int = 5) -> tuple[Path, Path]:
-    """A features file of random 36 x 2048 regions and a captions file of the real test captions, cycled, with
-    the last `val_images` images in split "val" and the rest in "train"."""
-    texts = [line for line in CAPTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ids = [f"{n:06d}.jpg" for n in range(images + val_images)]
-    rng = np.random.default_rng(0)
-    features = folder / "flickr.h5"
-    with FeaturesWriter(features, {"backbone": "random"}, dtype="float32") as writer:
-        for start in range(0, len(ids), 256):
-            block = ids[start:start + 256]
-            writer.add(block, regions=rng.standard_normal((len(block), 36, 2048), dtype=np.float32),
-                       num_regions=np.full(len(block), 36, dtype=np.int32))
-    records = [{"image_id": image, "caption_id": f"{image}#{k}", "caption": texts[(n * per_image + k) % len(texts)],
-                "split": "val" if n >= images else "train"} for n, image in enumerate(ids) for k in range(per_image)]
-    captions = folder / "flickr.jsonl"
-    write_records(captions, records)
+    """A features file of random 36 x 2048 regions and a captions file of the real test captions, cycled (flickr_1k's
+    writers), with the last `val_images` images in split "val" and the rest in "train"."""
+    features, captions = folder / "flickr.h5", folder / "flickr.jsonl"
+    ids = write_features(features, images + val_images)
+    write_captions(captions, ids, per_image, splits=["train"] * images + ["val"] * val_images)
     return features, captions
 
 
