@@ -376,9 +376,9 @@ def _flat(config: object, name: str) -> dict[str, object]:
 
 
 def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *,
-                config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
-                resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
-                val_split: str = "val") -> dict:
+          config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
+          resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
+          val_split: str = "val") -> dict:
     """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.train(...)` (the training package
     is callable): train with the shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and
     OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
@@ -440,14 +440,14 @@ def _optional_path(value: object, name: str) -> str | None:
 
 
 def report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
-                 generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
-                 images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
-                 pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
-                 proxy: PathLike | None = None, heatmaps: PathLike | None = None,
-                 logs: PathLike | Sequence[PathLike] = (), figures: PathLike | Sequence[PathLike] = (),
-                 boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
-                 top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
-                 force: bool = False, max_boxes: int = 10) -> dict[str, int]:
+           generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
+           images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
+           pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
+           proxy: PathLike | None = None, heatmaps: PathLike | None = None,
+           logs: PathLike | Sequence[PathLike] = (), figures: PathLike | Sequence[PathLike] = (),
+           boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
+           top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
+           force: bool = False, max_boxes: int = 10) -> dict[str, int]:
     """`vltools report OUT`, also called as `vltools.report(...)` (the report package is callable): the static
     HTML report folder OUT (open OUT/index.html) of rankings, generated captions (with their per-item scores),
     metrics, training logs and figures, with thumbnails of `images`; returns the counts of cards, thumbnails and

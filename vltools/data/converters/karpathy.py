@@ -47,7 +47,7 @@ def read_karpathy(path: str | os.PathLike, id_field: str = "filename", text_fiel
                   restval_as: str | None = None, only_splits: Collection[str] | None = None) -> list[dict]:
     """Captions records of a Karpathy dataset JSON, in file order; caption_id = sentid.
 
-    `restval_as` renames the restval split (e.g. to train); `splits` keeps only those (after renaming).
+    `restval_as` renames the restval split (e.g. to train); `only_splits` keeps only those (after renaming).
     """
     if id_field not in ID_FIELDS:
         raise ValueError(f"id_field must be one of {ID_FIELDS}")
