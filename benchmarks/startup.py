@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from help import load_average, median_wall
-from machine import cpu_model
+from help import median_wall
+from machine import cpu_model, load_average
 
 from vltools.cli import EXAMPLES
 
