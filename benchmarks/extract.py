@@ -36,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from help import load_average
-from machine import cpu_model
+from machine import cpu_model, load_average
 from PIL import Image
 
 from vltools.devices import autocast
