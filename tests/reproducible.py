@@ -12,10 +12,11 @@ from vltools.train.state import seed_everything
 from vltools.train.trainer import train
 
 
-def step_losses(build: Callable[[dict], object], config: dict, output: Path, seed: int, workers: int) -> list[float]:
+def step_losses(build: Callable[[dict], object], config: dict, output: Path, seed: int, workers: int,
+                precision: str = "fp32") -> list[float]:
     """The logged loss of each step of one epoch of `build(config)`'s task, trained on the CPU with `seed`."""
     config = {**config, "train": {**config["train"], "seed": seed, "workers": workers, "epochs": 1, "log_every": 1,
-                                  "val_every": 0, "save_every": 0, "device": "cpu"}}
+                                  "val_every": 0, "save_every": 0, "device": "cpu", "precision": precision}}
     seed_everything(seed)  # as `vltools train` does before building the task
     task = build(config)
     with distributed("cpu") as env:

@@ -222,7 +222,7 @@ def test_match_checks_every_argument_before_opening_anything(tmp_path, first, op
     ({"beam": NAN}, "beam must be an integer from 1 to 100, not nan"),
     ({"max_len": 10**6}, "max_len must be an integer from 1 to 512, not 1000000"),
     ({"length_penalty": NAN}, "length_penalty must be a non-negative finite number, not nan"),
-    ({"precision": "fp8"}, "precision must be one of fp32, bf16, fp16, not 'fp8'"),
+    ({"precision": "fp8"}, "precision must be one of fp32, tf32, bf16, fp16, not 'fp8'"),
 ])
 def test_caption_checks_its_decoding_limits_as_the_command_line_does(tmp_path, options, message):
     with pytest.raises(VLToolsError) as error:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from vltools.devices import autocast, resolve_device
+from vltools.devices import PRECISIONS, autocast, float32_mode, resolve_device
 from vltools.errors import VLToolsError
 
 
@@ -17,9 +17,43 @@ def test_resolve_device():
 
 def test_autocast_precisions():
     a, b = torch.randn(4, 4), torch.randn(4, 4)
-    with autocast(torch.device("cpu"), "fp32"):
-        assert (a @ b).dtype == torch.float32
+    for precision in ("fp32", "tf32"):
+        with autocast(torch.device("cpu"), precision):
+            assert (a @ b).dtype == torch.float32
     with autocast(torch.device("cpu"), "bf16"):
         assert (a @ b).dtype == torch.bfloat16
+    with autocast(torch.device("cpu"), "fp16"):
+        assert (a @ b).dtype == torch.float16
     with pytest.raises(VLToolsError, match="--precision 'fp8'"):
-        autocast(torch.device("cpu"), "fp8")
+        autocast(torch.device("cpu"), "fp8").__enter__()
+
+
+def tf32_flags() -> dict[str, bool]:
+    """The flags torch runs float32 work with on CUDA: TF32 in cuBLAS matmuls, in cuDNN convolutions and RNNs."""
+    return {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("entered", ["float32_mode", "autocast"])
+def test_tf32_is_on_only_for_tf32_and_the_flags_are_restored(precision, entered):
+    """cuDNN allows TF32 by default, so fp32 must turn it off; only tf32 turns it on; both restore what was set."""
+    for matmul, cudnn in ((False, True), (True, False)):   # torch's defaults, and the other way round
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        try:
+            scope = float32_mode(precision) if entered == "float32_mode" else autocast(torch.device("cpu"), precision)
+            with scope:
+                expected = precision == "tf32"
+                assert tf32_flags() == {"matmul": expected, "cudnn": expected}
+            assert tf32_flags() == {"matmul": matmul, "cudnn": cudnn}
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+
+
+def test_the_flags_are_restored_after_an_error():
+    before = tf32_flags()
+    with pytest.raises(RuntimeError, match="inside"), float32_mode("tf32"):
+        raise RuntimeError("inside")
+    assert tf32_flags() == before
+    with pytest.raises(VLToolsError, match="--precision 'fp64'"), float32_mode("fp64"):
+        pass
+    assert tf32_flags() == before

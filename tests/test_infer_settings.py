@@ -31,7 +31,7 @@ def test_the_settings_and_the_device_choices_load_without_torch():
 @pytest.mark.parametrize(("options", "message"), [
     ({"workers": -3}, "workers must be a non-negative integer, not -3"),
     ({"batch_size": 0}, "batch_size must be a positive integer, not 0"),
-    ({"precision": "fp64"}, "precision must be one of fp32, bf16, fp16, not 'fp64'"),
+    ({"precision": "fp64"}, "precision must be one of fp32, tf32, bf16, fp16, not 'fp64'"),
     ({"max_pixels": 2**40}, "max_pixels must be an integer from 1 to 268435456"),
     ({"seed": -1}, "seed must be an integer from 0 to 4294967295, not -1"),
     ({"strict": "yes"}, "strict must be True or False, not 'yes'"),

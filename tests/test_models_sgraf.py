@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from cuda_autocast import cuda_float32_ops
 
 from vltools.errors import VLToolsError
 from vltools.models import build_model, default_config
@@ -375,6 +376,30 @@ def test_fused_local_similarity_backward_is_the_derivative():
     direct = F.linear((u / (u.norm(dim=-1, keepdim=True) + EPS) - words) ** 2, weight)
     torch.testing.assert_close(sgraf_module.LocalSimilarity.apply(*inputs), direct)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_local_similarity_trains_under_cuda_s_autocast_lists(dtype):
+    """On CUDA, autocast computes the norm in float32 while the products run in bf16 / fp16; the hand-written
+    backward then met a float32 gradient and a bf16 tensor in one product (issue 37). Emulated here: the function
+    runs in autocast's dtype throughout and its gradients are those of float32 within that dtype's rounding."""
+    gen = torch.Generator().manual_seed(3)
+    regions = F.normalize(torch.randn(3, 4, 6, generator=gen), dim=-1)
+    alpha = torch.rand(3, 4, 2 * 5, generator=gen).softmax(dim=1)
+    words = F.normalize(torch.randn(2, 5, 6, generator=gen), dim=-1)
+    weight = torch.randn(7, 6, generator=gen)
+
+    def gradients(low: bool) -> list[torch.Tensor]:
+        inputs = [x.clone().requires_grad_() for x in (alpha, regions, words, weight)]
+        with cuda_float32_ops(), torch.autocast("cpu", dtype=dtype, enabled=low):
+            out = sgraf_module.LocalSimilarity.apply(*inputs)
+        assert out.dtype == (dtype if low else torch.float32)
+        out.float().square().sum().backward()
+        return [x.grad for x in inputs]
+
+    for low, full in zip(gradients(True), gradients(False), strict=True):
+        assert low.dtype == torch.float32 and torch.isfinite(low).all()
+        torch.testing.assert_close(low, full, rtol=0, atol=0.05 * float(full.abs().max()))
 
 @pytest.mark.parametrize("name", ["sgr", "saf"])
 def test_training_loss_and_gradients_equal_the_per_caption_computation(name):

@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from precision_helpers import assert_trains_in_every_precision
 from reproducible import assert_same_losses_for_the_same_seed
-from tiny_captioning import PREP, make_caption_world, save_captioner
+from tiny_captioning import PREP, SIZES, make_caption_world, save_captioner
 
 from vltools.data.captioning import image_tensors
 from vltools.errors import VLToolsError
@@ -170,3 +171,12 @@ def test_same_seed_same_losses_whatever_the_workers(world, tmp_path, objective):
     config = config_for(world, objective, **{"train.batch_size": 25, "task.val_images": 2, **init})
     assert_same_losses_for_the_same_seed(lambda c: build_task(AA, [str(features), str(captions)], c), config,
                                          tmp_path)
+
+
+@pytest.mark.parametrize("model", ["neuraltalk2", AA])
+def test_trains_in_every_precision(world, tmp_path, model):
+    _, features, captions, _, _ = world
+    sizes = {f"model.{key}": value for key, value in SIZES[model].items()}
+    config = config_for(world, "mle", model, **{"train.batch_size": 25, "task.val_images": 2, **sizes})
+    assert_trains_in_every_precision(lambda c: build_task(model, [str(features), str(captions)], c), config,
+                                     tmp_path)

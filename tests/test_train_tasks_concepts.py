@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from precision_helpers import assert_trains_in_every_precision
 from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.errors import VLToolsError
@@ -256,3 +257,11 @@ def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
     config = tiny_config()
     config["train"]["batch_size"] = 2
     assert_same_losses_for_the_same_seed(lambda c: build_task("concepts", world[1], c), config, tmp_path)
+
+
+def test_trains_in_every_precision(world, tmp_path):
+    config = tiny_config()
+    # 64 px, not 32: ResNet-18's last stage is then 2 x 2, not 1 x 1, so its BatchNorm does not normalise two
+    # nearly equal values (of the mirrored images) to +-1 with signs that rounding decides
+    config["train"]["batch_size"], config["task"]["image_size"] = 2, 64
+    assert_trains_in_every_precision(lambda c: build_task("concepts", world[1], c), config, tmp_path)

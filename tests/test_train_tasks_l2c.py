@@ -8,6 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from l2c_helpers import TINY_MODEL, make_world
+from precision_helpers import assert_trains_in_every_precision
 from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.cli import cli
@@ -102,3 +103,8 @@ def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
     inputs = [str(world[k]) for k in ("pairs", "features", "captions", "aux_features")]
     assert_same_losses_for_the_same_seed(lambda c: build_task("l2c", inputs, c), config("train.batch_size=6"),
                                          tmp_path)
+
+
+def test_trains_in_every_precision(world, tmp_path):
+    inputs = [str(world[k]) for k in ("pairs", "features", "captions", "aux_features")]
+    assert_trains_in_every_precision(lambda c: build_task("l2c", inputs, c), config("train.batch_size=6"), tmp_path)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from precision_helpers import assert_trains_in_every_precision
 from reproducible import assert_same_losses_for_the_same_seed
 from tiny_matching import make_world
 
@@ -106,3 +107,13 @@ def test_same_seed_same_losses_whatever_the_workers(world, tmp_path):
     config = build_config(config_defaults("vse"), overrides=["model.embed_size=8", "model.word_dim=4",
                                                              "train.batch_size=40"])
     assert_same_losses_for_the_same_seed(lambda c: build_task("vse", [str(p) for p in world], c), config, tmp_path)
+
+
+SIM = ["model.num_regions=4", "model.sim_dim=8"]
+
+
+@pytest.mark.parametrize("model, sizes", [("vse", []), ("sgr", [*SIM, "model.sgr_step=1"]), ("saf", SIM)])
+def test_trains_in_every_precision(world, tmp_path, model, sizes):
+    config = build_config(config_defaults(model), overrides=["model.embed_size=8", "model.word_dim=4", *sizes,
+                                                             "train.batch_size=40"])
+    assert_trains_in_every_precision(lambda c: build_task(model, [str(p) for p in world], c), config, tmp_path)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from precision_helpers import assert_trains_in_every_precision
 from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.errors import VLToolsError
@@ -182,3 +183,10 @@ def test_sentence_task_refuses_a_training_image_without_a_generated_sentence(fil
     with pytest.raises(VLToolsError, match=r"generated.jsonl: has no generated sentence of image_id 'im10' named by "
                                            r".*caps.jsonl \(2 image\(s\) missing\)"):
         build_task("sco", [str(files / "ctx.h5"), generated, str(files / "caps.jsonl")], sentence_config())
+
+
+def test_trains_in_every_precision(files, tmp_path):
+    cfg = config(generation=True)
+    cfg["train"]["batch_size"] = 6
+    inputs = [str(files / "ctx.h5"), str(files / "cnp.h5"), str(files / "caps.jsonl")]
+    assert_trains_in_every_precision(lambda c: build_task("sco", inputs, c), cfg, tmp_path)

@@ -244,8 +244,48 @@ def test_non_finite_gradient_stops_with_a_clear_error(tmp_path):
     x = torch.ones(8, 2)
     x[3, 0] = float("inf")
     torch.manual_seed(0)
-    with distributed("cpu") as env, pytest.raises(VLToolsError, match="diverged at iteration 1: the gradient is"):
+    with distributed("cpu") as env, pytest.raises(VLToolsError, match="diverged at iteration 1: the loss is not"):
         train(Regression(x, torch.zeros(8)), regression_config(batch_size=8, device="cpu"), tmp_path / "m.pt", env)
+
+
+def scaled_from(monkeypatch, init_scale: float) -> None:
+    """The trainer's fp16 gradient scaler starts at `init_scale` (torch's default is 2^16)."""
+    scaler = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda *args, **kwargs: scaler(*args, init_scale=init_scale,
+                                                                                **kwargs))
+
+
+def test_fp16_overflowing_steps_are_skipped_counted_and_logged_not_divergence(tmp_path, monkeypatch, caplog):
+    """Started at a loss scale of 2^40, the scaled fp16 gradients overflow until the scaler has halved the scale
+    about 25 times: those steps are skipped (not divergence), counted, logged, kept for --resume, and the task is
+    still learnt."""
+    scaled_from(monkeypatch, 2.0 ** 40)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 3, generator=generator)
+    torch.manual_seed(0)
+    config = regression_config(epochs=40, batch_size=16, lr=0.05, lr_update=100, val_every=0, device="cpu",
+                               precision="fp16", log_every=1)
+    with distributed("cpu") as env, caplog.at_level("INFO", logger="vltools"):
+        summary = train(Regression(x, x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3), config, tmp_path / "m.pt", env)
+    assert 20 <= summary["skipped_steps"] <= 30 and summary["iteration"] == 160
+    assert -summary["best"] < 1e-2
+    assert "step skipped, scale halved" in caplog.text and f"{summary['skipped_steps']} of 160 steps" in caplog.text
+    steps = [record for record in log_records(tmp_path / "m.pt") if record["type"] == "train"]
+    assert steps[0]["loss_scale"] == pytest.approx(2.0 ** 39) and steps[0]["skipped_steps"] == 1  # log: 8 digits
+    assert steps[-1]["skipped_steps"] == summary["skipped_steps"] and steps[-1]["loss_scale"] < 2.0 ** 16
+    saved = load_checkpoint(tmp_path / "m.pt.last.pt")["train_state"]
+    assert saved["skipped_steps"] == summary["skipped_steps"]
+    assert saved["scaler"]["scale"] == pytest.approx(steps[-1]["loss_scale"])
+
+
+def test_fp16_overflow_at_a_loss_scale_below_one_is_divergence(tmp_path, monkeypatch):
+    """Gradients of about 2e6 overflow fp16 even unscaled: no scale can save them."""
+    scaled_from(monkeypatch, 0.5)
+    x = torch.full((8, 2), 1000.0)
+    with distributed("cpu") as env, pytest.raises(VLToolsError, match="iteration 1: the fp16 gradient overflows "
+                                                                      "even at loss scale 0.5"):
+        train(Regression(x, torch.zeros(8)), regression_config(batch_size=8, device="cpu", precision="fp16"),
+              tmp_path / "m.pt", env)
 
 
 class Scripted(Regression):
@@ -330,7 +370,7 @@ def test_bf16_training_runs_under_autocast_and_learns_the_same_task(world, tmp_p
     result = CliRunner().invoke(cli, train_args(world, tmp_path / "x.pt", "--epochs", "1", "--set",
                                                 "train.precision=fp8"))
     assert result.exit_code == 1
-    assert "train.precision must be one of fp32, bf16, fp16, not 'fp8'" in str(result.exception)
+    assert "train.precision must be one of fp32, tf32, bf16, fp16, not 'fp8'" in str(result.exception)
 
 
 def test_progress_lines_name_the_run_and_show_epoch_of_all_and_the_loss(world, tmp_path, monkeypatch):

@@ -1,5 +1,10 @@
 """The compute device and precision, chosen the same way by every stage (`--device`, `--precision`).
 
+The precision policy: `fp32` is IEEE float32 on every device (CUDA's TF32 for matmuls and cuDNN's convolutions
+and RNNs is switched off while a stage runs: cuDNN allows it by default); `tf32` is the explicit fast choice
+(TF32 on, on GPUs that have it; the same as fp32 on a CPU); `bf16` and `fp16` autocast the forward passes,
+with whatever autocast keeps in float32 run as IEEE float32 too.
+
 Importing this module does not load torch (the functions do, when called): the command line offers PRECISIONS
 as `--precision` choices in every stage's --help, which must not wait for torch.
 """
@@ -7,6 +12,7 @@ as `--precision` choices in every stage's --help, which must not wait for torch.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from vltools.errors import VLToolsError
@@ -15,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}   # --precision -> the torch dtype autocast runs in
-PRECISIONS = ("fp32", *AUTOCAST_DTYPES)
+PRECISIONS = ("fp32", "tf32", *AUTOCAST_DTYPES)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -33,12 +39,45 @@ def resolve_device(device: str) -> torch.device:
     return chosen
 
 
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """Autocast to bf16 or fp16 for those precisions; plain fp32 for `fp32`."""
+def check_precision(precision: str) -> None:
+    """A precision outside PRECISIONS is a one-line error naming the choices."""
+    if precision not in PRECISIONS:
+        raise VLToolsError(f"--precision {precision!r}: use {', '.join(PRECISIONS)}")
+
+
+def tf32_switches() -> list[tuple[object, str]]:
+    """The (object, attribute) flags that allow TF32 in float32 work on CUDA: cuBLAS matmuls, cuDNN convolutions
+    and RNNs. These are torch's `allow_tf32` flags, which every torch this project supports has; torch >= 2.9
+    also offers `fp32_precision` per backend, but refuses to read either kind once both have been set."""
     import torch
 
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    if precision not in AUTOCAST_DTYPES:
-        raise VLToolsError(f"--precision {precision!r}: use fp32, {', '.join(AUTOCAST_DTYPES)}")
-    return torch.autocast(device_type=device.type, dtype=getattr(torch, AUTOCAST_DTYPES[precision]))
+    return [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+
+
+@contextlib.contextmanager
+def float32_mode(precision: str) -> Iterator[None]:
+    """Within: float32 work is TF32 for `tf32` and IEEE float32 for every other precision; restored after."""
+    check_precision(precision)
+    switches = tf32_switches()
+    before = [getattr(owner, name) for owner, name in switches]
+    for owner, name in switches:
+        setattr(owner, name, precision == "tf32")
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(switches, before, strict=True):
+            setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, precision: str) -> Iterator[None]:
+    """Run a forward pass in `precision`: float32 as `float32_mode` says, and autocast for bf16 and fp16."""
+    import torch
+
+    check_precision(precision)
+    with float32_mode(precision):
+        if precision in AUTOCAST_DTYPES:
+            with torch.autocast(device_type=device.type, dtype=getattr(torch, AUTOCAST_DTYPES[precision])):
+                yield
+        else:
+            yield

@@ -21,8 +21,9 @@ from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, p
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:K."
-PRECISION_HELP = ("Compute precision of the model's forward passes: fp32, or autocast to bf16 or fp16 (fp16 is "
-                  "meant for GPUs; its coarse steps can tie close similarity scores).")
+PRECISION_HELP = ("Compute precision: fp32 is IEEE float32 on every device (TF32 off on GPUs); tf32 lets a GPU's "
+                  "matmuls and convolutions use TF32 (faster; on a CPU the same as fp32); bf16 or fp16 autocast the "
+                  "forward passes (fp16 is meant for GPUs; its coarse steps can tie close similarity scores).")
 
 
 # what a binary output holds: its format name, or a function of the stage's parameters giving it (None: text)
@@ -110,7 +111,7 @@ def device_option(help: str = DEVICE_HELP) -> Callable:
 
 
 def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -> Callable:
-    """`--precision fp32|bf16|fp16`, the same choices wherever a model runs."""
+    """`--precision fp32|tf32|bf16|fp16`, the same choices wherever a model runs."""
     return click.option("--precision", type=click.Choice(PRECISIONS), default=default,
                         show_default=default is not None, help=help)
 

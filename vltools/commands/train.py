@@ -30,8 +30,9 @@ from vltools.train import TASKS
               help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
 @click.option("--seed", type=SEED_RANGE, help="Seed of initialisation, data order and dropout (train.seed).")
 @click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
-@precision_option(None, "Forward passes in fp32 [default], or autocast to bf16 or fp16 (fp16 with a gradient "
-                        "scaler; meant for GPUs) (train.precision).")
+@precision_option(None, "IEEE fp32 [default]; tf32 (a GPU's matmuls and convolutions in TF32, the same as fp32 "
+                        "on a CPU); or forward passes autocast to bf16 or fp16 (fp16 with a gradient scaler that "
+                        "skips overflowing steps; meant for GPUs) (train.precision).")
 @click.option("--workers", type=Integer(min=0),
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")

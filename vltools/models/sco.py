@@ -33,6 +33,8 @@ concepts; the sum combines two representations without it. `fusion="gate"` would
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -90,7 +92,12 @@ class SentenceEncoder(nn.Module):
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         packed = pack_padded_sequence(self.embed(tokens), lengths.cpu().clamp(min=1), batch_first=True,
                                       enforce_sorted=False)
-        _, (h, _) = self.lstm(packed)
+        # torch's CPU LSTM kernel (oneDNN) has no fp16 form on most CPUs ("could not create a primitive
+        # descriptor"): under the CPU's fp16 autocast the LSTM runs in float32, as autocast keeps other ops
+        cpu_fp16 = (tokens.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                    and torch.get_autocast_dtype("cpu") == torch.float16)
+        with torch.autocast("cpu", enabled=False) if cpu_fp16 else contextlib.nullcontext():
+            _, (h, _) = self.lstm(packed)
         return h[-1]
 
 

@@ -299,14 +299,26 @@ class LocalSimilarity(torch.autograd.Function):
     and make about ten passes over such tensors in the backward pass; here the forward pass turns u into d
     in place and keeps d and d^2, and the backward pass makes one [Bi, Bc, L, E] gradient and updates it in
     place (the gradient through n uses u = d + n t, so u itself is not kept).
+
+    Under autocast everything runs in autocast's dtype, with autocast itself off inside: its op lists differ by
+    device (CUDA computes the norm in float32, the CPU in bf16), and a float32 tensor meeting a bf16 one in the
+    hand-written backward's products would fail there, where no autocast applies.
     """
 
     @staticmethod
     def forward(ctx, alpha: torch.Tensor, regions: torch.Tensor, words: torch.Tensor,
                 weight: torch.Tensor) -> torch.Tensor:
+        device = regions.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else regions.dtype
+        with torch.autocast(device, enabled=False):
+            return LocalSimilarity.compute(ctx, *(t.to(dtype) for t in (alpha, regions, words, weight)))
+
+    @staticmethod
+    def compute(ctx, alpha: torch.Tensor, regions: torch.Tensor, words: torch.Tensor,
+                weight: torch.Tensor) -> torch.Tensor:
+        """The forward pass on inputs of one dtype."""
         n_img, n_cap, n_word = regions.size(0), words.size(0), words.size(1)
         diff = torch.bmm(alpha.transpose(1, 2), regions).view(n_img, n_cap, n_word, -1)
-        words, weight = words.to(diff.dtype), weight.to(diff.dtype)   # one dtype under autocast
         norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
         scale = norm + 1e-8
         diff.addcmul_(words, scale, value=-1)
@@ -319,7 +331,6 @@ class LocalSimilarity(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
         alpha, regions, words, weight, diff, square, norm, out = ctx.saved_tensors
         grad_out = grad_out.to(diff.dtype)
-        alpha, regions = alpha.to(diff.dtype), regions.to(diff.dtype)
         scale = norm + 1e-8
         grad_proj = grad_out / scale.square()
         grad_weight = grad_proj.reshape(-1, grad_proj.size(-1)).t() @ square.reshape(-1, square.size(-1))

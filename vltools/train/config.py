@@ -28,7 +28,7 @@ TRAIN_DEFAULTS: dict[str, object] = {
     "grad_clip": 2.0,         # max total gradient norm; 0 disables clipping
     "val_every": 1000,        # validate every N iterations (0: only at the end of each epoch)
     "keep_best": "any",       # best checkpoint from: any validation (vltools), epoch_end validations only (released)
-    "precision": "fp32",      # forward passes in fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler)
+    "precision": "fp32",      # IEEE fp32, tf32 (TF32 on GPUs), or autocast to bf16 / fp16 (fp16: gradient scaler)
     "save_every": 1000,       # write the resume file every N iterations (0: only at the end of each epoch)
     "log_every": 10,          # one loss line in the log every N iterations
     "seed": 0,

@@ -43,7 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from vltools.data.draws import LOSS, keyed_seed
-from vltools.devices import PRECISIONS, autocast
+from vltools.devices import PRECISIONS, autocast, float32_mode
 from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
@@ -65,6 +65,10 @@ from vltools.train.state import (
     set_rng_state,
     sibling,
 )
+
+# fp16 training: a gradient that still overflows once the loss scale (65536 at the start, halved at each overflow)
+# is below 1 overflows fp16 unscaled, which no scaling can save: that is divergence, not a step to skip
+MIN_LOSS_SCALE = 1.0
 
 
 class Task(Protocol):
@@ -129,7 +133,7 @@ class Trainer:
         check_choice("train.precision", self.options["precision"], PRECISIONS)
         self.model = task.model.to(env.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.options["lr"])
-        # fp16's narrow range needs the loss scaled up for the backward pass; a no-op for fp32 and bf16
+        # fp16's narrow range needs the loss scaled up for the backward pass; a no-op for the other precisions
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.options["precision"] == "fp16")
         self.wrapped = DistributedDataParallel(self.model, device_ids=[env.device] if env.device.type == "cuda"
                                                else None) if env.active else self.model
@@ -142,7 +146,7 @@ class Trainer:
             self.aux = AuxiliaryBatches(len(task.aux_data), task.aux_batch_size, task.aux_every,
                                         env.world_size * accumulate, env.rank * accumulate, accumulate,
                                         self.options["seed"])
-        self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None}
+        self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None, "skipped_steps": 0}
         self.log: JsonLog
         self.resume = resume
         self.generator = torch.Generator()
@@ -158,10 +162,13 @@ class Trainer:
             self.log = JsonLog(self.log_path, keep, self.env.main)
             if not self.resume:
                 self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
-            with deterministic(self.env.device.type == "cpu"):
+            with deterministic(self.env.device.type == "cpu"), float32_mode(self.options["precision"]):
                 for epoch in range(self.state["epoch"], self.options["epochs"]):
                     self._epoch(epoch)
-        return {k: self.state[k] for k in ("epoch", "iteration", "best")}
+        if self.state["skipped_steps"] and self.env.main:
+            log.info("%d of %d steps were skipped: their fp16 gradients overflowed the loss scale (now %g)",
+                     self.state["skipped_steps"], self.state["iteration"], self.scaler.get_scale())
+        return {k: self.state[k] for k in ("epoch", "iteration", "best", "skipped_steps")}
 
     def _epoch(self, epoch: int) -> None:
         lr = learning_rate(self.options, epoch)
@@ -195,8 +202,10 @@ class Trainer:
             iteration = self.state["iteration"]
             if self.options["log_every"] > 0 and iteration % self.options["log_every"] == 0:
                 loss = self._mean_over_ranks(loss)
+                scaling = {"loss_scale": self.scaler.get_scale(), "skipped_steps": self.state["skipped_steps"]} \
+                    if self.scaler.is_enabled() else {}
                 self.log.write({"type": "train", "epoch": epoch + 1, "iteration": iteration, "loss": loss,
-                                "grad_norm": norm, "lr": lr, "seconds_per_step": timed[0] / timed[1]})
+                                "grad_norm": norm, "lr": lr, "seconds_per_step": timed[0] / timed[1], **scaling})
                 timed = [0.0, 0]
             if step + 1 < steps:
                 if self.options["val_every"] > 0 and iteration % self.options["val_every"] == 0:
@@ -232,13 +241,29 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.options["grad_clip"]
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
+        if not torch.isfinite(total):
+            self._diverged("the loss is not finite")
         if not np.isfinite(norm):
-            resume = f" (resume file: {self.last_path})" if self.last_path.exists() else ""
-            raise VLToolsError(f"training diverged at iteration {self.state['iteration'] + 1}: the gradient is not "
-                               f"finite; lower train.lr, or check the inputs for inf/NaN{resume}")
-        self.scaler.step(self.optimizer)
+            self._overflowed()
+        self.scaler.step(self.optimizer)   # skipped by the scaler when the fp16 gradient overflowed
         self.scaler.update()
         return total, norm
+
+    def _overflowed(self) -> None:
+        """A gradient that is not finite: with fp16's loss scaling, an overflow the scaler skips (it lowers the
+        scale) until the scale falls below MIN_LOSS_SCALE; in any other precision, divergence."""
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        if scale is None or scale < MIN_LOSS_SCALE:
+            self._diverged("the gradient is not finite" if scale is None else
+                           f"the fp16 gradient overflows even at loss scale {scale:g}")
+        self.state["skipped_steps"] += 1
+        log.info("iteration %d: the fp16 gradient overflowed at loss scale %g; step skipped, scale halved",
+                 self.state["iteration"] + 1, scale)
+
+    def _diverged(self, why: str) -> None:
+        resume = f" (resume file: {self.last_path})" if self.last_path.exists() else ""
+        raise VLToolsError(f"training diverged at iteration {self.state['iteration'] + 1}: {why}; lower train.lr, "
+                           f"or check the inputs for inf/NaN{resume}")
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         if self.env.active:
@@ -299,7 +324,8 @@ class Trainer:
         if self.env.main:
             info = self.task.checkpoint_info()
             train_state = {**self._position(), "optimizer": self.optimizer.state_dict(), "rng": states,
-                           "log_lines": self.log.lines}
+                           "log_lines": self.log.lines, "scaler": self.scaler.state_dict(),
+                           "skipped_steps": self.state["skipped_steps"]}
             save_checkpoint(self.last_path, info["model"], info["config"], self.model.state_dict(),
                             vocab=info.get("vocab"), train_state=train_state, schema=info["schema"])
         self.env.barrier()
@@ -314,6 +340,9 @@ class Trainer:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.state = {k: saved[k] for k in ("epoch", "step", "iteration")}
         self.state["best"] = saved.get(f"best_{self.task.metric}")
+        self.state["skipped_steps"] = int(saved.get("skipped_steps", 0))
+        if saved.get("scaler"):   # fp16's loss scale where the interrupted run left it
+            self.scaler.load_state_dict(saved["scaler"])
         states: Sequence[dict] = saved["rng"]
         if len(states) == self.env.world_size:
             set_rng_state(states[self.env.rank], self.env.device)
