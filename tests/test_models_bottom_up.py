@@ -332,6 +332,36 @@ def test_a_batch_of_different_sizes_equals_each_image_alone(batched, singles):
             torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-4, atol=1e-4)
 
 
+
+def test_under_autocast_the_box_arithmetic_and_softmax_run_in_float32(model, images):
+    """Under bf16 autocast the RPN and the class scores come out of their layers in bf16; the proposals must then be
+    exactly what float32 arithmetic makes of those same values (a detector fed them, widened, without autocast),
+    and the class probabilities the float32 softmax of the bf16 logits."""
+    seen = {}
+    hooks = [model.rpn.register_forward_hook(lambda module, args, output: seen.update(rpn=output)),
+             model.predictor.cls_score.register_forward_hook(lambda module, args, output: seen.update(logits=output))]
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model.detect(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert {t.dtype for t in (*seen["rpn"], seen["logits"])} == {torch.bfloat16}
+    for detections in low:
+        for name in ("proposals", "class_probs", "box_deltas", "attribute_probs", "features"):
+            assert getattr(detections, name).dtype == torch.float32, name
+    class_probs = torch.cat([detections.class_probs for detections in low])
+    assert torch.equal(class_probs, seen["logits"].float().softmax(dim=1))
+    widened = tuple(t.float() for t in seen["rpn"])
+    hook = model.rpn.register_forward_hook(lambda module, args, output: widened)
+    try:
+        full = model.detect(images)
+    finally:
+        hook.remove()
+    for a, b in zip(low, full, strict=True):
+        assert torch.equal(a.proposals, b.proposals)
+
+
 def test_forward_is_deterministic(model, images):
     first, second = model(images[2:], num_regions=36), model(images[2:], num_regions=36)
     for a, b in zip(first, second, strict=True):

@@ -91,9 +91,6 @@ class BottomUpExtractor:
             raise VLToolsError(f"--min-regions {min_regions} --max-regions {max_regions}: need 1 <= min <= max")
         self.run = run
         self.device = resolve_device(run.device)
-        if run.precision != "fp32" and self.device.type == "cpu":
-            raise VLToolsError(f"--precision {run.precision}: the bottom-up detector runs in fp32 on a CPU "
-                               "(torchvision's CPU RoI pooling has no bf16 kernel); use --precision fp32, or a GPU")
         self.num_regions, self.min_regions, self.max_regions = num_regions, min_regions, max_regions
         self.score_threshold = score_threshold
         path = resolve_detector(weights)

@@ -34,6 +34,8 @@ object classes (background excluded) and attributes argmax over the 400 attribut
 the released scripts save `objects_id` and `attrs_id`: 0-based indices into objects_vocab.txt and
 attributes_vocab.txt, which are data and not part of the model (see `label_names`).
 
+Under autocast (bf16 / fp16) only the convolutions and linear layers run in low precision: the anchors, box
+decoding, clipping, NMS, RoI pooling, the softmaxes and the selection run in float32.
 Batches of images of different sizes are zero-padded; the padded area is masked to zero before every spatial
 operation and each image's RPN reads only its own area, so a batch gives what each image gives alone.
 The module is inference only: there are no training losses.
@@ -329,12 +331,13 @@ class Predictor(nn.Module):
         self.attr_score = nn.Linear(hidden, num_attributes)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(R, D) -> class probabilities (R, C), box deltas (R, 4C), attribute probabilities (R, A)."""
-        logits = self.cls_score(x)
-        deltas = self.bbox_pred(x)
+        """(R, D) -> class probabilities (R, C), box deltas (R, 4C), attribute probabilities (R, A), all float32:
+        under autocast the linear layers run in low precision and their outputs are widened before the softmax."""
+        logits = self.cls_score(x).float()
+        deltas = self.bbox_pred(x).float()
         embedded = self.cls_embed(logits.argmax(dim=1))
         hidden = F.relu(self.attr_fc(torch.cat([x, embedded], dim=1)))
-        return logits.softmax(dim=1), deltas, self.attr_score(hidden).softmax(dim=1)
+        return logits.softmax(dim=1), deltas, self.attr_score(hidden).float().softmax(dim=1)
 
 
 @dataclass
@@ -460,9 +463,11 @@ class BottomUpAttention(nn.Module):
 
     def _proposals(self, objectness: torch.Tensor, deltas: torch.Tensor, size: tuple[int, int],
                    scale: float) -> torch.Tensor:
-        """One image's RPN output (2A, h, w), (4A, h, w) -> proposals (R, 4) in resized-image pixels, best first."""
+        """One image's RPN output (2A, h, w), (4A, h, w) -> proposals (R, 4) in resized-image pixels, best first,
+        computed in float32 (the caller turns autocast off)."""
         config = self.config
-        anchors = self.rpn.cell_anchors.to(deltas.dtype)
+        objectness, deltas = objectness.float(), deltas.float()
+        anchors = self.rpn.cell_anchors.float()
         count, (height, width) = anchors.shape[0], objectness.shape[1:]
         scores = torch.sigmoid(objectness[count:] - objectness[:count])  # softmax over (background, object)
         scores = scores.permute(1, 2, 0).reshape(-1)
@@ -488,16 +493,20 @@ class BottomUpAttention(nn.Module):
                                               int(self.config["test_scale"]), int(self.config["test_max_size"]))
         features, feature_sizes = self.backbone(batch, sizes)
         objectness, deltas = self.rpn(features)
-        # box arithmetic in float32 whatever precision the convolutions ran in (autocast)
-        proposals = [self._proposals(objectness[i, :, :h, :w].float(), deltas[i, :, :h, :w].float(), sizes[i],
-                                     scales[i]) for i, (h, w) in enumerate(feature_sizes)]
-        size = int(self.config["pool_size"])
-        x = roi_pool(features, [p.to(features.dtype) for p in proposals], output_size=(size, size),
-                     spatial_scale=1.0 / FEATURE_STRIDE)
+        # Only the convolutions and linear layers follow the caller's autocast: the box arithmetic (anchors,
+        # decoding, clipping, NMS, ranking) runs in float32, where bf16's 8-bit mantissa would move boxes by pixels
+        # and reorder close scores. RoI pooling too reads float32 boxes (torchvision has no CPU bf16 kernel); it
+        # takes a max, so its output goes back to the features' dtype exactly.
+        with torch.autocast(device.type, enabled=False):
+            proposals = [self._proposals(objectness[i, :, :h, :w], deltas[i, :, :h, :w], sizes[i], scales[i])
+                         for i, (h, w) in enumerate(feature_sizes)]
+            size = int(self.config["pool_size"])
+            x = roi_pool(features.float(), proposals, output_size=(size, size),
+                         spatial_scale=1.0 / FEATURE_STRIDE).to(features.dtype)
         for block in self.res5:
             x = block(x)
         pooled = x.mean(dim=(2, 3))
-        class_probs, box_deltas, attribute_probs = (t.float() for t in self.predictor(pooled))
+        class_probs, box_deltas, attribute_probs = self.predictor(pooled)
         pooled = pooled.float()
         counts = [len(p) for p in proposals]
         results = []
@@ -514,6 +523,7 @@ class BottomUpAttention(nn.Module):
                 channel_order: str = "rgb") -> list[BottomUpRegions]:
         """The released features of each image: `num_regions` boxes (the fixed-36 mode) or between `min_regions`
         and `max_regions` with confidence >= `score_threshold` (the adaptive 10-100 mode); see `select_regions`."""
-        return [select_regions(d, num_regions, min_regions, max_regions, score_threshold,
-                               float(self.config["class_nms"]), box_source)
-                for d in self.detect(images, channel_order)]
+        detections = self.detect(images, channel_order)
+        with torch.autocast(next(self.parameters()).device.type, enabled=False):  # the selection in float32
+            return [select_regions(d, num_regions, min_regions, max_regions, score_threshold,
+                                   float(self.config["class_nms"]), box_source) for d in detections]
