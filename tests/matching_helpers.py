@@ -32,6 +32,20 @@ def tiny_model(name: str, seed: int = 0, vocab_size: int = len(VOCAB)) -> torch.
     return build_model(name, TINY[name], vocab_size).eval()
 
 
+def record_moves(model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The devices that `model.to` is called with from now on (the move still happens): this machine has only
+    the CPU, so a library call's moving its models to the device it is given shows only this way."""
+    moved: list = []
+    move = model.to
+
+    def recorded(device, *args, **kwargs):
+        moved.append(device)
+        return move(device, *args, **kwargs)
+
+    monkeypatch.setattr(model, "to", recorded)
+    return moved
+
+
 def save_tiny(path: Path, name: str, seed: int = 0, vocab: list[str] | None = None) -> Path:
     """Save a random tiny model as a vltools checkpoint; BatchNorm running stats are randomised too so that
     eval-mode outputs are not trivially the initial ones."""

@@ -4,6 +4,7 @@ train` runs it, with the same seed and different numbers of DataLoader workers (
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,10 @@ def step_losses(build: Callable[[dict], object], config: dict, output: Path, see
 
 
 def assert_same_losses_for_the_same_seed(build: Callable[[dict], object], config: dict, folder: Path) -> None:
-    """Equal losses, step by step, for the same seed trained twice: in-process, then with a DataLoader worker."""
+    """Equal losses, step by step, for the same seed trained twice: in-process, then with a DataLoader worker.
+
+    A step's loss may be 0 (a hinge loss with every margin met: R-MAC's second step is 0.0 on some CPUs), so the
+    losses are only required to be finite and not all 0, for the comparison to compare something."""
     first = step_losses(build, config, folder / "a.pt", seed=3, workers=0)
-    assert first and all(loss > 0 for loss in first)
+    assert first and all(math.isfinite(loss) for loss in first) and any(loss != 0 for loss in first)
     assert step_losses(build, config, folder / "b.pt", seed=3, workers=1) == first

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.eval.caption import java_path, meteor_pairs, pair_predictions, rouge_l, score_captions
+from vltools.eval.caption import (
+    java_path,
+    meteor_pairs,
+    pair_predictions,
+    ptb_tokenize,
+    rouge_l,
+    score_captions,
+    treebank_tokenize,
+)
 from vltools.io.caption_files import read_caption_file
 
 DATA = Path(__file__).parent / "data"
@@ -75,6 +83,19 @@ def test_missing_java_names_the_package(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(VLToolsError, match="apt-get install default-jre-headless"):
         java_path()
+
+
+def test_treebank_tokens_equal_stanfords_on_real_captions_without_java(monkeypatch):
+    """The 1000 raw COCO demo captions and the Flickr8k sample's, through Stanford's PTBTokenizer (Java) and
+    through treebank_tokenize, which runs with no java on PATH."""
+    results = json.loads((DATA / "coco_caption" / "captions_val2014_fakecap_results.json").read_text(encoding="utf-8"))
+    lines = (DATA / "convert" / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
+    texts = {"coco": [r["caption"] for r in results], "flickr": [line.split("\t", 1)[1] for line in lines]}
+    stanford = ptb_tokenize(texts)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert treebank_tokenize(texts) == stanford
+    assert treebank_tokenize({"a": ['A man (left) says "hi", then waves...', "It can't be 1,000 dogs; no!"]}) == \
+        {"a": ["a man -lrb- left -rrb- says hi then waves", "it ca n't be 1,000 dogs no"]}
 
 
 def test_hand_checked_scores():

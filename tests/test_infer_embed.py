@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from matching_helpers import record_moves
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.errors import VLToolsError
@@ -89,6 +90,13 @@ def test_embed_blocks_yields_one_array_per_block_in_eval_mode_and_restores_train
     assert [block.shape for block in got] == [(2, E), (2, E), (1, E)]
     for block, want in zip(got, expected, strict=True):
         np.testing.assert_allclose(block, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_model_is_moved_to_the_device_given(monkeypatch):
+    model = tiny("vse", VSE_CONFIG)
+    moved = record_moves(model, monkeypatch)
+    embed_all(model, CaptionBlocks(TOKENS, 2), "captions", CPU)
+    assert moved == [CPU]
 
 
 def test_unknown_side_is_refused():

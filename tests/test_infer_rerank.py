@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from matching_helpers import VOCAB, make_world, tiny_model
+from matching_helpers import VOCAB, make_world, record_moves, tiny_model
 from torch import nn
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
@@ -63,6 +63,16 @@ def test_rerank_of_everything_equals_full_match(world):
     want_values, want_indices = topk_rows(full.T.contiguous(), 5)
     np.testing.assert_array_equal(t2i_indices, want_indices.numpy())
     np.testing.assert_allclose(t2i_values, want_values.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_first_stage_and_rerankers_are_moved_to_the_device_given(world, monkeypatch):
+    features, image_ids, tokens = world
+    sgr, vse = tiny_model("sgr", 1), tiny_model("vse", 3)
+    reranker, first = record_moves(sgr, monkeypatch), record_moves(vse, monkeypatch)
+    with FeaturesReader(features) as reader:
+        images, captions = FeatureBlocks(reader, image_ids, 4), CaptionBlocks(tokens, 7)
+        rerank(sgr, FirstStage(vse, captions), images, captions, k_candidates=3, top_k=2, device=torch.device("cpu"))
+    assert reranker and first and set(reranker + first) == {torch.device("cpu")}
 
 
 def test_small_k_scores_only_the_candidates(world):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from matching_helpers import VOCAB, make_world, tiny_model
+from matching_helpers import VOCAB, make_world, record_moves, tiny_model
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.errors import VLToolsError
@@ -49,6 +49,16 @@ def test_blocks_equal_unblocked(world, name, batch_images, batch_captions):
                                  CaptionBlocks(tokens, batch_captions))
     assert sims.shape == (7, 21)
     np.testing.assert_allclose(sims.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_models_are_moved_to_the_device_given(world, monkeypatch):
+    """A model left on the CPU and given device="cuda" once failed on a device mismatch: each model is moved."""
+    features, image_ids, tokens = world
+    sgr, saf = tiny_model("sgr", seed=1), tiny_model("saf", seed=2)
+    moves = [record_moves(model, monkeypatch) for model in (sgr, saf)]
+    with FeaturesReader(features) as reader:
+        similarity_blocks([sgr, saf], FeatureBlocks(reader, image_ids, 3), CaptionBlocks(tokens, 8), device="cpu")
+    assert moves == [[torch.device("cpu")]] * 2
 
 
 def test_ensemble_is_mean_and_cache_budget_does_not_change_result(world):

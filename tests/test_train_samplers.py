@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from vltools.errors import VLToolsError
 from vltools.train.samplers import AuxiliaryBatches, GlobalBatchSampler
 
 
@@ -30,8 +33,32 @@ def test_sampler_splits_each_global_batch_into_shares():
     other = GlobalBatchSampler(n, batch, 1, 0, 1, seed=3)
     other.set_epoch(3)
     assert list(other) != global_batches
-    # a last global batch smaller than the number of shares is dropped (here 1 item for 2 shares)
-    assert GlobalBatchSampler(33, 16, 2, 0, 1, seed=0).steps == 2
+
+
+@pytest.mark.parametrize("n, shares, steps", [
+    (33, 1, 2),   # a last batch of one item: dropped
+    (34, 1, 3),   # of two: kept
+    (35, 2, 2),   # two shares of 3 items: one of them would be a micro-batch of one
+    (36, 2, 3),
+    (39, 4, 2),   # 4 processes (or accumulated shares) of 16 + 7 items
+    (40, 4, 3),
+])
+def test_no_micro_batch_of_one_item_whatever_the_shares(n, shares, steps):
+    """A micro-batch of one crashes BatchNorm in training mode (SGR's and SAF's VisualSA), so a last global batch
+    that would give a share a single item is dropped, for every rank and accumulated share alike."""
+    for first in range(shares):
+        sampler = GlobalBatchSampler(n, 16, shares, first, 1, seed=5)
+        sampler.set_epoch(1)
+        micro = list(sampler)
+        assert sampler.steps == len(micro) == steps
+        assert min(map(len, micro)) >= 2
+
+
+def test_too_few_items_for_one_batch_is_a_user_error():
+    GlobalBatchSampler(4, 16, 2, 0, 1, seed=0)
+    with pytest.raises(VLToolsError, match="the training split has 3 items, too few for one batch: each of "
+                                           "processes x accumulate = 2 micro-batches needs at least 2"):
+        GlobalBatchSampler(3, 16, 2, 0, 1, seed=0)
 
 
 def test_auxiliary_batches_are_a_function_of_seed_and_iteration_split_into_shares():

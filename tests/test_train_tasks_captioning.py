@@ -3,6 +3,7 @@ section 4.3's non-zero gradient, validation, and the one-line errors."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -160,6 +161,25 @@ def test_train_cli_writes_a_captioner_checkpoint_and_rejects_captioning_options_
     result = CliRunner().invoke(cli, ["train", "--model", "vse", "--reference", str(ref), str(features),
                                       str(captions), "-o", str(tmp_path / "v.pt")])
     assert result.exit_code == 2 and "--reference is not an option of --model vse" in result.output
+
+
+def test_val_every_0_validates_at_each_epoch_end_without_java(world, tmp_path, monkeypatch):
+    """`--val-every 0` validates at epoch ends only; a captioner's CIDEr validation runs with no `java` on PATH."""
+    from click.testing import CliRunner
+    from tiny_captioning import TINY
+
+    from vltools.cli import cli
+
+    _, features, captions, _, _ = world
+    monkeypatch.setenv("PATH", "/nonexistent")
+    out = tmp_path / "nt.pt"
+    args = ["--quiet", "train", "--model", "neuraltalk2", *TINY["neuraltalk2"], "--epochs", "2", "--batch-size", "25",
+            "--val-every", "0", "--set", "task.min_count=1", "--device", "cpu", str(features), str(captions),
+            "-o", str(out)]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    log = [json.loads(line) for line in (tmp_path / "nt.pt.log.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["iteration"]) for r in log if r["type"] == "val"] == [(1, 4), (2, 8)]
 
 
 @pytest.mark.parametrize("objective", ["mle", "cl", "il"])

@@ -84,6 +84,18 @@ def test_train_cli_writes_the_best_checkpoint_by_rouge_l(world, tmp_path):
     assert not model.training and model.encoder.num_nodes == 3
 
 
+def test_trains_and_validates_at_epoch_ends_without_java(world, tmp_path, monkeypatch):
+    """`--val-every 0`: ROUGE-L at each epoch end, with no `java` on PATH (the references' PTB tokens from NLTK)."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    out = tmp_path / "l2c.pt"
+    args = ["--quiet", "train", "--model", "l2c", str(world["pairs"]), str(world["features"]), "-o", str(out),
+            "--epochs", "2", "--batch-size", "4", "--val-every", "0", *TINY_MODEL]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    log = [json.loads(line) for line in (tmp_path / "l2c.pt.log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log if r["type"] == "val"] == [1, 2]
+
+
 def test_pairs_only_training_has_no_auxiliary_data(world):
     task = build_task("l2c", [str(world["pairs"]), str(world["features"])], config())
     assert task.aux_data is None and "captions" not in task.inputs

@@ -288,6 +288,25 @@ def test_fp16_overflow_at_a_loss_scale_below_one_is_divergence(tmp_path, monkeyp
               tmp_path / "m.pt", env)
 
 
+class Normalised(Regression):
+    """Regression through BatchNorm, which refuses a batch of one item in training mode (as SGR's VisualSA does)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super().__init__(x, y)
+        self.model = torch.nn.Sequential(torch.nn.BatchNorm1d(x.shape[1]), torch.nn.Linear(x.shape[1], 1))
+
+
+@pytest.mark.parametrize("n, accumulate", [(17, 1), (19, 2)])
+def test_a_last_batch_leaving_a_micro_batch_of_one_item_is_dropped(tmp_path, n, accumulate):
+    """17 items in batches of 8 leave one; 19 in 2 accumulated shares leave 3 = shares of 2 and 1: both dropped."""
+    x, y = torch.randn(n, 3, generator=torch.Generator().manual_seed(0)), torch.zeros(n)
+    torch.manual_seed(0)
+    config = regression_config(epochs=2, batch_size=8, accumulate=accumulate, val_every=0, device="cpu")
+    with distributed("cpu") as env:
+        summary = train(Normalised(x, y), config, tmp_path / "m.pt", env)
+    assert summary["iteration"] == 2 * 2
+
+
 class Scripted(Regression):
     """The regression task whose validations return scripted scores, one per call, to test checkpoint keeping."""
 

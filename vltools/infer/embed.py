@@ -31,10 +31,11 @@ def require_separable(model: nn.Module, name: str, source: object) -> None:
 
 def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
                  precision: str = "fp32") -> Iterator[np.ndarray]:
-    """float32 [B, E] embeddings of each block of images or captions (`FeatureBlocks` / `CaptionBlocks`)."""
+    """float32 [B, E] embeddings of each block of images or captions (`FeatureBlocks` / `CaptionBlocks`), by the
+    model moved to `device` in eval mode."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, not {side!r}")
-    with evaluating([model]), torch.inference_mode(), autocast(device, precision):
+    with evaluating([model], device), torch.inference_mode(), autocast(device, precision):
         for block in progress(blocks, total=sum(block_sizes(blocks)), desc=f"encode {side}", unit=side,
                               size=lambda block: len(block[0])):
             if side == "images":

@@ -180,12 +180,12 @@ def rerank_candidates(models: nn.Module | Sequence[nn.Module], images: FeatureBl
                       proposals: tuple[np.ndarray, np.ndarray], top_k: int, device: torch.device,
                       precision: str = "fp32", cache_mb: float = 2048.0, image_queries: np.ndarray | None = None,
                       caption_queries: np.ndarray | None = None) -> tuple[TopK, TopK]:
-    """(i2t, t2i) top-k (scores, indices) of the first stage's (i2t, t2i) `proposals` (`candidates`) reranked;
-    `image_queries` / `caption_queries`: only those queries of each direction (see `rerank_direction`), so that a
-    benchmark can time every N-th query of a run too long to finish."""
+    """(i2t, t2i) top-k (scores, indices) of the first stage's (i2t, t2i) `proposals` (`candidates`) reranked by
+    the models, moved to `device` in eval mode; `image_queries` / `caption_queries`: only those queries of each
+    direction (see `rerank_direction`), so that a benchmark can time every N-th query of a run too long to finish."""
     models = as_models(models)
     i2t_proposals, t2i_proposals = proposals
-    with evaluating(models), torch.inference_mode(), autocast(device, precision):
+    with evaluating(models, device), torch.inference_mode(), autocast(device, precision):
         i2t = rerank_direction(models, images, captions, i2t_proposals, top_k, "images", device,
                                captions.batch_size, cache_mb, image_queries)
         t2i = rerank_direction(models, images, captions, t2i_proposals, top_k, "captions", device,

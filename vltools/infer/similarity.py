@@ -23,11 +23,15 @@ from vltools.io.progress import progress
 
 
 @contextlib.contextmanager
-def evaluating(models: Sequence[nn.Module]) -> Iterator[None]:
-    """Put models in eval mode (no dropout, BatchNorm running stats) and restore their modes afterwards."""
+def evaluating(models: Sequence[nn.Module], device: torch.device) -> Iterator[None]:
+    """Run models on `device` in eval mode (no dropout, BatchNorm running stats), restoring their modes afterwards.
+
+    Each model is moved to `device` in place (nn.Module.to) and stays there, as with any library call that takes
+    a device: its inputs go there, so a model left on the CPU would fail on a device mismatch.
+    """
     modes = [m.training for m in models]
     for model in models:
-        model.eval()
+        model.to(device).eval()
     try:
         yield
     finally:
@@ -98,7 +102,7 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
 
     `images` and `captions` are sequences of blocks (`FeatureBlocks`, `CaptionBlocks`, or lists of
     tuples already in memory); rows and columns follow their order. Runs under inference mode with the
-    models in eval mode; `precision="bf16"` uses autocast.
+    models in eval mode, moved to `device`; `precision="bf16"` uses autocast.
     """
     models = as_models(models)
     device = resolve_device(device) if isinstance(device, str) else device
@@ -111,7 +115,7 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
     cache: dict[int, tuple[list[torch.Tensor], list[torch.Tensor | None]]] = {}
     cached_bytes = 0
     column = 0
-    with evaluating(models), torch.inference_mode(), autocast(device, precision):
+    with evaluating(models, device), torch.inference_mode(), autocast(device, precision):
         for caption_index in progress(range(len(captions)), total=out.numel(), desc=desc, unit="pairs",
                                       size=lambda index: out.shape[0] * caption_sizes[index]):
             caption_embs, lengths = encode_captions(models, captions[caption_index], device)

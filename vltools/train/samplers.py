@@ -13,30 +13,37 @@ from torch.utils.data import Dataset, Sampler
 
 from vltools.errors import VLToolsError
 
+MIN_SHARE = 2  # the fewest items of a last batch's micro-batches (see GlobalBatchSampler)
+
 
 class GlobalBatchSampler(Sampler[list[int]]):
     """Micro-batches of this process, in step order, from a (seed, epoch)-determined permutation.
 
     Each global batch of `batch_size` indices is split into `shares` nearly equal parts; this process
     takes parts `first, first + 1, ..., first + count - 1` (its rank's `accumulate` micro-batches). A
-    last global batch smaller than `shares` is dropped. `start` skips whole global batches (resume).
+    last global batch too small to give every share `MIN_SHARE` items is dropped (those items wait for
+    the next epoch's order): a micro-batch of one crashes BatchNorm in training (SGR's and SAF's image
+    encoders) and gives a contrastive loss no negative. The released SGRAF's DataLoader keeps a last
+    batch (no drop_last), but Flickr30K's and COCO's sizes never leave it a single item at batch 128.
+    `start` skips whole global batches (resume).
     """
 
     def __init__(self, n: int, batch_size: int, shares: int, first: int, count: int, seed: int) -> None:
         if batch_size < shares:
             raise VLToolsError(f"batch_size {batch_size} is smaller than processes x accumulate = {shares}; "
                                "raise train.batch_size")
-        if n < shares:
-            raise VLToolsError(f"the training split has {n} items, fewer than processes x accumulate = {shares}")
         self.n, self.batch_size, self.shares = n, batch_size, shares
         self.first, self.count, self.seed = first, count, seed
         self.epoch, self.start = 0, 0
+        if self.steps == 0:
+            raise VLToolsError(f"the training split has {n} items, too few for one batch: each of processes x "
+                               f"accumulate = {shares} micro-batches needs at least {MIN_SHARE}")
 
     @property
     def steps(self) -> int:
         """Optimizer steps per epoch."""
         full, rest = divmod(self.n, self.batch_size)
-        return full + (rest >= self.shares)
+        return full + (rest >= MIN_SHARE * self.shares)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start

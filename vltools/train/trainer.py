@@ -8,7 +8,8 @@ the end-of-epoch ones as the released loop does); one JSON line per logged step 
 position) written atomically after each epoch and every `save_every` iterations.
 
 Determinism and scale: the data order is a function of (seed, epoch) only, and each global batch of
-`batch_size` items is split into `world_size x accumulate` shares, so one process with
+`batch_size` items is split into `world_size x accumulate` shares (an epoch's last batch is dropped when a
+share would get fewer than 2 items: vltools.train.samplers), so one process with
 `accumulate=N` computes the same gradients as N DistributedDataParallel processes (gradients are the
 mean over shares; each share's loss sees only its own items as negatives). Random draws are the seed's too
 (vltools.data.draws): before each epoch the loop tells the training data its epoch (`set_epoch`, when it has

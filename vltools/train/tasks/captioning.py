@@ -16,7 +16,9 @@ Objectives (task.objective, `train --objective`):
 - `il`: the introspective baseline (Dai & Lin's [21, 16]): the target model is its own reference, each
   caption scored under its image and under one fixed mismatched image, -mean ln sigmoid(G - ln nu) with
   G = ln p(c | I) - ln p(c | I_mismatch).
-Validation decodes the validation images greedily and scores CIDEr-D; the best checkpoint is kept.
+Validation decodes the validation images greedily and scores CIDEr-D; the best checkpoint is kept. It needs no
+Java (the references get the PTB tokenizer's tokens from NLTK, vltools.eval.caption.treebank_tokenize), so the
+same checkpoint is picked on every machine; `vltools score caption` gives the reported numbers.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from vltools.data.captioning import (
 )
 from vltools.data.captions import CaptionSplit, check_images, load_vocabulary, read_split
 from vltools.errors import VLToolsError
-from vltools.eval.caption import cider_d, ptb_tokenize
+from vltools.eval.caption import cider_d, treebank_tokenize
 from vltools.infer.caption import caption_batches
 from vltools.infer.loader import load_model
 from vltools.io.features import FeaturesReader
@@ -160,14 +162,14 @@ class CaptioningTask:
                                      negative=self.objective != "cl-p")
 
     def references(self) -> dict[str, list[str]]:
-        """PTB-tokenised validation references (tokenised once, at the first validation)."""
+        """The validation references in PTB tokens without Java (treebank_tokenize), at the first validation."""
         if self._val_refs is None:
             wanted = set(self.val_images)
             refs: dict[str, list[str]] = {}
             for image, caption in zip(self.val.caption_image_index, self.val.captions, strict=True):
                 if self.val.image_ids[image] in wanted:
                     refs.setdefault(self.val.image_ids[image], []).append(caption)
-            self._val_refs = ptb_tokenize(refs)
+            self._val_refs = treebank_tokenize(refs)
         return self._val_refs
 
     def validate(self, model: nn.Module, device: torch.device) -> dict[str, float]:

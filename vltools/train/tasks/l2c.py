@@ -11,8 +11,9 @@ The loss is `vltools.losses.l2c_loss`: L_diff and L_single (Eqs. 4-5) are the cr
 sentence's tokens and averaged over the batch's sentences, L_TV is Eq. 2 of each image (summed over its K maps
 and pixels) averaged over the step's images, lambda = `task.tv_weight` = 1 (section 3.1). Validation describes every
 validation pair (beam `task.val_beam`) and scores ROUGE-L against all its descriptions; the best
-checkpoint by ROUGE-L is kept, as the paper selects models (generated words against the PTB-tokenised
-references, no Java per validation; `vltools score caption` gives the reported numbers).
+checkpoint by ROUGE-L is kept, as the paper selects models (generated words against the references in PTB
+tokens from NLTK, no Java: vltools.eval.caption.treebank_tokenize; `vltools score caption` gives the reported
+numbers).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from vltools.data.l2c import (
     read_pairs,
 )
 from vltools.errors import VLToolsError
-from vltools.eval.caption import ptb_tokenize, rouge_l
+from vltools.eval.caption import rouge_l, treebank_tokenize
 from vltools.infer.pairs import describe_pairs
 from vltools.io.features import FeaturesReader
 from vltools.io.provenance import ids_digest
@@ -137,9 +138,9 @@ class L2CTask:
                         self.options["tv_weight"])
 
     def references(self) -> dict[str, list[str]]:
-        """The validation pairs' descriptions, PTB-tokenised once (Java) on first use."""
+        """The validation pairs' descriptions in PTB tokens without Java (treebank_tokenize), at first use."""
         if self._val_refs is None:
-            self._val_refs = ptb_tokenize(dict(zip(self.val.pair_ids, self.val.descriptions, strict=True)))
+            self._val_refs = treebank_tokenize(dict(zip(self.val.pair_ids, self.val.descriptions, strict=True)))
         return self._val_refs
 
     def validate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
