@@ -181,9 +181,10 @@ def test_logp_matrix_scores_every_caption_under_every_image(world, tmp_path):
                               {"image_id": "img025", "caption": "dog and tree zebra"},
                               {"image_id": "img021", "caption": "a cat"}])
     run("caption", "--logp", "--model", aa, features, generated, "-o", tmp_path / "logp.h5", "--block-images", "1",
-        "--block-captions", "2")
+        "--block-captions", "2", "--precision", "tf32")
     with h5py.File(tmp_path / "logp.h5") as handle:
         logp = handle["logp"][()]
+        assert handle.attrs["precision"] == "tf32"   # the same numbers as fp32 on a CPU, and recorded
         assert [x.decode() for x in handle["image_ids"][()]] == ["img021", "img025"]
         assert [x.decode() for x in handle["caption_image_ids"][()]] == ["img021", "img025", "img021"]
     loaded = load_model(aa, "captioner")

@@ -84,8 +84,8 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         if resume and is_stdout(output):
             raise click.UsageError("--resume needs -o OUT.jsonl")
         with autocast(resolve_device(device), precision):
-            _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, resume,
-                      shard)
+            _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, precision,
+                      resume, shard)
         return
     if split is not None and captions is None:
         raise click.UsageError("--split needs CAPTIONS, the captions JSONL that holds the splits")
@@ -102,7 +102,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
             matrix = logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
                                  block_captions, chosen)
             write_logp(output, matrix, image_ids, [r["image_id"] for r in records], caption_ids(records),
-                       provenance(model=model_path, features=features, captions=captions))
+                       provenance(model=model_path, features=features, captions=captions, precision=precision))
             log.info("caption: wrote log p(c|I) of %d captions x %d images", len(records), len(image_ids))
             return
         image_ids = shard_ids(image_ids, shard)
@@ -119,7 +119,8 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
                                               device=chosen):
                 yield ids, [{"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True)]
 
-        with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len},
+        with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len,
+                                                         "--precision": precision},
                             {"--model": model_path, "FEATURES": features}) as writer:
             runner.run("caption", image_ids, writer, produce, "captions")
             written = writer.finish(image_ids, lambda records: check_captions(records, model_path))
@@ -127,7 +128,8 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
 
 
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
-              max_len: int | None, batch_size: int, device: str, resume: bool, shard: str | None) -> None:
+              max_len: int | None, batch_size: int, device: str, precision: str, resume: bool,
+              shard: str | None) -> None:
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
     from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
     from vltools.infer import runner
@@ -144,7 +146,7 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
     order = shard_ids(pairs.pair_ids, shard)
     max_len = max_len or loaded.prep.max_words or 64
     inputs = {"--model": model_path, "FEATURES": features}
-    options: dict[str, object] = {"--beam": beam, "--max-len": max_len}
+    options: dict[str, object] = {"--beam": beam, "--max-len": max_len, "--precision": precision}
     if is_stdout(pairs_path):      # no file to digest: record the pairs themselves
         options["--pairs -"] = ids_digest([f"{p}\t{a}\t{b}" for p, a, b in
                                            zip(pairs.pair_ids, pairs.image_a, pairs.image_b, strict=True)])
