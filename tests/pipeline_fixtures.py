@@ -15,6 +15,7 @@ import h5py
 import pytest
 from click.testing import CliRunner
 
+import vltools
 from vltools.cli import cli
 
 # The hang guard of every subprocess a test runs: twice the longest run measured (the SCO recipe miniature, 9 min
@@ -75,6 +76,22 @@ def torchrun(*args: object, cwd: Path | None = None, processes: int = 2) -> subp
     return run_process([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
                         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools",
                         *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: object) -> tuple[Path, Path]:
+    """Run `vltools --quiet ARGS` in `folder/one`, in this process but as `python -m vltools` would (the same
+    sys.argv), and under torchrun with 2 processes in `folder/two`; return the two folders. Outputs named by
+    relative paths then record the same command line."""
+    one, two = folder / "one", folder / "two"
+    one.mkdir(parents=True)
+    two.mkdir()
+    with monkeypatch.context() as patch:
+        patch.chdir(one)
+        patch.setattr(sys, "argv", [str(Path(vltools.__file__).with_name("__main__.py")), "--quiet", *map(str, args)])
+        run(*args)
+    done = torchrun("--quiet", *args, cwd=two)
+    assert done.returncode == 0, done.stderr
+    return one, two
 
 
 def same_but_created(first: Path, second: Path) -> None:

@@ -3,9 +3,11 @@ exchanges of a job of one (the torchrun jobs of the stages' tests exchange for r
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from vltools.distributed import Place, from_main, gather, gathered, place, share
+from vltools import distributed
+from vltools.distributed import Place, from_main, gather, gather_rows, gathered, place, share
 
 
 def in_job(monkeypatch, rank: int, world_size: int, local_rank: int | None = None) -> None:
@@ -49,3 +51,20 @@ def test_a_job_of_one_exchanges_with_itself(monkeypatch):
     assert share(3) == [0, 1, 2]
     assert gather("x") == ["x"] and from_main({"a"}) == {"a"}
     assert list(gathered(iter([1, 2]))) == [[1], [2]]
+
+
+def test_rows_go_back_to_their_places_on_the_first_process(monkeypatch):
+    """Blocks of 2 of 5 items among 3 processes: 0 takes items 0, 1; 1 takes 2, 3; 2 takes 4; a fourth process
+    without items sends an empty array of another shape (an embedder that saw no image)."""
+    rows = np.arange(10, dtype=np.float32).reshape(5, 2)
+    sent = [([0, 1], rows[:2]), ([2, 3], rows[2:4]), ([4], rows[4:]), ([], np.zeros((0, 0), np.float32))]
+    monkeypatch.setattr(distributed, "gather", lambda value: sent)
+    assert np.array_equal(gather_rows(rows[:2], [0, 1]), rows)
+    monkeypatch.setattr(distributed, "gather", lambda value: None)
+    assert gather_rows(rows[2:4], [2, 3]) is None
+
+
+def test_rows_of_a_job_of_one_are_its_own(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    rows = np.ones((3, 2), dtype=np.float32)
+    assert gather_rows(rows, [0, 1, 2]) is rows

@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 from kill_helpers import kill, start, wait_until
 from PIL import Image
-from pipeline_fixtures import run_process, same_but_created, synth_world, torchrun
+from pipeline_fixtures import one_and_two_processes, run_process, same_but_created, synth_world, torchrun
 
-import vltools
 from vltools.cli import main
 from vltools.io.features import FeaturesReader
 from vltools.vision import backbones
@@ -298,30 +297,21 @@ def bad_world(tmp_path_factory) -> Path:
 def _torchrun_args(world: Path) -> list[object]:
     """Batches of 2 of the 10 images: process 0 of 2 takes batches 0, 2, 4 and process 1 batches 1, 3 (with the
     bad image 3)."""
-    return ["-q", "extract-regions", world / "images.jsonl", "--regions", "boxes", "--global", "avg", *TINY,
+    return ["extract-regions", world / "images.jsonl", "--regions", "boxes", "--global", "avg", *TINY,
             "--batch-size", "2", "-o", "feats.h5"]
 
 
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(bad_world, tmp_path, monkeypatch):
-    """One process runs here as `python -m vltools` would, with the same arguments as the torchrun job in a
-    sibling folder, so that both files record the same command line: only their creation time may differ."""
-    args = _torchrun_args(bad_world)
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-    monkeypatch.chdir(tmp_path / "one")
-    monkeypatch.setattr(sys, "argv", [str(Path(vltools.__file__).with_name("__main__.py")), *map(str, args)])
-    assert _vltools(*args) == 0
-    done = torchrun(*args, cwd=tmp_path / "two")
-    assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["feats.h5"]
-    with FeaturesReader(tmp_path / "two" / "feats.h5") as reader:   # the failure seen by process 1 is listed
+    one, two = one_and_two_processes(tmp_path, monkeypatch, *_torchrun_args(bad_world))
+    assert sorted(p.name for p in two.iterdir()) == ["feats.h5"]
+    with FeaturesReader(two / "feats.h5") as reader:   # the failure seen by process 1 is listed
         assert len(reader.ids) == 9 and reader.failed == ["img00003\tnot an image file Pillow can read"]
-    same_but_created(tmp_path / "one" / "feats.h5", tmp_path / "two" / "feats.h5")
+    same_but_created(one / "feats.h5", two / "feats.h5")
 
 
 def test_torchrun_a_failure_in_one_process_stops_both(bad_world, tmp_path):
     """With --strict the bad image of process 1 stops both, with the one line one process prints; nothing is left."""
-    done = torchrun(*_torchrun_args(bad_world), "--strict", cwd=tmp_path)
+    done = torchrun("-q", *_torchrun_args(bad_world), "--strict", cwd=tmp_path)
     assert done.returncode != 0
     assert f"vltools: error: {bad_world}/images/img00003.png: image 'img00003': not an image file" in done.stderr
     assert list(tmp_path.iterdir()) == []

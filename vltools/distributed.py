@@ -6,8 +6,8 @@ an inference stage joins a gloo group the first time its processes exchange anyt
 and records, which gloo carries for CUDA and CPU runs alike) and leaves it when the process exits.
 
 Each process takes whole blocks of the work in turn (`share`: block k goes to process k mod N), so every block is
-the block one process would have made, and the first process gathers the results (`gathered`, `gather`) and
-writes what one process would have written.
+the block one process would have made, and the first process gathers the results (`gathered` as they come,
+`gather_rows` at the end) and writes what one process would have written.
 
 Importing this module does not load torch (the exchanges do, when called).
 """
@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 from vltools.errors import VLToolsError
 
@@ -91,6 +93,23 @@ def from_main(value: T) -> T:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather_rows(rows: np.ndarray, positions: Sequence[int]) -> np.ndarray | None:
+    """On the first process, every process's rows at their places among all of them (`rows[i]` is the row of item
+    `positions[i]`, as `share` gives the positions); None on the others; `rows` itself in a job of one."""
+    found = gather((list(positions), rows))
+    if found is None:
+        return None
+    if len(found) == 1:
+        return rows
+    out = None
+    for places, part in found:
+        if len(places):      # a process without items may hold an array of another shape
+            if out is None:
+                out = np.empty((sum(len(p) for p, _ in found), *part.shape[1:]), dtype=part.dtype)
+            out[places] = part
+    return rows if out is None else out
 
 
 def gathered(batches: Iterable[T]) -> Iterator[list[T]]:

@@ -44,10 +44,11 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def configure(quiet: bool = False, debug: bool = False, interval: float = 10.0) -> None:
-    """Set up the `vltools` logger once per process; `quiet` silences progress and info lines."""
+    """Set up the `vltools` logger once per process; `quiet` silences progress and info lines, as it does on the
+    processes of a torchrun job but the first (which reports for the job)."""
     _state["quiet"] = quiet
     _state["interval"] = interval
-    level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
+    level = logging.DEBUG if debug else (logging.WARNING if quiet or not place().main else logging.INFO)
     log.setLevel(level)
     if not log.handlers:
         handler = _StderrHandler()
