@@ -13,6 +13,7 @@ from pathlib import Path
 
 import h5py
 import pytest
+import torch
 from click.testing import CliRunner
 
 import vltools
@@ -72,23 +73,31 @@ def free_port() -> int:
 
 def torchrun(*args: object, cwd: Path | None = None, processes: int = 2) -> subprocess.CompletedProcess:
     """`torchrun --nproc-per-node PROCESSES -m vltools ARGS` on this machine (gloo on CPU), output captured as
-    text; sys.argv[0] of each process is vltools/__main__.py, as under `python -m vltools`."""
+    text; sys.argv[0] of each process is vltools/__main__.py, as under `python -m vltools`, and each computes on
+    one thread (OMP_NUM_THREADS=1, torchrun's default made explicit)."""
     return run_process([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
                         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools",
-                        *map(str, args)], capture_output=True, text=True, cwd=cwd)
+                        *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: object) -> tuple[Path, Path]:
     """Run `vltools --quiet ARGS` in `folder/one`, in this process but as `python -m vltools` would (the same
     sys.argv), and under torchrun with 2 processes in `folder/two`; return the two folders. Outputs named by
-    relative paths then record the same command line."""
+    relative paths then record the same command line. Every process computes on one thread, as torchrun's
+    processes do by default (OMP_NUM_THREADS=1): CPU sums may depend on the number of threads."""
     one, two = folder / "one", folder / "two"
     one.mkdir(parents=True)
     two.mkdir()
+    threads = torch.get_num_threads()
     with monkeypatch.context() as patch:
         patch.chdir(one)
         patch.setattr(sys, "argv", [str(Path(vltools.__file__).with_name("__main__.py")), "--quiet", *map(str, args)])
-        run(*args)
+        torch.set_num_threads(1)
+        try:
+            run(*args)
+        finally:
+            torch.set_num_threads(threads)
     done = torchrun("--quiet", *args, cwd=two)
     assert done.returncode == 0, done.stderr
     return one, two
