@@ -1,17 +1,22 @@
-"""What the tests that run stages share: running a stage in-process, making the synthetic world, and the one
-hang guard of every subprocess a test starts."""
+"""What the tests that run stages share: running a stage in-process or under torchrun, comparing outputs, making the
+synthetic world, and the one hang guard of every subprocess a test starts."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import h5py
 import pytest
+import torch
 from click.testing import CliRunner
 
+import vltools
 from vltools.cli import cli
 
 # The hang guard of every subprocess a test runs: twice the longest run measured (the SCO recipe miniature, 9 min
@@ -57,3 +62,55 @@ def synth_world(folder: Path, images: int, pairs: int = 0, aux_images: int = 0) 
     single images with captions, written to `folder`."""
     run("synth", folder, "--seed", "0", "--images", images, "--pairs", pairs, "--aux-images", aux_images)
     return folder
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a torchrun job's rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(*args: object, cwd: Path | None = None, processes: int = 2) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node PROCESSES -m vltools ARGS` on this machine (gloo on CPU), output captured as
+    text; sys.argv[0] of each process is vltools/__main__.py, as under `python -m vltools`, and each computes on
+    one thread (OMP_NUM_THREADS=1, torchrun's default made explicit)."""
+    return run_process([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
+                        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools",
+                        *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: object) -> tuple[Path, Path]:
+    """Run `vltools --quiet ARGS` in `folder/one`, in this process but as `python -m vltools` would (the same
+    sys.argv), and under torchrun with 2 processes in `folder/two`; return the two folders. Outputs named by
+    relative paths then record the same command line. Every process computes on one thread, as torchrun's
+    processes do by default (OMP_NUM_THREADS=1): CPU sums may depend on the number of threads."""
+    one, two = folder / "one", folder / "two"
+    one.mkdir(parents=True)
+    two.mkdir()
+    threads = torch.get_num_threads()
+    with monkeypatch.context() as patch:
+        patch.chdir(one)
+        patch.setattr(sys, "argv", [str(Path(vltools.__file__).with_name("__main__.py")), "--quiet", *map(str, args)])
+        torch.set_num_threads(1)
+        try:
+            run(*args)
+        finally:
+            torch.set_num_threads(threads)
+    done = torchrun("--quiet", *args, cwd=two)
+    assert done.returncode == 0, done.stderr
+    return one, two
+
+
+def same_but_created(first: Path, second: Path) -> None:
+    """Assert that two HDF5 outputs hold the same bytes except their creation time (the `created` attribute, a
+    fixed-length time stamp, found once in each file)."""
+    contents = []
+    for path in (first, second):
+        with h5py.File(path, "r") as handle:
+            created = str(handle.attrs["created"]).encode()
+        content = path.read_bytes()
+        assert content.count(created) == 1, path
+        contents.append(content.replace(created, b"?" * len(created)))
+    assert contents[0] == contents[1], f"{first} and {second} differ beyond their creation time"

@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from kill_helpers import killed_midway
+from pipeline_fixtures import one_and_two_processes, same_but_created
 from tiny_captioning import make_caption_world, save_captioner
 
 import vltools.infer.caption as caption_step
@@ -296,3 +297,18 @@ def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monke
         expected = ["4 of the 30 captions (13%) are empty (decoding ended at the first word): the checkpoint may be "
                     "undertrained, or the features unlike those it was trained on"] if warned else []
         assert warnings == expected
+
+
+def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
+    """30 images sampled in batches of 4 (process 0 samples batches 0, 2, 4, 6 and process 1 batches 1, 3, 5, 7,
+    each batch with its own keyed draws), and log p(c | I) with blocks of 4 images shared the same way."""
+    _, features, captions, aa, _ = world
+    one, two = one_and_two_processes(tmp_path / "sample", monkeypatch, "caption", "--model", aa, features,
+                                     "--sample", "--temperature", "2", "--batch-size", "4", "--device", "cpu",
+                                     "-o", "caps.jsonl")
+    assert len(read_records(two / "caps.jsonl", "captions")) == 30
+    assert (one / "caps.jsonl").read_bytes() == (two / "caps.jsonl").read_bytes()
+    one, two = one_and_two_processes(tmp_path / "logp", monkeypatch, "caption", "--model", aa, features, captions,
+                                     "--split", "test", "--logp", "--block-images", "4", "--device", "cpu",
+                                     "-o", "logp.h5")
+    same_but_created(one / "logp.h5", two / "logp.h5")

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import torch
 
-from vltools.data.draws import FLIPS, NEGATIVES, EpochDraws, keyed_rng, keyed_seed
+from vltools.data.draws import FLIPS, NEGATIVES, SAMPLES, EpochDraws, id_key, keyed_rng, keyed_seed
 
 
 def test_a_key_gives_the_same_numbers_and_any_other_key_others():
@@ -25,6 +25,13 @@ def test_keyed_seeds_seed_torch_and_ignore_the_global_generator():
     first = torch.rand(3, generator=torch.Generator().manual_seed(seed))
     torch.manual_seed(456)
     assert torch.equal(torch.rand(3, generator=torch.Generator().manual_seed(keyed_seed(7, FLIPS, 3, 5))), first)
+
+
+def test_an_id_keys_draws_by_its_bytes():
+    """The first 8 bytes of SHA-256("img1"), little-endian (not Python's hash, which differs per process)."""
+    assert id_key("img1") == int.from_bytes(bytes.fromhex("d7bdd545f09d8a73"), "little")
+    assert id_key("img1") != id_key("img2") and 0 <= id_key("") < 2 ** 64
+    assert keyed_seed(0, SAMPLES, id_key("img1")) != keyed_seed(0, NEGATIVES, id_key("img1"))
 
 
 def test_another_process_draws_the_same():

@@ -10,6 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
+from pipeline_fixtures import one_and_two_processes, same_but_created
 
 from vltools.cli import cli
 from vltools.io.checkpoints import save_checkpoint
@@ -147,3 +148,17 @@ def test_an_image_without_a_generated_sentence_is_refused_naming_it(ctx_sen, cap
     assert f"{folder / 'short.jsonl'}: has no generated sentence of image_id 'img0' named by " \
            f"{folder / 'context.h5'} (2 image(s) missing)" in err
     assert err.count("\n") == 1 and not (folder / "short.h5").exists()
+
+
+def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
+    """8 images in blocks of 3 (process 0 takes blocks 0 and 2, process 1 block 1) and 18 captions in blocks of 4
+    (blocks 0, 2, 4 and 1, 3): the embeddings of each block come from one process, the file from the first."""
+    _, features, captions, vse, _ = world
+    one, two = one_and_two_processes(tmp_path / "images", monkeypatch, "encode", "--model", vse, features,
+                                     "--batch-size", "3", "--device", "cpu", "-o", "emb.h5")
+    same_but_created(one / "emb.h5", two / "emb.h5")
+    one, two = one_and_two_processes(tmp_path / "captions", monkeypatch, "encode", "--model", vse, captions,
+                                     "--batch-size", "4", "--device", "cpu", "-o", "emb.h5")
+    same_but_created(one / "emb.h5", two / "emb.h5")
+    with h5py.File(two / "emb.h5") as handle:
+        assert handle["emb"].shape[0] == 18

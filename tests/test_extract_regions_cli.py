@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from kill_helpers import kill, start, wait_until
 from PIL import Image
-from pipeline_fixtures import run_process
+from pipeline_fixtures import one_and_two_processes, run_process, same_but_created, synth_world, torchrun
 
 from vltools.cli import main
 from vltools.io.features import FeaturesReader
@@ -284,6 +284,37 @@ def test_shards_merged_equal_a_single_run(photos, tmp_path):
         assert "shard" not in merged.attrs and merged.attrs["backbone"] == "resnet18"
     for name in a:
         assert np.array_equal(a[name], b[name]), name
+
+
+@pytest.fixture(scope="module")
+def bad_world(tmp_path_factory) -> Path:
+    """10 synthetic images, the fourth of them not an image."""
+    world = synth_world(tmp_path_factory.mktemp("world"), 10)
+    (world / "images" / "img00003.png").write_text("not an image")
+    return world
+
+
+def _torchrun_args(world: Path) -> list[object]:
+    """Batches of 2 of the 10 images: process 0 of 2 takes batches 0, 2, 4 and process 1 batches 1, 3 (with the
+    bad image 3)."""
+    return ["extract-regions", world / "images.jsonl", "--regions", "boxes", "--global", "avg", *TINY,
+            "--batch-size", "2", "-o", "feats.h5"]
+
+
+def test_torchrun_two_gloo_processes_write_what_one_process_writes(bad_world, tmp_path, monkeypatch):
+    one, two = one_and_two_processes(tmp_path, monkeypatch, *_torchrun_args(bad_world))
+    assert sorted(p.name for p in two.iterdir()) == ["feats.h5"]
+    with FeaturesReader(two / "feats.h5") as reader:   # the failure seen by process 1 is listed
+        assert len(reader.ids) == 9 and reader.failed == ["img00003\tnot an image file Pillow can read"]
+    same_but_created(one / "feats.h5", two / "feats.h5")
+
+
+def test_torchrun_a_failure_in_one_process_stops_both(bad_world, tmp_path):
+    """With --strict the bad image of process 1 stops both, with the one line one process prints; nothing is left."""
+    done = torchrun("-q", *_torchrun_args(bad_world), "--strict", cwd=tmp_path)
+    assert done.returncode != 0
+    assert f"vltools: error: {bad_world}/images/img00003.png: image 'img00003': not an image file" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_resume_recomputes_rows_whose_image_changed(tmp_path):

@@ -129,3 +129,8 @@ def test_nan_detector_outputs_are_refused_by_id_naming_the_output_and_leave_no_p
     assert str(error.value) == f"feats.h5: image id 'b': the model gave NaN or infinite /{field} values; check the " \
                                "weights and the image"
     assert not folder.exists()
+
+
+def test_failures_are_listed_in_input_order():
+    """As one process lists them, whichever process of a torchrun job met them first."""
+    assert runner.gathered_failures(["im4\tbad", "im1\tworse"], IDS) == ["im1\tworse", "im4\tbad"]

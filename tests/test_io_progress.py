@@ -97,6 +97,23 @@ def test_quiet_prints_nothing(capsys):
     assert progress_module._state["quiet"] is False
 
 
+def test_only_the_first_process_of_a_torchrun_job_reports(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    configure(quiet=False, interval=0.0)
+    assert list(progress(range(3), total=3, desc="images")) == [0, 1, 2]
+    log.info("wrote 3 images")
+    log.warning("skipped 1 image")
+    assert capsys.readouterr().err == "vltools: skipped 1 image\n"
+    monkeypatch.setenv("RANK", "0")
+    configure(quiet=False, interval=0.0)
+    assert list(progress(range(3), total=3, desc="images")) == [0, 1, 2]
+    log.info("wrote 3 images")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2].startswith("vltools: images 3/3 it (") and lines[-1] == "vltools: wrote 3 images"
+    configure(quiet=False)
+
+
 def _formatted(message: str) -> str:
     """How the vltools handler writes an info line now (whatever stream it was given)."""
     handler = log.handlers[0]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
-from pipeline_fixtures import run_process
+from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
 
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
@@ -305,3 +305,15 @@ def test_a_saved_index_of_the_first_stage_reranks_as_the_full_match(world, tmp_p
     err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions),
                 "--index-file", str(tmp_path / "caps.index.h5"))
     assert "region features are scored by --model pair by pair" in err
+
+
+def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
+    """6 images in blocks of 2 (process 0 scores blocks 0 and 2 against every caption, process 1 block 1) with the
+    SGR + SAF ensemble: the first gathers the rows and writes the rankings and the sims one process writes."""
+    _, features, captions, models = world
+    one, two = one_and_two_processes(tmp_path, monkeypatch, "match", "--model", models["sgr"], "--model",
+                                     models["saf"], features, captions, "--block-images", "2", "--block-captions", "4",
+                                     "--device", "cpu", "--sims", "sims.h5", "-o", "rankings.jsonl")
+    assert len(read_records(two / "rankings.jsonl", "rankings")) == 6 + 18
+    assert (one / "rankings.jsonl").read_bytes() == (two / "rankings.jsonl").read_bytes()
+    same_but_created(one / "sims.h5", two / "sims.h5")

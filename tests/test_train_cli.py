@@ -4,13 +4,11 @@ torchrun train exactly like 1 process that accumulates the same 2 shares of each
 from __future__ import annotations
 
 import json
-import socket
-import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
-from pipeline_fixtures import run_process
+from pipeline_fixtures import torchrun
 from tiny_matching import TINY, TINY_SGR, make_world
 
 from vltools.cli import cli, main
@@ -97,12 +95,6 @@ def test_sgr_trains_one_epoch_and_writes_its_files(world, tmp_path):
     assert best["config"]["sgr_step"] == 1 and best["vocab"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_path):
     """What is compared: 2 DDP processes (global batch 16 = 2 shares of 8, gradients all-reduced) against 1
     process with `accumulate=2` (the same 2 shares of 8 as micro-batches, gradients averaged). The data order
@@ -114,10 +106,7 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     ddp.mkdir()
     single.mkdir()
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
-               "127.0.0.1", "--master-port", str(free_port()), "-m", "vltools", "--quiet", "train", "--model", "vse",
-               str(features), str(captions), "-o", str(ddp / "m.pt"), *common]
-    done = run_process(command, capture_output=True, text=True)
+    done = torchrun("--quiet", "train", "--model", "vse", features, captions, "-o", ddp / "m.pt", *common)
     assert done.returncode == 0, done.stderr
     result = CliRunner().invoke(cli, ["--quiet", "train", "--model", "vse", str(features), str(captions), "-o",
                                       str(single / "m.pt"), *common, "--set", "train.accumulate=2"],

@@ -211,12 +211,13 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
 
 def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: str | None = None, top_k: int = 10,
           device: str = "auto", precision: str = "fp32", rerank_k: int | None = None,
-          first_stage: PathLike | LoadedModel | None = None, **search: object) -> Matches:
+          first_stage: PathLike | LoadedModel | None = None, **search: object) -> Matches | None:
     """`vltools match FIRST SECOND [--model ...]`: features + captions with a model (a checkpoint, a store name
     such as "sgraf", loaded models, or a list: their mean), two sims files, or two embeddings files. Returns a
     `Matches`: `.sims` (the full matrix, unless reranking), `.row_ids`, `.column_ids`, `.forward` / `.backward`
     (top-k scores and indices) and `.rankings()` (the records `match -o` writes). Further keyword options are
-    those of `vltools.infer.match.Search` (block_images, block_captions, image_cache_mb, index, nprobe)."""
+    those of `vltools.infer.match.Search` (block_images, block_captions, image_cache_mb, index, nprobe). Under
+    torchrun the first process gets the `Matches`, the others None."""
     checks.path(first, "first")
     checks.path(second, "second")
     items = _model_items(model, "model")

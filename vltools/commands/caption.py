@@ -70,7 +70,13 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     (FEATURES from segment-pool): one {"pair_id", "caption"} line per pair, in input order (beam search).
     """
     from vltools.infer import runner
-    from vltools.infer.caption import caption_batches, check_captions, images_to_caption, logp_matrix, split_records
+    from vltools.infer.caption import (
+        caption_batches,
+        check_captions,
+        images_to_caption,
+        shared_logp_matrix,
+        split_records,
+    )
     from vltools.infer.loader import load_model
     from vltools.infer.runner import records_writer, shard_ids
     from vltools.io.features import FeaturesReader
@@ -99,8 +105,10 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     with FeaturesReader(features) as reader, autocast(chosen, precision):
         image_ids = images_to_caption(reader, records, captions)
         if logp:
-            matrix = logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
-                                 block_captions, chosen)
+            matrix = shared_logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
+                                        block_captions, chosen)
+            if matrix is None:     # another process of a torchrun job: the first writes the whole matrix
+                return
             write_logp(output, matrix, image_ids, [r["image_id"] for r in records], caption_ids(records),
                        provenance(model=model_path, features=features, captions=captions, precision=precision))
             log.info("caption: wrote log p(c|I) of %d captions x %d images", len(records), len(image_ids))
@@ -122,7 +130,9 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len,
                                                          "--precision": precision},
                             {"--model": model_path, "FEATURES": features}) as writer:
-            runner.run("caption", image_ids, writer, produce, "captions")
+            runner.run("caption", image_ids, writer, produce, "captions", batch_size)
+            if writer is None:     # another process of a torchrun job: the first writes every caption
+                return
             written = writer.finish(image_ids, lambda records: check_captions(records, model_path))
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
 
@@ -164,6 +174,8 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
             yield ids, [{"pair_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
 
     with records_writer(output, "pair_id", resume, options, inputs) as writer:
-        runner.run("caption --pairs", order, writer, produce, "pairs")
+        runner.run("caption --pairs", order, writer, produce, "pairs", batch_size)
+        if writer is None:         # another process of a torchrun job: the first writes every description
+            return
         written = writer.finish(order, lambda records: check_captions(records, model_path, "pair descriptions"))
     log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)

@@ -88,6 +88,8 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
                      nprobe, index_file)
     matches = match_files(first, second, loaded, split, options, bool(sims_path), rerank_k, first_stage_model)
+    if matches is None:        # another process of a torchrun job: the first writes
+        return
     if sims_path:
         write_sims(sims_path, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
                    attrs=matches.attrs)

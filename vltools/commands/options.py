@@ -20,7 +20,8 @@ from vltools.infer.checks import MAX_BEAM, MAX_CAPTION_WORDS, MAX_IMAGE_SIDE, MA
 from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, parse_shard
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
-DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda or cuda:K."
+DEVICE_HELP = ("auto (CUDA when available, else CPU), cpu, cuda or cuda:K; under torchrun auto and cuda are each "
+               "process's GPU, cuda:LOCAL_RANK.")
 PRECISION_HELP = ("Compute precision: fp32 is IEEE float32 on every device (TF32 off on GPUs); tf32 lets a GPU's "
                   "matmuls and convolutions use TF32 (faster; on a CPU the same as fp32); bf16 or fp16 autocast the "
                   "forward passes (fp16 is meant for GPUs; its coarse steps can tie close similarity scores).")

@@ -1,4 +1,5 @@
-"""Random draws of training as functions of the seed and of where they happen, never of a process's generator.
+"""Random draws of training (and of `caption --sample`) as functions of the seed and of where they happen, never of
+a process's generator.
 
 A draw made while fetching data (Contrastive Learning's negative captions, the concept CNN's flips) comes from a
 generator keyed by (seed, stream, epoch, item), and one made in a loss (SCO's sampled negatives) from one keyed by
@@ -9,10 +10,13 @@ drew, with no generator state to save. `stream` keeps the draws of different pur
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
-# one stream per purpose: two uses of the same (seed, epoch, item) never see the same numbers
-NEGATIVES, FLIPS, LOSS = 1, 2, 3
+# one stream per purpose: two uses of the same (seed, epoch, item) never see the same numbers; SAMPLES: the words
+# `caption --sample` draws for a batch, keyed by (seed, its first image)
+NEGATIVES, FLIPS, LOSS, SAMPLES = 1, 2, 3, 4
 
 
 def keyed_rng(seed: int, stream: int, *position: int) -> np.random.Generator:
@@ -24,6 +28,11 @@ def keyed_seed(seed: int, stream: int, *position: int) -> int:
     """A 64-bit seed for `torch.Generator().manual_seed`, determined by (seed, stream, position...) alone."""
     entropy = [int(seed), int(stream), *(int(p) for p in position)]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+
+def id_key(item_id: str) -> int:
+    """A 64-bit position for `keyed_seed` made of an id (its SHA-256), to key draws by the item they are for."""
+    return int.from_bytes(hashlib.sha256(item_id.encode("utf-8")).digest()[:8], "little")
 
 
 class EpochDraws:

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from vltools.data.captioning import feature_fields, image_tensors
+from vltools.data.draws import SAMPLES, id_key, keyed_seed
 from vltools.decoding.search import beam_search, greedy, sample
+from vltools.distributed import gather_rows, share
 from vltools.errors import VLToolsError, argument
 from vltools.infer.loader import LoadedModel
 from vltools.io.features import FeaturesReader
@@ -83,13 +85,16 @@ def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader,
                     method: str = "beam", beam_size: int = 3, max_len: int = 16, length_penalty: float = 0.0,
                     temperature: float = 1.0, seed: int = 0, batch_size: int = 50,
                     device: torch.device | str = "cpu") -> Iterator[tuple[list[str], list[str]]]:
-    """(ids, captions) batch by batch in the order of `ids`; `method` is beam, greedy or sample."""
+    """(ids, captions) batch by batch in the order of `ids`; `method` is beam, greedy or sample. A sampled batch
+    draws from a generator keyed by (seed, its first id), so it draws the same words whichever process of a
+    torchrun job samples it."""
     device = torch.device(device)
     model = model.to(device)
     fields = check_features(model, reader)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator(device=device)
     for start in range(0, len(ids), batch_size):
         chunk = list(ids[start:start + batch_size])
+        generator.manual_seed(keyed_seed(seed, SAMPLES, id_key(chunk[0])))
         state, static = model.init_state(_images(reader, chunk, fields, device))
         if method == "beam":
             out = beam_search(model.step, state, static, beam_size=beam_size, max_len=max_len,
@@ -145,3 +150,14 @@ def logp_matrix(loaded: LoadedModel, reader: FeaturesReader, image_ids: Sequence
         out[c:c + n_cap, i:i + n_img] = total.view(n_img, n_cap).T.float().cpu().numpy()
     return out
 
+
+
+def shared_logp_matrix(loaded: LoadedModel, reader: FeaturesReader, image_ids: Sequence[str], captions: Sequence[str],
+                       block_images: int = 25, block_captions: int = 100,
+                       device: torch.device | str = "cpu") -> np.ndarray | None:
+    """`logp_matrix` of a torchrun job: each process scores every caption under its blocks of images (every N-th)
+    and the first gets the whole matrix (the others None); `logp_matrix` itself in a job of one."""
+    mine = share(len(image_ids), block_images)
+    part = logp_matrix(loaded, reader, [image_ids[k] for k in mine], captions, block_images, block_captions, device)
+    found = gather_rows(part.T, mine)
+    return None if found is None else np.ascontiguousarray(found.T)

@@ -6,13 +6,14 @@ model's encodings mean something only jointly with the other side, inside `model
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from vltools.devices import autocast
+from vltools.distributed import gathered, share
 from vltools.errors import VLToolsError
 from vltools.infer.similarity import block_sizes, encode_captions, encode_images, evaluating
 from vltools.io.progress import progress
@@ -43,6 +44,16 @@ def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.de
             else:
                 emb = encode_captions([model], block, device)[0][0]
             yield emb.float().cpu().numpy()
+
+
+def embed_shared(model: nn.Module, blocks_of: Callable[[list[int]], Sequence], count: int, batch_size: int,
+                 side: str, device: torch.device, precision: str = "fp32") -> Iterator[np.ndarray]:
+    """`embed_blocks` of the blocks of `batch_size` of `count` items, where `blocks_of(positions)` serves the items
+    at `positions` in such blocks. Under torchrun each process embeds its blocks (every N-th: the blocks one
+    process makes) and the first yields every block's embeddings in order; the others yield nothing."""
+    mine = share(count, batch_size)
+    for arrays in gathered(embed_blocks(model, blocks_of(mine), side, device, precision)):
+        yield from arrays
 
 
 def embed_all(model: nn.Module, blocks: Sequence, side: str, device: torch.device,

@@ -4,14 +4,18 @@ model, with its provenance, from features (regions or global vectors), captions 
 from __future__ import annotations
 
 import os
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
-from vltools.infer.embed import embed_blocks, require_separable
+from vltools.distributed import place
+from vltools.infer.embed import embed_shared, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, encode_rmac
 from vltools.io.embeddings import write_embeddings
@@ -36,6 +40,8 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     if loaded.name == "rmac":
         query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
         ids, emb, attrs = encode_rmac(loaded, source, query, device)
+        if emb is None:           # another process of a torchrun job: the first writes every embedding
+            return len(ids)
         write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": checkpoint,
                                               "checkpoint_digest": loaded.digest, "source": str(source),
                                               "ids_digest": ids_digest(ids), **attrs})
@@ -56,10 +62,11 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             ids = chosen.image_ids
         if vectors.sentences is not None:
             vectors.sentences.check(ids, captions or source)
-        blocks = VectorBlocks(vectors, ids, batch_size)
-        write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", device, precision),
-                         {**attrs, "side": "images", "concepts": str(concepts or ""),
-                          "sentences": str(sentences or ""), "ids_digest": ids_digest(ids)})
+        _write(output, ids, embed_shared(loaded.model, lambda mine: VectorBlocks(vectors, [ids[k] for k in mine],
+                                                                                   batch_size),
+                                         len(ids), batch_size, "images", device, precision),
+               {**attrs, "side": "images", "concepts": str(concepts or ""), "sentences": str(sentences or ""),
+                "ids_digest": ids_digest(ids)})
         vectors.close()
         count, side = len(ids), "images"
     elif hdf5_kind(source) is not None:
@@ -71,17 +78,29 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         with FeaturesReader(source) as reader:
             check_features(reader, [loaded])
             ids = reader.ids if ids is None else ids
-            blocks = FeatureBlocks(reader, ids, batch_size)
-            write_embeddings(output, ids, embed_blocks(loaded.model, blocks, "images", device, precision),
-                             {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
+            _write(output, ids, embed_shared(loaded.model, lambda mine: FeatureBlocks(reader, [ids[k] for k in mine],
+                                                                                      batch_size),
+                                             len(ids), batch_size, "images", device, precision),
+                   {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
             count, side = len(ids), "images"
     else:
         chosen = read_split(source, split)
-        blocks = CaptionBlocks(loaded.tokenize(chosen.captions), batch_size)
-        write_embeddings(output, chosen.caption_ids, embed_blocks(loaded.model, blocks, "captions", device, precision),
-                         {**attrs, "side": "captions", "split": chosen.name,
-                          "ids_digest": ids_digest(chosen.caption_ids)},
-                         caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
+        tokens = loaded.tokenize(chosen.captions)
+        _write(output, chosen.caption_ids,
+               embed_shared(loaded.model, lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size),
+                            len(tokens), batch_size, "captions", device, precision),
+               {**attrs, "side": "captions", "split": chosen.name, "ids_digest": ids_digest(chosen.caption_ids)},
+               caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
         count, side = len(chosen.caption_ids), "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
+
+
+def _write(output: PathLike | None, ids: Sequence[str], embeddings: Iterator[np.ndarray], attrs: dict[str, object],
+           caption_image_ids: Sequence[str] | None = None) -> None:
+    """`write_embeddings` on the first process of a torchrun job (or the only one); the others send their
+    embeddings to it (`embed_shared` yields them nothing to write)."""
+    if place().main:
+        write_embeddings(output, ids, embeddings, attrs, caption_image_ids)
+    else:
+        deque(embeddings, maxlen=0)

@@ -307,7 +307,8 @@ def _worker_init(_: int) -> None:
 def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
             items: Sequence[ImageItem], out: str | None, shard: str | None = None) -> dict[str, int]:
     """Run `extractor` over `items` (this shard of `all_items`) through the runner and write the features file
-    `out` (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
+    `out` (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts.
+    Under torchrun the processes share the images' batches and the first writes `out` (the others return 0s)."""
     run = extractor.run
     check_output(out, run.resume)
     attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
@@ -316,7 +317,11 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
     failed: list[str] = []
     with features_writer(out, attrs, run.dtype, run.commit_seconds, run.resume, digests) as writer:
         runner.run(extractor.stage, list(by_id), writer,
-                   lambda todo: _decoded_batches(extractor, [by_id[i] for i in todo], failed), "images")
+                   lambda todo: _decoded_batches(extractor, [by_id[i] for i in todo], failed), "images",
+                   run.batch_size)
+        failed = runner.gathered_failures(failed, list(by_id))
+        if writer is None:
+            return {"written": 0, "failed": 0}
         if items and not writer.done:
             writer.discard()
             image_id, reason = failed[0].split("\t", 1)

@@ -20,6 +20,7 @@ import torch
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import check_images, read_split
 from vltools.devices import PRECISIONS
+from vltools.distributed import gather_rows, place, share
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
@@ -100,10 +101,11 @@ def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.nda
 
 def match_features(features: PathLike, captions: PathLike, models: Sequence[LoadedModel], split: str | None = None,
                    search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
-                   first_stage: LoadedModel | None = None) -> Matches:
+                   first_stage: LoadedModel | None = None) -> Matches | None:
     """The captions of `split` (see `read_split`) and the images they name, ranked both ways by the mean
     similarity of `models`; with `rerank_k`, `first_stage` (separable) proposes that many candidates per query
-    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it)."""
+    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it). Under
+    torchrun the processes share the blocks of images, and the other processes than the first return None."""
     options = search_options or Search()
     if rerank_k is not None and first_stage is None:
         raise VLToolsError(f"{argument('rerank_k', 'K')} needs {argument('first_stage', 'VSE.pt')}, the separable "
@@ -126,9 +128,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     modules = [item.model for item in models]
     sims = None
     with FeaturesReader(features) as reader:
-        images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         caption_blocks = CaptionBlocks(tokens, options.block_captions)
         if rerank_k is not None:
+            images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
             first_stage.model.to(options.device)
             plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
                                                                options.block_captions), options.index, options.nprobe,
@@ -137,11 +139,16 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                               options.precision, options.image_cache_mb)
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
             backward = (np.asarray(t2i[0]), np.asarray(t2i[1]))
-        else:
-            matrix = similarity_blocks(modules, images, caption_blocks, options.device, options.precision,
-                                       options.image_cache_mb)
-            forward, backward = _topk_both(matrix, options.top_k)
-            sims = matrix.numpy() if full else None
+        else:       # under torchrun each process scores its blocks of images (every N-th), the first gets all
+            mine = share(len(chosen.image_ids), options.block_images)
+            rows = similarity_blocks(modules, FeatureBlocks(reader, [chosen.image_ids[k] for k in mine],
+                                                            options.block_images),
+                                     caption_blocks, options.device, options.precision, options.image_cache_mb)
+            found = gather_rows(rows.numpy(), mine)
+            if found is None:
+                return None
+            forward, backward = _topk_both(torch.from_numpy(found), options.top_k)
+            sims = found if full else None
     attrs = {"models": ",".join(str(i.path) for i in models), "model_names": ",".join(i.name for i in models),
              "checkpoint_digests": ",".join(i.digest for i in models), "features": str(features),
              "captions": str(captions), "split": chosen.name, "precision": options.precision,
@@ -323,13 +330,16 @@ def check_index_file(kind: str, second: PathLike | None, options: Search, rerank
 
 def match_files(first: PathLike, second: PathLike | None, models: Sequence[LoadedModel] = (), split: str | None = None,
                 search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
-                first_stage: LoadedModel | None = None) -> Matches:
+                first_stage: LoadedModel | None = None) -> Matches | None:
     """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models);
-    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index."""
+    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index. Under torchrun the processes share the
+    pairs that models score (without --rerank), the first runs the other modes alone, and the others return None."""
     kind = input_kind(first, bool(models), rerank_k)
     options = search_options or Search()
     check_index(kind, options.index, models, rerank_k)
     check_index_file(kind, second, options, rerank_k, full)
+    if not place().main and (kind != "features" or rerank_k is not None):
+        return None
     if kind == "embeddings" and options.index_file is not None:
         return match_index(first, options.index_file, options)
     if kind == "sims":

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vltools.distributed import gather_rows, share
 from vltools.errors import VLToolsError, shown_ids
 from vltools.infer.loader import LoadedModel
 from vltools.io.proxy import read_proxy_file
@@ -48,9 +49,10 @@ def _words(model, vocab: list[str], words: Sequence[str], option: str, checkpoin
 
 
 def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: QueryOptions,
-                device: torch.device) -> tuple[list[str], np.ndarray, dict]:
+                device: torch.device) -> tuple[list[str], np.ndarray | None, dict]:
     """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES (all of them, or those of
-    `options.split` in the proxy, the first `first`), as database images or as queries with text."""
+    `options.split` in the proxy, the first `first`), as database images or as queries with text. Under torchrun
+    the processes share the batches and the first gets every embedding (the others None and no attributes)."""
     model, checkpoint, vocab = loaded.model.to(device), loaded.path, loaded.words
     texts = options.with_text or options.add or options.subtract
     if texts and model.text is None:
@@ -77,9 +79,12 @@ def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: Qu
     size = options.image_size or int(loaded.payload.get("train_state", {}).get("config", {}).get("task", {})
                                       .get("image_size", 576))
     store = ImageStore([items[i] for i in ids], size)
-    emb = torch.from_numpy(embed_images(lambda images, sizes: model.encode_images(images, sizes.to(device)), store,
-                                        range(len(ids)), device, options.batch_size, options.workers,
-                                        desc="encode images"))
+    mine = share(len(ids), options.batch_size)   # under torchrun this process's batches; the first gets all rows
+    found = gather_rows(embed_images(lambda images, sizes: model.encode_images(images, sizes.to(device)), store,
+                                     mine, device, options.batch_size, options.workers, desc="encode images"), mine)
+    if found is None:
+        return ids, None, {}
+    emb = torch.from_numpy(found)
     if texts:
         with torch.inference_mode():
             total = emb.to(device)

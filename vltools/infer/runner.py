@@ -5,7 +5,8 @@ HDF5; caption and caption --pairs: JSONL records) runs `run`: the items of this 
 already hold are read in batches, passed through the model step, and handed to the writer, which makes them
 durable as they come (`OUT.partial/` parts or `OUT.partial` records) so that a killed run continues with
 `--resume`; `finish` writes OUT atomically in input order. A stage supplies only its `produce` function
-(reading and the model step) and one of the two writers.
+(reading and the model step) and one of the two writers. Under torchrun the processes share the batches and the
+first one, the only one with a writer, writes what one process would.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from vltools.distributed import from_main, gather, gathered, place, share
 from vltools.errors import VLToolsError
 from vltools.infer.settings import parse_shard
 from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, output_name, spool_folder
@@ -55,22 +57,41 @@ def check_output(out: str | None, resume: bool) -> None:
                            "cannot be kept")
 
 
-def run(stage: str, ids: Sequence[str], writer: Writer, produce: Produce, unit: str = "items") -> int:
+def run(stage: str, ids: Sequence[str], writer: Writer | None, produce: Produce, unit: str = "items",
+        batch_size: int = 1) -> int:
     """Pass every id of `ids` the writer does not hold through `produce` (which batches them) into the writer;
-    on any failure the writer drops what cannot be resumed. Returns how many ids were produced now."""
-    todo = [i for i in ids if i not in writer.done]
-    if writer.done:
+    on any failure the writer drops what cannot be resumed. Returns how many ids were written now.
+
+    Under torchrun every process runs this, and only the first holds a writer (the others pass None): each
+    process produces whole batches of `batch_size` of the ids left in turn (batch k on process k mod N, so that
+    every batch is the one a single process makes, and so are its results), and the first writes them all."""
+    done = from_main(set(writer.done) if writer is not None else None)
+    todo = [i for i in ids if i not in done]
+    if writer is not None and writer.done:
         log.info(f"{stage}: resuming from {writer.path}: {len(ids) - len(todo)} {unit} done, {len(todo)} to go")
-    produced = 0
+    written = 0
     try:
-        for done_ids, results in progress(produce(todo), total=len(todo), desc=stage, unit=unit,
-                                          size=lambda batch: len(batch[0])):  # counted in the user's unit
-            writer.add(done_ids, results)
-            produced += len(done_ids)
+        for batches in progress(gathered(produce([todo[k] for k in share(len(todo), batch_size)])),
+                                total=len(todo), desc=stage, unit=unit,  # counted in the user's unit
+                                size=lambda batches: sum(len(batch[0]) for batch in batches)):
+            for done_ids, results in batches:
+                writer.add(done_ids, results)
+                written += len(done_ids)
     except BaseException:
-        writer.discard()
+        if writer is not None:
+            writer.discard()
         raise
-    return produced
+    return written
+
+
+def gathered_failures(failed: list[str], ids: Sequence[str]) -> list[str]:
+    """The failure lines ("id\treason") of every process of a torchrun job on the first ([] on the others), in the
+    order of `ids`, as one process lists them."""
+    found = gather(failed)
+    if found is None:
+        return []
+    position = {item: number for number, item in enumerate(ids)}
+    return sorted((line for lines in found for line in lines), key=lambda line: position[line.split("\t", 1)[0]])
 
 
 class RecordsWriter:
@@ -111,9 +132,13 @@ class RecordsWriter:
 
 @contextlib.contextmanager
 def records_writer(output: str | None, key: str, resume: bool, options: dict[str, object],
-                   inputs: dict[str, str]) -> Iterator[RecordsWriter]:
+                   inputs: dict[str, str]) -> Iterator[RecordsWriter | None]:
     """The records writer of OUT: resumable through `OUT.partial` (refused on other options or inputs), or
-    standard output; a failure discards a partial file that holds no finished record."""
+    standard output; a failure discards a partial file that holds no finished record. None on the other processes
+    of a torchrun job, whose records the first writes."""
+    if not place().main:
+        yield None
+        return
     if is_stdout(output):
         yield RecordsWriter(None, output)
         return
@@ -138,10 +163,14 @@ class FeaturesPartsWriter:
 
 @contextlib.contextmanager
 def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commit_seconds: float, resume: bool,
-                    digests: dict[str, str]) -> Iterator[FeaturesPartsWriter]:
+                    digests: dict[str, str]) -> Iterator[FeaturesPartsWriter | None]:
     """Parts under `OUT.partial/` (locked with OUT), or in a spool folder when OUT is standard output or a
     device; rows whose input digest changed since an interrupted run are recomputed; errors about rows name OUT
-    (or standard output), not a part."""
+    (or standard output), not a part. None on the other processes of a torchrun job, whose rows the first
+    writes."""
+    if not place().main:
+        yield None
+        return
     with contextlib.ExitStack() as stack:
         if is_stdout(out) or is_device(out):
             folder = stack.enter_context(spool_folder()) / "parts"

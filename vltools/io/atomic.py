@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from vltools.distributed import place
 from vltools.errors import VLToolsError, first_line
 
 LOCK_SUFFIX = ".lock"
@@ -326,7 +327,7 @@ def output_lock(path: str | os.PathLike | None) -> Iterator[None]:
     Standard output (`None` / `-`) needs no lock, nor do the other processes of a torchrun job (RANK > 0),
     which leave writing to the first. Take it before long work, so that a clash is reported at once.
     """
-    if is_stdout(path) or is_device(path) or os.environ.get("RANK", "0") != "0":
+    if is_stdout(path) or is_device(path) or not place().main:
         yield
         return
     lock = _lock_path(path)

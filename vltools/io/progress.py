@@ -13,6 +13,8 @@ from typing import TextIO, TypeVar
 
 from tqdm import tqdm
 
+from vltools.distributed import place
+
 T = TypeVar("T")
 
 _state: dict[str, object] = {"quiet": False, "interval": 10.0, "label": ""}
@@ -42,10 +44,11 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def configure(quiet: bool = False, debug: bool = False, interval: float = 10.0) -> None:
-    """Set up the `vltools` logger once per process; `quiet` silences progress and info lines."""
+    """Set up the `vltools` logger once per process; `quiet` silences progress and info lines, as it does on the
+    processes of a torchrun job but the first (which reports for the job)."""
     _state["quiet"] = quiet
     _state["interval"] = interval
-    level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
+    level = logging.DEBUG if debug else (logging.WARNING if quiet or not place().main else logging.INFO)
     log.setLevel(level)
     if not log.handlers:
         handler = _StderrHandler()
@@ -150,8 +153,8 @@ def progress(items: Iterable[T], total: int | None = None, desc: str = "", unit:
     `total` and the count are in `unit`: each item counts `size(item)` units (a batch counts its images, so that
     counts and rates are in the unit the user gave) or 1; `later` units follow this loop (a training's next
     epochs) and count in the time left; `status()`, when given, is shown at the end of each line (the training
-    loss)."""
-    if _state["quiet"]:
+    loss). Only the first process of a torchrun job reports."""
+    if _state["quiet"] or not place().main:
         yield from items
         return
     desc = f"{_state['label']}: {desc}" if _state["label"] else desc

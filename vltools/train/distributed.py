@@ -5,32 +5,21 @@ single process runs without a group. Only rank 0 validates and writes files.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from vltools.devices import resolve_device
+from vltools.distributed import TIMEOUT, Place, place
 
 
 @dataclass(frozen=True)
-class Distributed:
-    """This process's place in a torchrun job (world_size 1 without torchrun)."""
+class Distributed(Place):
+    """This process's place in a torchrun job (world_size 1 without torchrun) and the device it trains on."""
 
-    world_size: int
-    rank: int
-    device: torch.device
-
-    @property
-    def active(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
+    device: torch.device = field(kw_only=True)
 
     def barrier(self) -> None:
         if self.active:
@@ -40,17 +29,16 @@ class Distributed:
 @contextlib.contextmanager
 def distributed(device: str) -> Iterator[Distributed]:
     """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, NCCL on CUDA) and leave it after."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
-        yield Distributed(1, 0, resolve_device(device))
+    where = place()
+    if not where.active:
+        yield Distributed(device=resolve_device(device))
         return
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     chosen = resolve_device(device)
     if chosen.type == "cuda":
-        chosen = torch.device("cuda", local_rank)
+        chosen = torch.device("cuda", where.local_rank)
         torch.cuda.set_device(chosen)
-    dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=2))
+    dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", timeout=TIMEOUT)
     try:
-        yield Distributed(world_size, rank, chosen)
+        yield Distributed(where.world_size, where.rank, where.local_rank, device=chosen)
     finally:
         dist.destroy_process_group()
