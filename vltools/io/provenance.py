@@ -9,13 +9,18 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from vltools import __version__
 
 
 def command_line() -> str:
-    """The full command line of this process, shell-quoted."""
-    argv = [os.path.basename(sys.argv[0]) if sys.argv else "vltools", *sys.argv[1:]]
+    """The full command line of this process, shell-quoted; `python -m vltools` (and torchrun's `-m vltools`) is
+    written `vltools`, as the installed command is."""
+    program = sys.argv[0] if sys.argv else "vltools"
+    if Path(program).name == "__main__.py" and Path(program).parent.name == "vltools":
+        program = "vltools"
+    argv = [os.path.basename(program), *sys.argv[1:]]
     return shlex.join(argv)
 
 
