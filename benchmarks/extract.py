@@ -18,7 +18,7 @@ the last line.
 
     python benchmarks/extract.py [--regions grid] [--images 200] [--backbone resnet50] [--image-size 224] \
         [--batch-size 8] [--workers 1] [--threads 1,2]
-    python benchmarks/extract.py --regions bottom-up [--images 20] [--warmup 1] [--threads 1,2]
+    python benchmarks/extract.py --regions bottom-up [--images 20] [--warmup 1] [--threads 1,2] [--precision fp32]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 from machine import cpu_model, load_average
 from PIL import Image
 
-from vltools.devices import autocast
+from vltools.devices import PRECISIONS, autocast
 from vltools.infer.bottom_up import BottomUpExtractor
 from vltools.infer.extract import RegionExtractor, extract
 from vltools.infer.settings import RunOptions
@@ -144,10 +144,11 @@ def grid(args: argparse.Namespace, tmp: Path) -> dict:
     }
 
 
-def save_random_detector(path: Path, seed: int = 0) -> Path:
-    """A checkpoint of the bottom-up detector at the released size with random weights (no download)."""
+def save_random_detector(path: Path, seed: int = 0, settings: dict | None = None) -> Path:
+    """A checkpoint of the bottom-up detector with random weights (no download): at the released size, or with the
+    `settings` given changed (a smaller detector for a dry run)."""
     torch.manual_seed(seed)
-    model = BottomUpAttention()
+    model = BottomUpAttention(**(settings or {}))
     save_checkpoint(path, "bottom-up", model.config, model.state_dict(), schema=schema_version("bottom-up"))
     return path
 
@@ -209,15 +210,17 @@ def detector_forward(extractor: BottomUpExtractor, items: list, batch_size: int)
     return total, parts.seconds
 
 
-def bottom_up(args: argparse.Namespace, tmp: Path) -> dict:
-    """`extract-regions --regions bottom-up` (10 to 100 boxes) against the detector's forward passes alone."""
+def bottom_up(args: argparse.Namespace, tmp: Path, detector: Path | None = None) -> dict:
+    """`extract-regions --regions bottom-up` (10 to 100 boxes) against the detector's forward passes alone, in
+    `args.precision`, with the checkpoint `detector` (by default a random one at the released size); the stage's
+    output is `tmp`/feats.h5."""
     folder = tmp / "images"
     folder.mkdir()
     make_images(folder, args.images, size=RELEASED_SIZE)
     items = list_inputs([folder])
-    run = RunOptions(batch_size=args.batch_size, workers=args.workers, device=args.device)
-    extractor = BottomUpExtractor(run, str(save_random_detector(tmp / "detector.pt")), num_regions=None,
-                                  min_regions=10, max_regions=100)
+    run = RunOptions(batch_size=args.batch_size, workers=args.workers, device=args.device, precision=args.precision)
+    detector = detector or save_random_detector(tmp / "detector.pt")
+    extractor = BottomUpExtractor(run, str(detector), num_regions=None, min_regions=10, max_regions=100)
     if args.warmup:
         detector_forward(extractor, items[:args.warmup], args.batch_size)
     before = load_average()
@@ -243,7 +246,8 @@ def bottom_up(args: argparse.Namespace, tmp: Path) -> dict:
           f"{100 * shares['res5 head']:.1f}% of the forward; peak RSS {peak['peak_rss_mb']:.0f} MB (main "
           f"{peak['peak_rss_main_mb']:.0f} + worker {peak['peak_rss_worker_mb']:.0f})")
     return {
-        "device": str(extractor.device), "images": counts["written"], "image_size": list(RELEASED_SIZE),
+        "device": str(extractor.device), "precision": args.precision, "images": counts["written"],
+        "image_size": list(RELEASED_SIZE),
         "stage_s": round(stage, 3), "stage_images_per_s": round(counts["written"] / stage, 4),
         "forward_s": round(forward, 3), "forward_images_per_s": round(len(items) / forward, 4),
         "boxes_per_image": round(float(boxes.mean()), 2), "overhead": round(overhead, 4),
@@ -292,6 +296,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="bottom-up only.")
     parser.add_argument("--warmup", type=int, default=1,
                         help="bottom-up: images through the detector before the measurements (not timed).")
     parser.add_argument("--threads", type=thread_counts, default=[],

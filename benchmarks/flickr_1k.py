@@ -87,31 +87,35 @@ def released_main(argv: Sequence[str]) -> None:
     parser.add_argument("captions")
     parser.add_argument("checkpoints", nargs="+")
     parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = [load_model(path) for path in args.checkpoints]
     chosen = read_split(args.captions, None)
     with FeaturesReader(args.features) as reader:
-        regions = torch.from_numpy(reader.read(chosen.image_ids, ["regions"])["regions"]).float()
+        regions = torch.from_numpy(reader.read(chosen.image_ids, ["regions"])["regions"]).float().to(args.device)
     total = None
     for item in loaded:
-        sims = released_match(item.model, regions, *pad_tokens(item.tokenize(chosen.captions)))[0]
+        tokens, lengths = pad_tokens(item.tokenize(chosen.captions))
+        sims = released_match(item.model.to(args.device), regions, tokens.to(args.device), lengths)[0]
         total = sims if total is None else total + sims
     np.save(args.output, (total / len(loaded)).numpy())
 
 
-def compare(name: str, folder: Path, features: Path, captions: Path, threads: int) -> dict[str, object]:
-    """One model (or the ensemble): the released process, then vltools', then their matrices' largest difference."""
+def compare(name: str, folder: Path, features: Path, captions: Path, threads: int,
+            device: str = "cpu") -> dict[str, object]:
+    """One model (or the ensemble) on `device`: the released process, then vltools', then their matrices' largest
+    difference."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     checkpoints = [str(folder / f"{member}.pt") for member in MODELS[name]]
     row: dict[str, object] = {}
     released_npy, sims_h5 = folder / f"{name}_released.npy", folder / f"{name}_sims.h5"
     runs = {
         "released": [sys.executable, __file__, "released", str(released_npy), str(features), str(captions),
-                     *checkpoints, "--threads", str(threads)],
+                     *checkpoints, "--threads", str(threads), "--device", device],
         "vltools": [sys.executable, "-m", "vltools", "--quiet", "match", str(features), str(captions),
                     *[part for path in checkpoints for part in ("--model", path)], "--sims", str(sims_h5),
-                    "-o", str(folder / f"{name}_rankings.jsonl"), "--device", "cpu"],
+                    "-o", str(folder / f"{name}_rankings.jsonl"), "--device", device],
     }
     for side, argv in runs.items():
         before = load_average()

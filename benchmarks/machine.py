@@ -1,4 +1,5 @@
-"""What the benchmarks print about the machine they ran on, and how they measure a fresh process."""
+"""What the benchmarks print about the machine they ran on (its CPU, its GPU and the torch that drives it), and how
+they measure a fresh process."""
 
 from __future__ import annotations
 
@@ -23,6 +24,36 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def accelerator(device: str) -> dict[str, object]:
+    """What runs the work on `device`: the GPU's model, torch's version and the CUDA and cuDNN versions it was built
+    with (for a CPU device, the CPU's model and core count)."""
+    import torch
+
+    info: dict[str, object] = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+                               "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    else:
+        info["cpu"] = f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    return info
+
+
+def describe(info: dict[str, object]) -> str:
+    """One line of `accelerator`'s description, to print beside a figure."""
+    where = info.get("gpu") or info["cpu"]
+    return f"{where}; torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}"
+
+
+def synchronize(device: object) -> None:
+    """Wait for the work queued on a CUDA `device` (a torch.device or its name), so that a clock read after it times
+    that work; nothing on a CPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def load_average() -> tuple[float, ...]:

@@ -144,25 +144,26 @@ def real_captions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, lengths
 
 
-def save_release_model(path: Path, name: str, seed: int = 0) -> Path:
+def save_release_model(path: Path, name: str, seed: int = 0, settings: dict | None = None) -> Path:
     """A random-initialised `name` (sgr, saf, vse) at the released sizes (its defaults: 36 x 2048 regions, embed 1024,
-    word 300; SGR/SAF sim 256, 3 SGR steps) with the SGRAF Flickr30K vocabulary, saved as vltools saves a checkpoint
-    (what `vltools match --model` reads)."""
+    word 300; SGR/SAF sim 256, 3 SGR steps; or with the `settings` given changed) with the SGRAF Flickr30K
+    vocabulary, saved as vltools saves a checkpoint (what `vltools match --model` reads)."""
     vocab = load_vocabulary(VOCAB)
-    config = default_config(name)
+    config = {**default_config(name), **(settings or {})}
     torch.manual_seed(seed)
     save_checkpoint(path, name, config, build_model(name, config, len(vocab)).state_dict(), vocab=vocab.words,
                     schema=schema_version(name))
     return path
 
 
-def vltools_match(model: nn.Module, regions: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
-                  precision: str = "fp32") -> torch.Tensor:
-    """`similarity_blocks` in the blocks `match` uses by default (MATCH_BLOCK images x captions)."""
+def vltools_match(model: nn.Module | list[nn.Module], regions: torch.Tensor, tokens: torch.Tensor,
+                  lengths: torch.Tensor, precision: str = "fp32", device: str = "cpu") -> torch.Tensor:
+    """`similarity_blocks` in the blocks `match` uses by default (MATCH_BLOCK images x captions), on `device`; a
+    list of models is their ensemble (the mean)."""
     images = [(regions[s:s + IMAGE_BLOCK], None) for s in range(0, len(regions), IMAGE_BLOCK)]
     captions = [(tokens[s:s + CAPTION_BLOCK, :int(lengths[s:s + CAPTION_BLOCK].max())], lengths[s:s + CAPTION_BLOCK])
                 for s in range(0, len(tokens), CAPTION_BLOCK)]
-    return similarity_blocks(model, images, captions, device="cpu", precision=precision)
+    return similarity_blocks(model, images, captions, device=device, precision=precision)
 
 
 def timed(function, *args, **kwargs):

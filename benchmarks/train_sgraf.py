@@ -47,11 +47,12 @@ from pathlib import Path
 
 import torch
 from flickr_1k import write_captions, write_features
-from machine import cpu_model, load_average
+from machine import cpu_model, load_average, synchronize
 from match_sgraf import VOCAB, real_captions, released_forward_sim
 from torch import nn
 
 from vltools.data.converters.scan_vocab import load_vocabulary
+from vltools.devices import autocast
 from vltools.losses import hardest_negative_loss
 from vltools.models import build_model
 
@@ -90,8 +91,9 @@ def no_dropout(model: nn.Module) -> nn.Module:
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn, batch, precision: str) -> torch.Tensor:
+    """One training step on the batch's device in `precision` (vltools.devices.autocast, as the trainer runs it)."""
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with autocast(batch[0].device, precision):
         loss = loss_fn(model, *batch)
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -100,17 +102,20 @@ def step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn, batch, pre
 
 
 def timed_steps(model: nn.Module, loss_fn, batch, steps: int, precision: str) -> dict[str, float]:
-    """Wall and CPU seconds per step (minimum over `steps` after a warm-up step on 8 items)."""
+    """Wall and CPU seconds per step (minimum over `steps` after a warm-up step on 8 items), on the device of the
+    model and batch (a GPU's work waited for before each clock is read)."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
     step(model, optimizer, loss_fn, tuple(x[:8] for x in batch), precision)
     walls, cpus = [], []
     for _ in range(steps):
+        synchronize(batch[0].device)
         wall, cpu = time.perf_counter(), time.process_time()
         step(model, optimizer, loss_fn, batch, precision)
+        synchronize(batch[0].device)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    return {"wall_s": round(min(walls), 2), "cpu_s": round(min(cpus), 2)}
+    return {"wall_s": round(min(walls), 4), "cpu_s": round(min(cpus), 4)}
 
 
 def loss_and_grads(model: nn.Module, loss_fn, batch) -> tuple[float, dict[str, torch.Tensor]]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cuda_helpers import skip_reason
 from pipeline_fixtures import run_process
 
 DATA = Path(__file__).parent / "data"
@@ -31,7 +32,14 @@ LONGEST_FIRST = ("test_examples_sco", "test_pipeline_sgraf", "test_examples_cl",
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The end-to-end tests (marked slow, minutes each) first, longest first, then the rest: with the suite spread
     over processes (make test), the long runs start at once and the short tests fill the gaps, instead of one
-    long run starting last while the other processes idle."""
+    long run starting last while the other processes idle. The tests marked `cuda` are skipped, with the reason,
+    where their second device is missing (tests/cuda_helpers.py)."""
+    gpu_tests = [item for item in items if item.get_closest_marker("cuda") is not None]
+    reason = skip_reason() if gpu_tests else None
+    if reason is not None:
+        for item in gpu_tests:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
     def order(item: pytest.Item) -> tuple[bool, int]:
         name = item.path.stem
         return item.get_closest_marker("slow") is None, \

@@ -14,13 +14,13 @@ from vltools.train.trainer import train
 
 
 def step_losses(build: Callable[[dict], object], config: dict, output: Path, seed: int, workers: int,
-                precision: str = "fp32") -> list[float]:
-    """The logged loss of each step of one epoch of `build(config)`'s task, trained on the CPU with `seed`."""
+                precision: str = "fp32", device: str = "cpu") -> list[float]:
+    """The logged loss of each step of one epoch of `build(config)`'s task, trained on `device` with `seed`."""
     config = {**config, "train": {**config["train"], "seed": seed, "workers": workers, "epochs": 1, "log_every": 1,
-                                  "val_every": 0, "save_every": 0, "device": "cpu", "precision": precision}}
+                                  "val_every": 0, "save_every": 0, "device": device, "precision": precision}}
     seed_everything(seed)  # as `vltools train` does before building the task
     task = build(config)
-    with distributed("cpu") as env:
+    with distributed(device) as env:
         train(task, config, output, env)
     with open(f"{output}.log.jsonl", encoding="utf-8") as stream:
         return [record["loss"] for record in map(json.loads, stream) if record["type"] == "train"]
