@@ -4,7 +4,7 @@ captions for the distinct scenes it captions, and no caption covers half of them
 
 Before the captioners standardised their features (vltools.models.captioners, issue 39), every one of these wrote one
 caption for all images (the features of a random ResNet-18 differ between images by about 1 % of their mean
-square). Measured on 2026-11-25 (OMP_NUM_THREADS=1), distinct captions / images (most common caption's count):
+square). Measured on 2026-11-27 (OMP_NUM_THREADS=1), distinct captions / images (most common caption's count):
 CL 37/60 (10), SCO 74/400 (43), semantic 85/500 (59); before: 1/60, 1/400, 1/500. The semantic captioner learns
 the one-object region captions ("a small green star"), which have few distinct forms, hence its lower share.
 The AdaptiveAttention captioner of the CL recipe is checked by tests/test_pipeline_cl.py.

@@ -4,7 +4,7 @@
 The MLE captioner must beat the most-frequent-caption baseline on CIDEr-D (test split), and CL must move
 self-retrieval the way the paper's Table 1 reports: the captions of the CL model find their own image better
 (lower mean rank of the own image by log p(c | I) among the 60 test images) than the MLE model's. Both must write
-distinct captions for the distinct test scenes. Measured (2026-11-25, OMP_NUM_THREADS=1, 3 min on a loaded 2-core
+distinct captions for the distinct test scenes. Measured (2026-11-27, OMP_NUM_THREADS=1, 3 min on a loaded 2-core
 machine): MLE CIDEr-D 0.454 against 0.154 for the most frequent caption; CL: CIDEr-D 0.389, self-retrieval
 R@1 35.0 -> 43.3 %, mean rank 3.35 -> 2.20 (chance 30.5). Before the captioners standardised their features
 (issue 39) the MLE model wrote 4 distinct captions for the 60 images (one of them for 42), CIDEr-D 0.209 and mean

@@ -59,8 +59,8 @@ def table(title: str, head: tuple[str, ...], rows: list[tuple[str, str, list[flo
     print(f"\n{title}")
     print(f"{'':<{width}}" + " ".join(f"{h:>8}" for h in head) + f" {HEAD:>{WIDTH}}")
     for label, name, values in rows:
-        print(f"{label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3) for i, v in enumerate(values))
-              + " " + spread(label, name))
+        print((f"{label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3) for i, v in enumerate(values))
+               + " " + spread(label, name)).rstrip())
     print(f"{'paper (MSCOCO)':<{width}}")
     for label, values in paper.items():
         print(f"{'  ' + label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3)
