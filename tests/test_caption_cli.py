@@ -171,7 +171,7 @@ def test_checkpoint_weights_that_do_not_fit_name_the_file(world, tmp_path, capsy
     state.pop(sorted(state)[0])
     broken = tmp_path / "broken.pt"
     save_checkpoint(broken, payload["model"], payload["config"], state, vocab=payload["vocab"],
-                    train_state=payload["train_state"], schema=1)
+                    train_state=payload["train_state"], schema=payload["schema"])
     assert f"{broken}: checkpoint weights do not fit model" in fails(capsys, "caption", "--model", broken, features)
 
 

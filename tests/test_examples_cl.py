@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def test_real_recipe_miniature_prints_every_row(tmp_path):
          f"OUT={tmp_path / 'out'}",
          f"VLTOOLS={sys.executable} -m vltools --quiet", f"PYTHON={sys.executable}", "MLE_EPOCHS=1", "CL_EPOCHS=1",
          "BATCH=10", "MIN_COUNT=2", "IMAGE_SIZE=64", "BACKBONE=resnet18", "WEIGHTS=none", "WORKERS=0",
-         "EXTRACT_BATCH=8", "DEVICE=cpu", "MLE_LR=1e-2", "CL_LR=1e-3", f"SIZES={small}",
+         "EXTRACT_BATCH=8", "DEVICE=cpu", "MLE_LR=2e-2", "CL_LR=1e-3", f"SIZES={small}",
          f"AA_SIZES={small} --set model.attention_size=8", "table"],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -62,6 +63,11 @@ def test_real_recipe_miniature_prints_every_row(tmp_path):
     rows = [line for line in table.splitlines()
             if not line.startswith("  ") and line[:26].strip() in ("0", "1", "2", "NT / AA", "Base + CL(N)")]
     assert len(rows) == 5 and all("-" not in line[26:] for line in rows), table
+    captioning = [line for line in table.splitlines() if not line.startswith(("  ", "Table", "chance", "COLLAPSED"))
+                  and line[:26].strip() and re.search(r"\d\.\d{3}", line)]
+    assert len(captioning) == 18, table     # Tables 1, 4, 5 and 6: 4 + 6 + 5 + 3 rows
+    for line in captioning:                 # each with its distinct test captions (of the 4 test images)
+        assert re.search(r" [1-4]/4( COLLAPSED)?$", line), (line, table)
     captions = [json.loads(line) for line in (tmp_path / "out" / "aa_cl2.caps.jsonl").read_text().splitlines()]
     assert [c["image_id"] for c in captions] == [f"val2014/{image['filename']}" for image in
                                                  json.loads((data / "dataset_coco.json").read_text())["images"]

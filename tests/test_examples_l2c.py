@@ -85,4 +85,9 @@ def test_real_recipe_prints_every_row(tmp_path):
     for row in ("Most Frequent", "Text-Only", "CNN+LSTM", "L2C [B2W]", "L2C [CUB+B2W]", "Human",
                 "- Semantic Pooling", "- TV Loss", "- GCN"):
         assert re.search(rf"^{re.escape(row)}\s+(-|\d+\.\d)", table, flags=re.M), (row, table)
+    for row in ("Most Frequent", "Text-Only", "CNN+LSTM", "L2C [B2W]", "L2C [CUB+B2W]"):   # distinct, val and test
+        assert re.search(rf"^{re.escape(row)} .* \d+/\d+( COLLAPSED)? .* \d+/\d+( COLLAPSED)?$", table,
+                         flags=re.M), (row, table)
+    for row in ("- Semantic Pooling", "- TV Loss", "- GCN"):
+        assert re.search(rf"^{re.escape(row)} .* \d+/\d+( COLLAPSED)? ", table, flags=re.M), (row, table)
     assert re.search(r"^L2C Tables 1 and 3, Birds-to-Words", table, flags=re.M), table

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra):
     for row in ["chance", "ctx", "cnp", "cnp + ctx", *ROWS]:
         assert f"\n{row} " in table, (row, table)
     assert "Table 3 layout" in table and "\n0 " in table and "\n1 " in table
+    assert re.search(r"^ctx \+ sen .* \d+/12( COLLAPSED)?$", table, flags=re.M), table   # distinct sentences
     assert json.loads((tmp_path / "out" / "concepts.json").read_text())["k"] == 16
     generated = [json.loads(line) for line in (tmp_path / "out" / "generated.jsonl").read_text().splitlines()]
     assert len(generated) == 12 and len({record["image_id"] for record in generated}) == 12   # every image, once

@@ -14,7 +14,7 @@ from vltools.infer.loader import load_model
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.progress import log
-from vltools.models import build_model
+from vltools.models import build_model, schema_version
 from vltools.text.vocab import SPECIALS
 
 AA, NT = "adaptive-attention", "neuraltalk2"
@@ -47,7 +47,7 @@ def world(tmp_path_factory):
                 parameter.add_(0.5 * torch.randn_like(parameter))
         checkpoints[name] = folder / f"{name}.pt"
         save_checkpoint(checkpoints[name], name, SIZES[name], model.state_dict(), vocab=WORDS,
-                        train_state={"config": {"task": dict(PREP)}}, schema=1)
+                        train_state={"config": {"task": dict(PREP)}}, schema=schema_version(name))
     return folder, {"regions": regions, "global": glob, "num_regions": np.array(COUNTS)}, checkpoints
 
 

@@ -102,3 +102,17 @@ def test_a_matching_model_is_built_without_importing_torchvision():
             "'sgr', 'vse']), MODELS['bottom-up'].__name__, 'torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True", "BottomUpAttention", "True"]
+
+
+@pytest.mark.parametrize("name", ["neuraltalk2", "adaptive-attention"])
+def test_a_captioner_checkpoint_from_before_feature_norm_feeds_raw_features_as_it_was_trained(tmp_path, name):
+    torch.manual_seed(0)
+    config = {"img_dim": 6, "embed_size": 4, "hidden_size": 6, "attention_size": 4}
+    if name == "neuraltalk2":
+        del config["attention_size"]
+    trained = build_model(name, {**config, "feature_norm": "none"}, len(WORDS)).eval()
+    _save_previous_format(tmp_path / "old.pt", name, dict(config), trained.state_dict())
+    loaded = model_from_checkpoint(load_checkpoint(tmp_path / "old.pt"), "old.pt")
+    assert checkpoint_config(load_checkpoint(tmp_path / "old.pt"))["feature_norm"] == "none"
+    assert isinstance(loaded.norm, torch.nn.Identity)
+    assert schema_version(name) == 2 and default_config(name)["feature_norm"] == "standard"

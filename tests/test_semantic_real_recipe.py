@@ -89,4 +89,5 @@ def test_visual_genome_recipe_prints_every_row(tmp_path):
     table1 = result.stdout.split("\nTable 1:")[1]
     for row in TABLE1:
         assert re.search(rf"^{re.escape(row)} +-?\d+\.\d", table1, re.MULTILINE), table1
+    assert re.search(r"^Generated captions: tf-idf .* \d+/\d+( COLLAPSED)?$", table1, re.MULTILINE), table1
     assert (tmp_path / "out" / "figure2.png").exists() and any((tmp_path / "out" / "figure3").glob("*.png"))

@@ -15,8 +15,10 @@ from tiny_captioning import PREP, SIZES, make_caption_world, save_captioner
 
 from vltools.data.captioning import image_tensors
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import save_checkpoint
+from vltools.io.checkpoints import load_checkpoint, save_checkpoint
+from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
+from vltools.models import build_model
 from vltools.train import config_defaults
 from vltools.train.config import build_config
 from vltools.train.tasks.captioning import build_task
@@ -121,6 +123,34 @@ def test_mle_loss_and_validation(world):
     assert set(metrics) == {"CIDEr"} and metrics["CIDEr"] >= 0
 
 
+def test_the_feature_standardisation_is_measured_on_the_training_images_or_kept_from_init(world, tmp_path):
+    _, features, captions, _, init = world
+    train_ids = sorted({r["image_id"] for r in read_records(captions, "captions") if r["split"] == "train"})
+    with FeaturesReader(features) as reader:
+        rows = torch.from_numpy(reader.read(train_ids, ["global"])["global"]).double()
+    model = task_for(world, "mle", model="neuraltalk2").model
+    torch.testing.assert_close(model.norm.mean.double(), rows.mean(0), rtol=0, atol=1e-5)
+    torch.testing.assert_close(model.norm.scale.double(), rows.std(0, unbiased=False), rtol=1e-4, atol=1e-6)
+    payload = load_checkpoint(init)
+    payload["state_dict"]["norm.mean"] = torch.full_like(payload["state_dict"]["norm.mean"], 7.0)
+    save_checkpoint(tmp_path / "init7.pt", AA, payload["config"], payload["state_dict"], vocab=payload["vocab"],
+                    train_state=payload["train_state"], schema=payload["schema"])
+    task = task_for(world, "il", **{"task.init": str(tmp_path / "init7.pt")})
+    assert torch.equal(task.model.norm.mean, torch.full_like(task.model.norm.mean, 7.0))   # not measured again
+
+
+def test_a_target_from_a_checkpoint_before_feature_norm_keeps_raw_features(world, tmp_path):
+    _, _, captions, ref, _ = world
+    config = {**SIZES[AA], "img_dim": 16}
+    words = load_checkpoint(ref)["vocab"]
+    old = build_model(AA, {**config, "feature_norm": "none"}, len(words))
+    save_checkpoint(tmp_path / "old.pt", AA, config, old.state_dict(), vocab=words,
+                    train_state={"config": {"task": dict(PREP)}}, schema=1)
+    task = task_for(world, "cl", **{"task.init": str(tmp_path / "old.pt")})
+    assert isinstance(task.model.norm, torch.nn.Identity)
+    assert task.checkpoint_info()["config"]["feature_norm"] == "none"
+
+
 def test_bad_inputs(world, tmp_path):
     folder, features, captions, ref, init = world
     with pytest.raises(VLToolsError, match="needs --reference"):
@@ -146,7 +176,6 @@ def test_train_cli_writes_a_captioner_checkpoint_and_rejects_captioning_options_
     from tiny_captioning import TINY
 
     from vltools.cli import cli
-    from vltools.io.checkpoints import load_checkpoint
 
     folder, features, captions, ref, init = world
     args = ["--quiet", "train", "--model", "neuraltalk2", *TINY["neuraltalk2"], "--epochs", "1", "--batch-size", "25",

@@ -11,7 +11,7 @@ from tiny_matching import make_world
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.records import read_records, write_records
-from vltools.models import build_model
+from vltools.models import build_model, schema_version
 from vltools.text.captions import CaptionPreprocessing
 
 SIZES = {"neuraltalk2": {"embed_size": 8, "hidden_size": 12, "dropout": 0.0},
@@ -49,6 +49,6 @@ def save_captioner(path: Path, name: str, captions: Path, seed: int = 0, img_dim
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
     save_checkpoint(path, name, config, model.state_dict(), vocab=words.words,
-                    train_state={"config": {"task": dict(PREP)}}, schema=1)
+                    train_state={"config": {"task": dict(PREP)}}, schema=schema_version(name))
     return path
 

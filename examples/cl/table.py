@@ -6,6 +6,8 @@ self-retrieval). Methods: mostfreq (the most frequent training caption for every
 aa_il, aa_clp, aa_cln, aa_cl (CL, AA target and reference), nt_cl (NT/NT), nt_claa (NT target, AA reference),
 aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-". Table 1's chance
 row is exact for a uniformly random ranking of the n test images: R@K = min(K, n) / n.
+Every captioning row ends with its number of distinct test captions (M.caps.jsonl; vltools.report.tables): one
+caption for half of the images or more prints as COLLAPSED, and a note under the tables names the model (M.pt).
 The paper's MSCOCO rows follow each table for comparison; the toy numbers prove the machinery, not the paper.
 """
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from vltools.report.tables import HEAD, WIDTH, SpreadColumn
 
 CAPTION = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 CAPTION_HEAD = ("B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE_L", "CIDEr")
@@ -49,45 +53,64 @@ def caption_values(folder: Path, name: str) -> list[float | None]:
     return [scores.get(k) if scores else None for k in CAPTION]
 
 
-def table(title: str, head: tuple[str, ...], rows: list[tuple[str, list[float | None]]],
-          paper: dict[str, tuple[float, ...]], width: int = 26, digits: tuple[int, ...] = ()) -> None:
+def table(title: str, head: tuple[str, ...], rows: list[tuple[str, str, list[float | None]]],
+          paper: dict[str, tuple[float, ...]], spread: Spread, width: int = 26, digits: tuple[int, ...] = ()) -> None:
+    """Rows are (label, method, values); each ends with the method's distinct-captions cell."""
     print(f"\n{title}")
-    print(f"{'':<{width}}" + " ".join(f"{h:>8}" for h in head))
-    for label, values in rows:
-        print(f"{label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3) for i, v in enumerate(values)))
+    print(f"{'':<{width}}" + " ".join(f"{h:>8}" for h in head) + f" {HEAD:>{WIDTH}}")
+    for label, name, values in rows:
+        print((f"{label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3) for i, v in enumerate(values))
+               + " " + spread(label, name)).rstrip())
     print(f"{'paper (MSCOCO)':<{width}}")
     for label, values in paper.items():
         print(f"{'  ' + label:<{width}}" + " ".join(cells([v], digits[i] if digits else 3)
                                                    for i, v in enumerate(values)))
 
 
+class Spread:
+    """The distinct-captions cell of a method's test captions (M.caps.jsonl, written by M.pt)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.column = folder, SpreadColumn()
+
+    def __call__(self, label: str, name: str) -> str:
+        if not name:    # the chance row
+            return self.column.cell(label, None)
+        model = None if name == "mostfreq" else self.folder / f"{name}.pt"
+        return self.column.cell(label, self.folder / f"{name}.caps.jsonl", model)
+
+
 def main(argv: list[str]) -> None:
     title, folder = argv[0], Path(argv[1])
+    spread = Spread(folder)
     print(title)
     rows1 = []
     any_recall = next((r for r in (load(folder, n, "retrieval") for n in ("aa", "nt", "aa_cl")) if r), None)
     if any_recall:      # a uniformly random ranking of n images finds the own image in the top K with K / n
         n = any_recall["n_images"]
-        rows1.append(("chance", [100 * min(int(k[2:]), n) / n for k in RECALL] + [None, None]))
+        rows1.append(("chance", "", [100 * min(int(k[2:]), n) / n for k in RECALL] + [None, None]))
     for label, name in (("most frequent caption", "mostfreq"), ("Neuraltalk2", "nt"), ("AdaptiveAttention", "aa"),
                         ("AdaptiveAttention + CL", "aa_cl")):
         recall = load(folder, name, "retrieval")
         scores = load(folder, name, "scores")
-        rows1.append((label, [recall.get(k) if recall else None for k in RECALL]
+        rows1.append((label, name, [recall.get(k) if recall else None for k in RECALL]
                       + [scores.get(k) if scores else None for k in ("ROUGE_L", "CIDEr")]))
     table("Table 1: self retrieval top-K recall (%) and captioning", (*RECALL, "ROUGE_L", "CIDEr"), rows1, PAPER_1,
-          digits=(2, 2, 2, 2, 3, 3))
+          spread, digits=(2, 2, 2, 2, 3, 3))
     table("Table 4: learning methods (AdaptiveAttention base; GAN is not built)", CAPTION_HEAD,
-          [(label, caption_values(folder, name)) for label, name in (
+          [(label, name, caption_values(folder, name)) for label, name in (
               ("most frequent caption", "mostfreq"), ("AdaptiveAttention (Base)", "aa"), ("Base + IL", "aa_il"),
-              ("Base + CL(P)", "aa_clp"), ("Base + CL(N)", "aa_cln"), ("Base + CL(Full)", "aa_cl"))], PAPER_4)
+              ("Base + CL(P)", "aa_clp"), ("Base + CL(N)", "aa_cln"), ("Base + CL(Full)", "aa_cl"))], PAPER_4, spread)
     table("Table 5: target / reference model (NT Neuraltalk2, AA AdaptiveAttention; - = MLE)", CAPTION_HEAD,
-          [(label, caption_values(folder, name)) for label, name in (
+          [(label, name, caption_values(folder, name)) for label, name in (
               ("NT / -", "nt"), ("NT / NT", "nt_cl"), ("NT / AA", "nt_claa"), ("AA / -", "aa"),
-              ("AA / AA", "aa_cl"))], PAPER_5)
+              ("AA / AA", "aa_cl"))], PAPER_5, spread)
     table("Table 6: reference replacement (run 0 MLE; run 1 CL with ref = run 0; run 2 ref = run 1's best)",
-          CAPTION_HEAD, [(label, caption_values(folder, name)) for label, name in (
-              ("0", "aa"), ("1", "aa_cl"), ("2", "aa_cl2"))], PAPER_6)
+          CAPTION_HEAD, [(label, name, caption_values(folder, name)) for label, name in (
+              ("0", "aa"), ("1", "aa_cl"), ("2", "aa_cl2"))], PAPER_6, spread)
+    notes = spread.column.notes()
+    if notes:
+        print("\n" + "\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Print L2C's Table 1 (validation and test BLEU-4 / ROUGE-L / CIDEr-D per method) and Table 3 (ablations,
 validation) from `vltools score caption` JSON files, beside the paper's Birds-to-Words numbers.
 
-Usage: python table.py TITLE DIR   (DIR holds <row>_val.json and <row>_test.json for every row below)
-Scores are x100 as in the paper. Human is '-': a leave-one-out human score would compare one description
+Usage: python table.py TITLE DIR   (DIR holds <row>_val.json and <row>_test.json for every row below, scores of
+the descriptions <row>_val.jsonl and <row>_test.jsonl, written by <row>.pt)
+Scores are x100 as in the paper. Each split's block ends with its number of distinct descriptions
+(vltools.report.tables): one description for half of the pairs or more prints as COLLAPSED, with a note after
+the tables naming the model. Human is '-': a leave-one-out human score would compare one description
 with the remaining ones, i.e. against fewer references than the models get, so it is not comparable.
 """
 
@@ -12,7 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+
 METRICS = ("Bleu_4", "ROUGE_L", "CIDEr")
+BASELINES = ("most_frequent", "text_only")
 TABLE1 = (("Most Frequent", "most_frequent"), ("Text-Only", "text_only"), ("CNN+LSTM", "cnn_lstm"),
           ("L2C [B2W]", "l2c_b2w"), ("L2C [CUB+B2W]", "l2c"), ("Human", None))
 TABLE3 = (("L2C", "l2c"), ("- Semantic Pooling", "no_pooling"), ("- TV Loss", "no_tv"), ("- GCN", "no_gcn"))
@@ -36,22 +42,36 @@ def cells(values: tuple[float, ...] | None, count: int = 3) -> str:
     return " ".join(f"{v:7.1f}" for v in values) if values is not None else " ".join(f"{'-':>7}" for _ in range(count))
 
 
+def spread(column: SpreadColumn, folder: Path, name: str, row: str | None, split: str) -> str:
+    """The distinct-descriptions cell of a row's split (blank for a row without descriptions)."""
+    if row is None:
+        return column.cell(name, None)
+    return column.cell(f"{name} ({split})", folder / f"{row}_{split}.jsonl",
+                       None if row in BASELINES else folder / f"{row}.pt")
+
+
 def main(argv: list[str]) -> None:
     title, folder = argv[0], Path(argv[1])
+    column = SpreadColumn()
     header = f"{'BLEU-4':>7} {'ROUGE-L':>7} {'CIDEr-D':>7}"
     print(title)
-    print(f"Table 1{'':<13}{'Validation':^23}   {'Test':^23}")
-    print(f"{'Method':<20}{header}   {header}")
+    print(f"Table 1{'':<13}{'Validation':^23}{'':<{WIDTH + 1}}   {'Test':^23}")
+    print(f"{'Method':<20}{header} {HEAD:>{WIDTH}}   {header} {HEAD:>{WIDTH}}")
     for name, row in TABLE1:
-        print(f"{name:<20}{cells(scores(folder, row, 'val'))}   {cells(scores(folder, row, 'test'))}")
+        print(f"{name:<20}{cells(scores(folder, row, 'val'))} {spread(column, folder, name, row, 'val')}   "
+              f"{cells(scores(folder, row, 'test'))} {spread(column, folder, name, row, 'test')}")
     print("paper (Birds-to-Words):")
     for name, values in PAPER1.items():
-        print(f"  {name:<18}{cells(values[:3])}   {cells(values[3:])}")
+        print(f"  {name:<18}{cells(values[:3])} {'':>{WIDTH}}   {cells(values[3:])}")
     print()
     print(f"Table 3 (validation){'':<0}")
-    print(f"{'Model':<20}{header}   paper: {header}")
+    print(f"{'Model':<20}{header} {HEAD:>{WIDTH}}   paper: {header}")
     for name, row in TABLE3:
-        print(f"{name:<20}{cells(scores(folder, row, 'val'))}          {cells(PAPER3[name])}")
+        print(f"{name:<20}{cells(scores(folder, row, 'val'))} {spread(column, folder, name, row, 'val')}"
+              f"          {cells(PAPER3[name])}")
+    notes = column.notes()
+    if notes:
+        print("\n" + "\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """Print SCO's Table 2 layout (R@1/5/10 of image annotation and image retrieval, and mR) and Table 3 (lambda).
 
-Usage: python table.py TITLE [--paper=f30k|coco1k] ROW=scores.json ... lambda=L=scores.json ...
+Usage: python table.py TITLE [--paper=f30k|coco1k] [--sentences=GENERATED.jsonl --captioner=CAPTIONER.pt]
+                      ROW=scores.json ... lambda=L=scores.json ...
 Each file is `vltools score retrieval` JSON; mR is its "mR" when present, else the mean of the six recalls (the
 paper's definition). The chance row is exact for a uniformly random ranking of the first file's test set: an
 image has c = n_captions / n_images captions, so i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K), and a
 caption has one image: t2i R@K = K / n_images (per 1000-image fold under the coco1k protocol).
+The "ctx + sen" row, whose text side is the captioner's generated sentences (--sentences, written by
+--captioner), ends with their number of distinct sentences (vltools.report.tables): one sentence for half of the
+images or more prints as COLLAPSED, with a note after the table naming the captioner.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import json
 import sys
 from math import comb
 
+from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+
 KS = (1, 5, 10)
+SENTENCES_ROW = "ctx_sen"
 FOLD = 1000
 NAMES = {"ctx_1crop": "ctx (1-crop)", "ctx": "ctx", "ctx_sen": "ctx + sen", "ctx_gen_S": "ctx + gen (S)",
          "ctx_gen_E": "ctx + gen (E)", "ctx_gen": "ctx + gen", "cnp": "cnp", "cnp_gen": "cnp + gen",
@@ -59,34 +66,42 @@ def chance_of(result: dict) -> tuple[float, ...]:
     return chance(images, captions)
 
 
-def line(name: str, values: tuple[float, ...], mr: float) -> str:
+def line(name: str, values: tuple[float, ...], mr: float, spread: str = "") -> str:
     cells = " ".join(f"{v:6.1f}" for v in values)
-    return f"{name:<18}{cells[:20]}   {cells[21:]}   {mr:6.1f}"
+    return f"{name:<18}{cells[:20]}   {cells[21:]}   {mr:6.1f}{' ' + spread if spread.strip() else ''}"
 
 
-def header(first: str) -> list[str]:
+def header(first: str, spread: bool = False) -> list[str]:
     return [f"{'':<18}{'Image Annotation':<23}{'Image Retrieval':<23}",
-            f"{first:<18}{'R@1':>6} {'R@5':>6} {'R@10':>6}   {'R@1':>6} {'R@5':>6} {'R@10':>6}   {'mR':>6}"]
+            f"{first:<18}{'R@1':>6} {'R@5':>6} {'R@10':>6}   {'R@1':>6} {'R@5':>6} {'R@10':>6}   {'mR':>6}"
+            + (f" {HEAD:>{WIDTH}}" if spread else "")]
 
 
 def main(argv: list[str]) -> None:
-    title, paper, rows, lambdas = argv[0], None, [], []
+    title, paper, rows, lambdas, sentences, captioner = argv[0], None, [], [], None, None
     for arg in argv[1:]:
         if arg.startswith("--paper="):
             paper = arg.split("=", 1)[1]
+        elif arg.startswith("--sentences="):
+            sentences = arg.split("=", 1)[1]
+        elif arg.startswith("--captioner="):
+            captioner = arg.split("=", 1)[1]
         elif arg.startswith("lambda="):
             value, path = arg[len("lambda="):].split("=", 1)
             lambdas.append((value, load(path)))
         else:
             name, path = arg.split("=", 1)
-            rows.append((NAMES.get(name, name), load(path)))
+            rows.append((name, load(path)))
+    column = SpreadColumn()
     print(title)
-    print("\n".join(header("Method")))
+    print("\n".join(header("Method", spread=sentences is not None)))
     if rows:
         base = chance_of(rows[0][1])
         print(line("chance", base, sum(base) / 6))
     for name, result in rows:
-        print(line(name, recalls(result), mean_recall(result)))
+        label = NAMES.get(name, name)
+        spread = column.cell(label, sentences if name == SENTENCES_ROW else None, captioner)
+        print(line(label, recalls(result), mean_recall(result), spread))
     if paper:
         print(f"paper ({paper}):")
         for name, values in PAPER[paper].items():
@@ -96,6 +111,9 @@ def main(argv: list[str]) -> None:
         print("\n".join(header("lambda")))
         for value, result in lambdas:
             print(line(value, recalls(result), mean_recall(result)))
+    notes = column.notes()
+    if notes:
+        print("\n" + "\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@ and draw Figure 2 (NDCG@R and PCC@R of every row).
 
 Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J [objects=J meteor=J word2vec=J generated=J]
        --proxy PROXY.h5 [--split S] [--first N] [--triplets USER_STUDY.jsonl] [--figure FIG.png]
+       [--generated GENERATED.jsonl --captioner CAPTIONER.pt]
 With --triplets, Table 1 needs the four proxy rows (objects, meteor, word2vec, generated: `score semantic` JSON with
-user_agreement). The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same
+user_agreement). The generated-captions row ends with the number of distinct captions in --generated (written by
+--captioner; vltools.report.tables): one caption for half of the images or more prints as COLLAPSED, with a note
+naming the captioner. The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same
 queries and database, scored by vltools' own functions; mean and standard deviation.
 """
 
@@ -20,6 +23,7 @@ from vltools.eval import semantic
 from vltools.io import proxy as proxy_io
 from vltools.io.proxy import read_proxy_file
 from vltools.io.sims import Sims
+from vltools.report.tables import HEAD, WIDTH, SpreadColumn
 
 ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("baseline", "Visual baseline (V, V)"),
         ("wsabie", "WSABIE (V+T, V)"), ("v", "Proposed (V, V)"), ("vt", "Proposed (V+T, V)"),
@@ -83,6 +87,8 @@ def main() -> None:
     parser.add_argument("--first", type=int)
     parser.add_argument("--triplets")
     parser.add_argument("--figure")
+    parser.add_argument("--generated", help="the generated captions of the generated-captions row")
+    parser.add_argument("--captioner", help="the model that wrote --generated")
     args = parser.parse_args()
     results = {}
     for item in args.rows:
@@ -105,12 +111,16 @@ def main() -> None:
     if args.triplets:
         print("\nTable 1: agreement with the (simulated) users, percent")
         agreement, decisions = annotator_agreement(args.triplets)
-        lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6")]
-        lines += [(label, cell([r.get("user_agreement") for r in results[name]]), paper)
+        column = SpreadColumn()
+        lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6", column.cell("annotators", None))]
+        lines += [(label, cell([r.get("user_agreement") for r in results[name]]), paper,
+                   column.cell(label, args.generated if name == "generated" else None, args.captioner))
                   for name, label, paper in TABLE1]
-        print(f"{'Method':<30}{'score':>18}    paper")
-        for label, value, paper in lines:
-            print(f"{label:<30}{value:>18}    {paper}")
+        print(f"{'Method':<30}{'score':>18}    {'paper':<14}{HEAD:>{WIDTH}}")
+        for label, value, paper, spread in lines:
+            print(f"{label:<30}{value:>18}    {paper:<14}{spread}".rstrip())
+        for note in column.notes():
+            print(note)
     if args.figure:
         draw(args.figure, results)
         print(f"\nFigure 2: {args.figure}")

@@ -1,1 +1,2 @@
-"""Looking at results: training curves (`plot`) and the static HTML gallery (`report`)."""
+"""Looking at results: training curves (`plot`), the static HTML gallery (`report`), and the distinct-captions
+cells of the examples' printed tables (`tables`)."""

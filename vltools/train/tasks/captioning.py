@@ -36,6 +36,7 @@ from vltools.data.captioning import (
     collate_captioning,
     feature_fields,
     fixed_mismatches,
+    image_tensors,
 )
 from vltools.data.captions import CaptionSplit, check_images, load_vocabulary, read_split
 from vltools.errors import VLToolsError
@@ -47,7 +48,7 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.losses import contrastive_objective, sequence_cross_entropy, sequence_logprob
-from vltools.models import MODELS, build_model, default_config, schema_version
+from vltools.models import MODELS, build_model, checkpoint_config, default_config, schema_version
 from vltools.models.captioners import Captioner
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
@@ -78,6 +79,19 @@ def defaults(model_name: str) -> dict[str, dict[str, object]]:
             "model": default_config(model_name)}
 
 
+FIT_IMAGES = 5000  # at most this many training images (evenly spaced) measure the feature standardisation
+FIT_BATCH = 100
+
+
+def fit_feature_norm(model: Captioner, features: str | os.PathLike, image_ids: Sequence[str]) -> None:
+    """Measure the captioner's feature standardisation (vltools.models.captioners) on the training images' features,
+    at most FIT_IMAGES of them, evenly spaced; a model with feature_norm none is left as it is."""
+    picked = list(image_ids)[::-(-len(image_ids) // FIT_IMAGES)]
+    with FeaturesReader(features) as reader:
+        fields = feature_fields(reader.fields, model.features)
+        model.fit_features(image_tensors(arrays) for _, arrays in reader.iter_batches(FIT_BATCH, picked, fields))
+
+
 def data_config(model_name: str, model_config: dict, features: str | os.PathLike, field: str) -> dict:
     """The model config with img_dim set from the features' last dimension (a changed, different value is an error)."""
     with FeaturesReader(features) as reader:
@@ -102,16 +116,18 @@ class CaptioningTask:
         self.objective = self.options["objective"]
         self.features, self.val, self.reference = features, val, reference
         self.prep = CaptionPreprocessing.from_config(self.options)
-        model_config = init["config"] if init is not None else config["model"]
+        model_config = checkpoint_config(init, self.options["init"]) if init is not None else config["model"]
         changed = {k: v for k, v in config["model"].items() if v != default_config(model_name)[k]}
-        clash = [k for k, v in changed.items() if init is not None and init["config"].get(k, v) != v]
+        clash = [k for k, v in changed.items() if init is not None and model_config.get(k, v) != v]
         if clash:
-            raise VLToolsError(f"{self.options['init']}: has model.{clash[0]}={init['config'][clash[0]]!r} but the "
+            raise VLToolsError(f"{self.options['init']}: has model.{clash[0]}={model_config[clash[0]]!r} but the "
                                f"config says {changed[clash[0]]!r}; the model keeps its --init sizes, drop the setting")
         self.model_config = data_config(model_name, model_config, features, MODELS[model_name].features[0])
         self.model: Captioner = build_model(model_name, self.model_config, len(vocab))
         if init is not None:
             self.model.load_state_dict(init["state_dict"])
+        else:
+            fit_feature_norm(self.model, features, train.image_ids)
         needs = list(self.model.features) + (list(reference.features) if reference is not None else [])
         with FeaturesReader(features) as reader:
             self.fields = feature_fields(reader.fields, needs)
