@@ -78,4 +78,5 @@ def test_both_captioners_tell_the_test_images_apart(pipeline):
 def test_cl_improves_self_retrieval_as_in_table_1(pipeline):
     mle, cl = pipeline["mle"], pipeline["cl"]
     assert mle["n_images"] == cl["n_images"] == IMAGES // 10
-    assert cl["meanr"] < mle["meanr"], pipeline
+    chance = (IMAGES // 10 + 1) / 2   # the mean rank of the own image among the test images at random
+    assert cl["meanr"] < mle["meanr"] < chance / 2, pipeline
