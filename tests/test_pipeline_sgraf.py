@@ -64,3 +64,10 @@ def test_retrieval_far_above_chance(sims, models):
     assert scores["n_images"] == IMAGES // 10 and scores["n_captions"] == 5 * scores["n_images"]
     assert scores["i2t"]["R@1"] >= 10 * chance, scores
     assert scores["t2i"]["R@1"] >= 10 * chance, scores
+
+
+def test_the_ensemble_is_at_least_its_members(sims):
+    """SGRAF's Table 1: the ensemble (mean of SGR's and SAF's similarities) retrieves at least as well as each."""
+    rsum = {models: json.loads(run("score", "retrieval", *(str(sims[name]) for name in models)))["rsum"]
+            for models in (("sgr",), ("saf",), ("sgr", "saf"))}
+    assert rsum[("sgr", "saf")] >= max(rsum[("sgr",)], rsum[("saf",)]), rsum
