@@ -19,11 +19,12 @@ import datetime
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeVar
 
 from vltools.errors import VLToolsError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 TIMEOUT = datetime.timedelta(hours=2)   # the longest wait for the others (one may validate, or merge a large output)
@@ -103,6 +104,8 @@ def gather_rows(rows: np.ndarray, positions: Sequence[int]) -> np.ndarray | None
         return None
     if len(found) == 1:
         return rows
+    import numpy as np
+
     out = None
     for places, part in found:
         if len(places):      # a process without items may hold an array of another shape
