@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,20 @@ def run_vltools(*args: str, stdin: bytes | None = None, cwd: str | Path | None =
 # the SGRAF pipeline 7, the CL and L2C recipe miniatures 4-5, the rest 1-2); files not listed follow in file order.
 LONGEST_FIRST = ("test_examples_sco", "test_pipeline_sgraf", "test_examples_cl", "test_examples_l2c",
                  "test_pipeline_sco", "test_pipeline_cl", "test_recipe_sgraf", "test_semantic_real_recipe")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker computes on its share of the cores (and so do the vltools processes its
+    tests start, through OMP_NUM_THREADS): torch's default of one thread a core in each of N workers runs N times
+    more busy threads than cores, and spinning OpenMP threads then slow every worker down. An OMP_NUM_THREADS
+    set by the caller is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
