@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint
+from vltools.io.checkpoints import DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint, save_state_dict
 
 
 def test_round_trip_with_weights_only(tmp_path):
@@ -95,3 +95,13 @@ def test_the_schema_version_is_recorded_and_digested_and_older_files_still_verif
     payload["digest"] = content_digest({key: payload[key] for key in DIGEST_KEYS})
     torch.save(payload, tmp_path / "old.pt")
     assert "schema" not in load_checkpoint(tmp_path / "old.pt")
+
+
+def test_a_plain_state_dict_loads_with_weights_only_and_the_same_tensors_give_the_same_bytes(tmp_path):
+    state = {"conv.weight": torch.arange(6.0).view(2, 3), "bn.num_batches_tracked": torch.tensor(3)}
+    save_state_dict(tmp_path / "a.pt", state)
+    save_state_dict(tmp_path / "b.pt", {key: value.clone() for key, value in state.items()})
+    loaded = torch.load(tmp_path / "a.pt", map_location="cpu", weights_only=True)
+    assert list(loaded) == list(state) and all(torch.equal(loaded[k], state[k]) for k in state)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    assert not list(tmp_path.glob("*.tmp-*"))

@@ -11,7 +11,7 @@ import torchvision
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.vision import backbones
-from vltools.vision.backbones import build_backbone, normalize
+from vltools.vision.backbones import build_backbone, normalize, trunk_state_dict
 
 
 @pytest.fixture
@@ -71,6 +71,25 @@ def test_weights_file_and_prefixed_vltools_checkpoint(tmp_path):
         model, described = build_backbone("resnet18", str(path))
         assert torch.equal(model.trunk[0].weight, reference.conv1.weight)
         assert path.name in described and "sha256" in described
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg19"])
+def test_a_trunk_saved_headless_loads_back_as_the_same_backbone(name, tmp_path):
+    torch.manual_seed(0)
+    trained = build_backbone(name, "none")[0]
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(torch.randn_like(parameter))   # anything but torchvision's initialisation
+    state = trunk_state_dict(name, trained.trunk)
+    model = getattr(torchvision.models, name)(weights=None)
+    heads = {key for key in model.state_dict() if key.startswith(("fc.", "classifier."))}
+    assert heads and set(state) == set(model.state_dict()) - heads
+    torch.save(state, tmp_path / "trunk.pt")
+    torch.manual_seed(1)
+    loaded = build_backbone(name, str(tmp_path / "trunk.pt"))[0]
+    images = torch.randn(2, 3, 64, 64)
+    with torch.inference_mode():
+        assert torch.equal(loaded(images), trained.eval()(images))
 
 
 def test_wrong_weights_file_is_a_one_line_error(tmp_path):

@@ -32,6 +32,7 @@ from vltools.train import TASKS
 # exists. The help is here so that `vltools --help` need not import every stage (and torch).
 STAGES = {
     "synth": ("synth", "Write the deterministic synthetic world (images, captions, regions, pairs)."),
+    "synth-backbone": ("synth_backbone", "A backbone trained on the synthetic world's labels (--weights PATH)."),
     "inspect": ("inspect", "Validate vltools files and print their kind, counts, shapes and provenance."),
     "convert": ("convert", "Import the field's formats as vltools files, and export them back."),
     "score": ("score", "Score captions, retrieval, semantic retrieval and self-retrieval."),
@@ -61,6 +62,7 @@ STAGES = {
 # needs (a checkpoint, shards); tests/test_cli_examples.py runs them all from the help texts.
 EXAMPLES = {
     "synth": "vltools synth world --images 40 --pairs 20 --aux-images 0",
+    "synth-backbone": "vltools synth-backbone world --epochs 1 -o synth_resnet18.pt",
     "inspect": "vltools inspect world/captions.jsonl world/images.jsonl",
     "extract-regions": "vltools extract-regions world/images.jsonl --regions grid --global avg --backbone resnet18 \\\n"
                        "    --weights none --image-size 96 -o feats.h5",

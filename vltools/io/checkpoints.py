@@ -71,8 +71,20 @@ def save_checkpoint(path: str | os.PathLike, model: str, config: dict, state_dic
         "provenance": provenance(),
     }
     payload["digest"] = content_digest(_digested(payload))
+    _save(path, payload, sum(tensor.nbytes for tensor in payload["state_dict"].values()))
+
+
+def save_state_dict(path: str | os.PathLike, state_dict: dict) -> None:
+    """Write a plain state dict (a dict of tensors, e.g. torchvision weights) atomically, for torch.load with
+    weights_only=True; the same tensors always give the same bytes."""
+    tensors = {k: v.detach().cpu() for k, v in state_dict.items()}
+    _save(path, tensors, sum(tensor.nbytes for tensor in tensors.values()))
+
+
+def _save(path: str | os.PathLike, payload: dict, nbytes: int) -> None:
+    """torch.save `payload` to `path` atomically, after checking there is room for its `nbytes` of tensors."""
     with atomic_path(path) as tmp:
-        check_room(tmp, sum(tensor.nbytes for tensor in payload["state_dict"].values()))
+        check_room(tmp, nbytes)
         with DeferredWrites(tmp, truncate=True) as stream:   # torch.save reports a failed write without its cause
             torch.save(payload, stream)
             stream.check()

@@ -9,6 +9,10 @@ That is binary cross-entropy on the logits, summed over concepts (`concept_loss`
 
 At test time each image's r regions are scored separately with shared weights and the K sigmoid scores are
 max-pooled element-wise over the regions (`max_over_regions`), giving the concept score vector p.
+
+Given boxes, the same network scores each box from the trunk's feature map of the whole image (RoIAlign, then the
+mean: the region features `extract-regions --regions boxes` reads), which is how `vltools synth-backbone` trains a
+backbone to name each object of the synthetic world.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vltools.vision.backbones import build_backbone
+from vltools.vision.regions import roi_features
 
 
 def concept_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -31,18 +36,24 @@ def max_over_regions(scores: torch.Tensor) -> torch.Tensor:
 
 
 class ConceptCNN(nn.Module):
-    """Backbone trunk -> global average pool -> Linear(dim, K): concept logits of whole images or regions."""
+    """Backbone trunk -> global average pool (or RoIAlign over boxes) -> Linear(dim, K): concept logits of whole
+    images, regions or boxes; `stride` is the trunk's (input pixels per feature-map cell)."""
 
     DEFAULTS = {"backbone": "vgg19", "num_concepts": 256}
 
-    def __init__(self, trunk: nn.Module, dim: int, num_concepts: int) -> None:
+    def __init__(self, trunk: nn.Module, dim: int, num_concepts: int, stride: int = 32) -> None:
         super().__init__()
         self.trunk = trunk
+        self.stride = stride
         self.classifier = nn.Linear(dim, num_concepts)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits [B, K] of normalised images [B, 3, S, S]."""
-        return self.classifier(self.trunk(images).mean(dim=(2, 3)))
+    def forward(self, images: torch.Tensor, boxes: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits [B, K] of normalised images [B, 3, S, S]; with `boxes` (per image a (K_b, 4) tensor of x1 y1 x2 y2
+        in input pixels), logits [sum of K_b, K] of each box's RoI-pooled features instead, image by image."""
+        features = self.trunk(images)
+        if boxes is None:
+            return self.classifier(features.mean(dim=(2, 3)))
+        return self.classifier(torch.cat(roi_features(features, boxes, self.stride)))
 
     def region_scores(self, crops: torch.Tensor, chunk: int = 256) -> torch.Tensor:
         """Concept scores p [B, K] of region crops [B, r, 3, S, S]: sigmoid of every region's logits (all the
@@ -56,4 +67,4 @@ class ConceptCNN(nn.Module):
 def build_concept_cnn(backbone: str, weights: str, num_concepts: int) -> tuple[ConceptCNN, str]:
     """A concept CNN on the torchvision `backbone` with `weights` (imagenet, none or PATH), and their description."""
     trunk, described = build_backbone(backbone, weights)
-    return ConceptCNN(trunk.trunk, trunk.dim, num_concepts), described
+    return ConceptCNN(trunk.trunk, trunk.dim, num_concepts, trunk.stride), described

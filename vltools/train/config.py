@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import yaml
 
@@ -37,6 +38,21 @@ TRAIN_DEFAULTS: dict[str, object] = {
 }
 
 KEEP_BEST = ("any", "epoch_end")
+
+
+
+@dataclass(frozen=True)
+class BackboneSchedule:
+    """`vltools synth-backbone`'s defaults (vltools.train.synth_backbone): Adam, the learning rate divided by 10 for
+    the last epoch."""
+
+    image_size: int = 96
+    epochs: int = 8
+    batch_size: int = 32
+    lr: float = 2e-3
+
+
+BACKBONE = BackboneSchedule()
 
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")

@@ -27,6 +27,7 @@ from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, load_weig
 DOWNLOAD_TIMEOUT_S = 30
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+HEADS = ("fc.", "classifier.")  # the classification layers after the last stage, which no trunk uses
 
 
 @dataclass(frozen=True)
@@ -189,13 +190,24 @@ def build_backbone(name: str, weights: str = "imagenet") -> tuple[Backbone, str]
         raise VLToolsError(f"--weights {weights}: not available for {name}; use one of "
                            f"{', '.join([*spec.weights, 'none', 'PATH'])}")
     elif weights != "none":
-        load_into(model, load_weights_file(Path(weights)), weights, optional=("fc.", "classifier."))
+        load_into(model, load_weights_file(Path(weights)), weights, optional=HEADS)
+    return Backbone(cut_trunk(name, model), spec.stride, spec.dim).eval(), describe_weights(weights, qualified)
+
+
+def cut_trunk(name: str, model: nn.Module) -> nn.Sequential:
+    """The layers of torchvision `model` (backbone `name`) up to its last convolutional stage, sharing its modules."""
     if name.startswith("vgg"):
-        trunk = nn.Sequential(*list(model.features.children())[:-1])
-    else:
-        trunk = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool,
-                              model.layer1, model.layer2, model.layer3, model.layer4)
-    return Backbone(trunk, spec.stride, spec.dim).eval(), describe_weights(weights, qualified)
+        return nn.Sequential(*list(model.features.children())[:-1])
+    return nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool,
+                         model.layer1, model.layer2, model.layer3, model.layer4)
+
+
+def trunk_state_dict(name: str, trunk: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights of `trunk` (a backbone `name` trunk, e.g. a trained one) as a torchvision state dict without the
+    classification head, the file `--weights PATH` loads (and torchvision's model with strict=False)."""
+    model = getattr(torchvision.models, BACKBONES[name].builder)(weights=None)
+    cut_trunk(name, model).load_state_dict(trunk.state_dict())
+    return {key: value for key, value in model.state_dict().items() if not key.startswith(HEADS)}
 
 
 def check_image_size(name: str, size: int, setting: str) -> None:

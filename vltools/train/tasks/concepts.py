@@ -51,27 +51,37 @@ def average_precision(scores: np.ndarray, targets: np.ndarray) -> float:
     return 100.0 * float(np.mean(aps)) if aps else 0.0
 
 
-class ConceptImages(Dataset, EpochDraws):
-    """Decoded, resized images with their multi-hot targets; `flip` mirrors them at random (training), each
-    image in each epoch as `seed` draws it."""
+class SquareImages(Dataset, EpochDraws):
+    """Decoded images resized to `image_size` squares; `flip` mirrors them at random (training), each image in each
+    epoch as `seed` draws it."""
 
-    def __init__(self, items: Sequence[ImageItem], targets: np.ndarray, image_size: int, flip: bool,
-                 seed: int = 0) -> None:
+    def __init__(self, items: Sequence[ImageItem], image_size: int, flip: bool, seed: int = 0) -> None:
         self.images = ImageDataset(items, "square", image_size)
-        self.items, self.targets, self.flip, self.seed = list(items), targets, flip, seed
+        self.items, self.size, self.flip, self.seed = list(items), image_size, flip, seed
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: int) -> dict:
+    def image(self, index: int) -> tuple[torch.Tensor, tuple[int, int], bool]:
+        """Image `index` (3, S, S) uint8 as this epoch draws it, its original (h, w), and whether it was flipped."""
         sample = self.images[index]
         if "error" in sample:
             raise VLToolsError(f"{self.items[index].path}: image {self.items[index].image_id!r}: {sample['error']}; "
                                "fix or remove it")
-        image = sample["image"]
-        if self.flip and self.rng(FLIPS, index).random() < 0.5:
-            image = image.flip(2)
-        return {"image": image, "target": self.targets[index]}
+        flipped = self.flip and self.rng(FLIPS, index).random() < 0.5
+        return (sample["image"].flip(2) if flipped else sample["image"]), sample["orig_size"], flipped
+
+
+class ConceptImages(SquareImages):
+    """Decoded, resized (and in training randomly flipped) images with their multi-hot targets."""
+
+    def __init__(self, items: Sequence[ImageItem], targets: np.ndarray, image_size: int, flip: bool,
+                 seed: int = 0) -> None:
+        super().__init__(items, image_size, flip, seed)
+        self.targets = targets
+
+    def __getitem__(self, index: int) -> dict:
+        return {"image": self.image(index)[0], "target": self.targets[index]}
 
 
 def collate_concepts(items: Sequence[dict]) -> dict[str, torch.Tensor]:
