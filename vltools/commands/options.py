@@ -182,7 +182,8 @@ def image_run_options(func: Callable) -> Callable:
                      help="Torchvision network; features come from its last convolutional stage."),
         click.option("--weights", default="imagenet", show_default=True,
                      help="imagenet (torchvision IMAGENET1K_V1), imagenet-v2 (ResNet-50/101/152), none (random, "
-                          "for tests), or PATH to a torchvision-layout state dict or a vltools checkpoint."),
+                          "for tests), or PATH to a torchvision-layout state dict (e.g. `vltools synth-backbone`'s "
+                          "for the synthetic world) or a vltools checkpoint."),
         batch_size_option(8, "Images per forward pass."),
         workers_option(2, "DataLoader processes decoding images while the model runs (0 = decode in-process)."),
         device_option(),

@@ -25,7 +25,8 @@ from vltools.train.config import BACKBONE
 @click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=BACKBONE.lr, show_default=True,
               help="Adam's learning rate.")
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
-              help="Seed of initialisation, data order and flips; the same seed and options give the same file.")
+              help="Seed of initialisation, data order and flips: the same seed and options give the same file "
+                   "on the same CPU with the same number of threads.")
 @device_option()
 def command(world: str, output: str, backbone: str, image_size: int, epochs: int, batch_size: int, lr: float,
             seed: int, device: str) -> None:

@@ -47,7 +47,7 @@ class BackboneSchedule:
     the last epoch."""
 
     image_size: int = 96
-    epochs: int = 8
+    epochs: int = 4
     batch_size: int = 32
     lr: float = 2e-3
 
