@@ -5,14 +5,16 @@
 #   your photos ----extract-regions (the same extractor)--> features --match sgr.pt + score--> rankings
 #   --report--> OUT_DIR/report/index.html
 #
-# No pretrained weights can be assumed offline, so the extractor is a randomly initialised ResNet-18 over a 3 x 3
-# grid of cells and the model is a small SGR trained here on `vltools synth`'s coloured shapes: it knows only the
-# synthetic world's words (shapes, colours, sizes, positions). The real thing is the same commands with the
-# released SGRAF and bottom-up features (README, "First thing to try"); the five papers' tables are `make tables`.
+# No pretrained weights can be assumed offline, so the extractor is a ResNet-18 trained here on the world's own labels
+# (`vltools synth-backbone`: the shape, colour, size and position of each object) over a 3 x 3 grid of cells, and
+# the model is a small SGR trained on `vltools synth`'s coloured shapes: it knows only the synthetic world's words.
+# The real thing is the same commands with the released SGRAF and bottom-up features (README, "First thing to try");
+# the five papers' tables are `make tables`.
 #
 # Usage: examples/demo/demo.sh OUT_DIR   (`make demo` runs it with OUT_DIR=out/demo and the venv on PATH)
 # PHOTOS (a folder of images) and CAPTIONS (their captions JSONL) replace the project's own test photos; the sizes
-# below can be shrunk for a quicker look (the tests run it with SYNTH_IMAGES=200 EPOCHS=1).
+# below can be shrunk for a quicker look (the tests run it with SYNTH_IMAGES=200 EPOCHS=1 BACKBONE_EPOCHS=1), and
+# SYNTH_BACKBONE=random extracts with a randomly initialised ResNet-18 instead of the trained one.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -25,12 +27,19 @@ PHOTOS=${PHOTOS:-$(cd "$HERE/../../tests/data/photos" && pwd)}
 CAPTIONS=${CAPTIONS:-$HERE/captions.jsonl}
 SYNTH_IMAGES=${SYNTH_IMAGES:-600}
 EPOCHS=${EPOCHS:-12}
+BACKBONE_EPOCHS=${BACKBONE_EPOCHS:-4}
+SYNTH_BACKBONE=${SYNTH_BACKBONE:-trained}
+case $SYNTH_BACKBONE in
+    trained) WEIGHTS=$OUT/synth_resnet18.pt ;;
+    random) WEIGHTS=none ;;
+    *) echo "$0: SYNTH_BACKBONE=$SYNTH_BACKBONE: use trained or random" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 
-# one extractor for the world and the photos: a random ResNet-18 (seeded, so both runs build the same network) over
-# the 3 x 3 grid of its last stage at 96 x 96 pixels, the world's image size (9 regions of 512-d)
-EXTRACT=(--regions grid --backbone resnet18 --weights none --seed 0 --image-size 96 --workers 0 --batch-size 32
-         --dtype float32)
+# one extractor for the world and the photos: the ResNet-18 (trained, or random and seeded, so both runs build the
+# same network) over the 3 x 3 grid of its last stage at 96 x 96 pixels, the world's image size (9 regions of 512-d)
+EXTRACT=(--regions grid --backbone resnet18 --weights "$WEIGHTS" --seed 0 --image-size 96 --workers 0
+         --batch-size 32 --dtype float32)
 # a small SGR and a short schedule; the released sizes (1024 / 256 / 300) learn nothing in minutes on a CPU
 TRAIN=(--model sgr --epochs "$EPOCHS" --lr-update $((EPOCHS * 3 / 4 > 0 ? EPOCHS * 3 / 4 : 1)) --batch-size 16
        --lr 2e-3 --seed 0 --val-split val --val-every 0
@@ -45,7 +54,10 @@ step "1/5 a synthetic world to train on: $OUT/world"
 vltools synth "$OUT/world" --images "$SYNTH_IMAGES" --pairs 0 --aux-images 0 --seed 0 --force
 head -n 3 "$OUT/world/captions.jsonl"
 
-step "2/5 its features: a random ResNet-18 over a 3 x 3 grid"
+step "2/5 its features: a ResNet-18 ($SYNTH_BACKBONE) over a 3 x 3 grid"
+if [[ $SYNTH_BACKBONE == trained ]]; then
+    vltools synth-backbone "$OUT/world" --epochs "$BACKBONE_EPOCHS" -o "$WEIGHTS"
+fi
 vltools extract-regions "$OUT/world/images.jsonl" "${EXTRACT[@]}" -o "$OUT/world.h5"
 
 step "3/5 train SGR (Diao et al.'s similarity graph reasoning) for $EPOCHS epochs"
