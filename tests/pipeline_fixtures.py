@@ -15,6 +15,7 @@ import h5py
 import pytest
 import torch
 from click.testing import CliRunner
+from filelock import FileLock
 
 import vltools
 from vltools.cli import cli
@@ -62,6 +63,20 @@ def synth_world(folder: Path, images: int, pairs: int = 0, aux_images: int = 0) 
     single images with captions, written to `folder`."""
     run("synth", folder, "--seed", "0", "--images", images, "--pairs", pairs, "--aux-images", aux_images)
     return folder
+
+
+def trained_backbone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recipes' synthetic extractor (`vltools synth-backbone`, a ResNet-18 trained on a 400-image world's
+    labels, 4 epochs), made once per test session and shared by the pytest-xdist workers (behind a file lock)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "synth_backbone"
+    shared.mkdir(exist_ok=True)
+    weights = shared / "synth_resnet18.pt"
+    with FileLock(str(shared / "lock")):
+        if not weights.exists():
+            world = synth_world(shared / "world", 400)
+            run("synth-backbone", world, "--epochs", 4, "--seed", 0, "--device", "cpu", "-o", weights)
+    return weights
 
 
 def free_port() -> int:

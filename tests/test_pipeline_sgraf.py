@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from pipeline_fixtures import communicate, run, synth_world
+from pipeline_fixtures import communicate, run, synth_world, trained_backbone
 
 pytestmark = pytest.mark.slow
 
@@ -24,18 +24,19 @@ IMAGES = 1000  # 800 train, 100 val, 100 test: chance R@1 is 1%
 COMMON = ["--batch-size", "16", "--lr", "2e-3", "--val-every", "0", "--seed", "0", "--set", "model.embed_size=128",
           "--set", "model.word_dim=64", "--set", "model.sim_dim=32", "--set", "model.dropout=0.0",
           "--set", "task.max_violation=false", "--device", "cpu"]
-EPOCHS = {"sgr": ["--epochs", "16", "--lr-update", "12"], "saf": ["--epochs", "12", "--lr-update", "9"]}
+EPOCHS = {"sgr": ["--epochs", "4", "--lr-update", "3"], "saf": ["--epochs", "4", "--lr-update", "3"]}
 
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory):
     """Each trained model's full test similarity matrix (a sims file)."""
+    weights = trained_backbone(tmp_path_factory)
     out = tmp_path_factory.mktemp("sgraf")
     world = out / "world"
     synth_world(world, IMAGES, 0, 0)
     features = out / "features.h5"
     run("extract-regions", str(world / "images.jsonl"), "--regions", "boxes", "--backbone", "resnet18",
-        "--weights", "none", "--image-size", "192", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
+        "--weights", weights, "--image-size", "192", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
         "--device", "cpu", "-o", str(features))
     captions = world / "captions.jsonl"
     # the two trainings at once, one thread each (as `make -j2` runs them): small models gain little from a

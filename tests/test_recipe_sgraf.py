@@ -93,6 +93,10 @@ def test_flickr30k_recipe_on_a_precomp_miniature(tmp_path):
     assert rows["chance"][:1] + rows["chance"][3:4] == [10.0, 10.0]
     assert rows["  SGRAF"][0] == 77.8
     check_ensemble(out, {"protocol": "full", "n_images": 10, "n_captions": 50})
+    holds = rows["SGRAF"][-1] >= max(rows["SGR"][-1], rows["SAF"][-1])   # the direction line reads the rows
+    expected = "at least each member, as the paper's Table 1" if holds else "NOT at least each member here"
+    assert (f"direction: SGRAF's rSum {rows['SGRAF'][-1]:.1f} against SGR {rows['SGR'][-1]:.1f} and SAF "
+            f"{rows['SAF'][-1]:.1f}: {expected}") in stdout, stdout
 
 
 def test_coco_recipe_on_a_precomp_miniature_with_small_folds(tmp_path):
