@@ -57,15 +57,17 @@ def test_real_recipe_miniature_prints_every_row(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     for line in ("Table 1", "Table 4", "Table 5", "Table 6", "most frequent caption", "Neuraltalk2",
-                 "AdaptiveAttention + CL", "Base + IL", "Base + CL(P)", "Base + CL(N)", "Base + CL(Full)", "NT / NT",
-                 "NT / AA", "AA / AA"):
+                 "AdaptiveAttention + IL", "AdaptiveAttention + CL", "Base + IL", "Base + CL(P)", "Base + CL(N)",
+                 "Base + CL(Full)", "NT / NT", "NT / AA", "AA / AA"):
         assert line in table, table
     rows = [line for line in table.splitlines()
             if not line.startswith("  ") and line[:26].strip() in ("0", "1", "2", "NT / AA", "Base + CL(N)")]
     assert len(rows) == 5 and all("-" not in line[26:] for line in rows), table
-    captioning = [line for line in table.splitlines() if not line.startswith(("  ", "Table", "chance", "COLLAPSED"))
+    captioning = [line for line in table.splitlines()
+                  if not line.startswith(("  ", "Table", "chance", "COLLAPSED", "direction"))
                   and line[:26].strip() and re.search(r"\d\.\d{3}", line)]
-    assert len(captioning) == 18, table     # Tables 1, 4, 5 and 6: 4 + 6 + 5 + 3 rows
+    assert len(captioning) == 19, table     # Tables 1, 4, 5 and 6: 5 + 6 + 5 + 3 rows
+    assert re.search(r"^direction \(self-retrieval .*\n  IL: R@1 .*\n  CL: R@1 ", table, flags=re.M), table
     for line in captioning:                 # each with its distinct test captions (of the 4 test images)
         assert re.search(r" [1-4]/4( COLLAPSED)?$", line), (line, table)
     captions = [json.loads(line) for line in (tmp_path / "out" / "aa_cl2.caps.jsonl").read_text().splitlines()]

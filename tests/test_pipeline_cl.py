@@ -19,13 +19,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline_fixtures import run, synth_world
+from pipeline_fixtures import run, synth_world, trained_backbone
 
 from vltools.eval.spread import caption_spread
 
 pytestmark = pytest.mark.slow
 
 IMAGES = 600
+MLE_EPOCHS = "5"
+EPOCHS = {"il": "3", "cl": "2"}   # from the MLE model
 SIZES = ["--set", "model.embed_size=128", "--set", "model.hidden_size=128", "--set", "model.attention_size=64",
          "--set", "model.dropout=0.2"]
 COMMON = ["--batch-size", "50", "--val-every", "0", "--seed", "0", "--set", "task.val_images=100", "--device", "cpu"]
@@ -34,19 +36,23 @@ MOST_FREQUENT = Path(__file__).resolve().parent.parent / "examples" / "cl" / "mo
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
+    weights = trained_backbone(tmp_path_factory)
     out = tmp_path_factory.mktemp("cl")
     world = out / "world"
     synth_world(world, IMAGES, 0, 0)
     features, captions = out / "features.h5", world / "captions.jsonl"
     run("extract-regions", world / "images.jsonl", "--regions", "grid", "--global", "avg", "--backbone", "resnet18",
-        "--weights", "none", "--image-size", "96", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
+        "--weights", weights, "--image-size", "96", "--workers", "0", "--batch-size", "32", "--dtype", "float32",
         "--device", "cpu", "-o", features)
-    run("train", "--model", "adaptive-attention", *SIZES, *COMMON, "--epochs", "8", "--lr", "2e-3", features,
+    run("train", "--model", "adaptive-attention", *SIZES, *COMMON, "--epochs", MLE_EPOCHS, "--lr", "2e-3", features,
         captions, "-o", out / "mle.pt")
-    run("train", "--model", "adaptive-attention", *COMMON, "--epochs", "3", "--lr", "2e-4", "--objective", "cl",
-        "--init", out / "mle.pt", "--reference", out / "mle.pt", features, captions, "-o", out / "cl.pt")
+    for objective in ("il", "cl"):   # IL needs no reference: the mismatched pairs are scored by the target itself
+        reference = ["--reference", out / "mle.pt"] if objective == "cl" else []
+        run("train", "--model", "adaptive-attention", *COMMON, "--epochs", EPOCHS[objective], "--lr", "2e-4",
+            "--objective", objective, "--init", out / "mle.pt", *reference, features, captions, "-o",
+            out / f"{objective}.pt")
     results = {}
-    for name in ("mle", "cl"):
+    for name in ("mle", "il", "cl"):
         caps = out / f"{name}.caps.jsonl"
         run("caption", "--model", out / f"{name}.pt", features, captions, "--split", "test", "-o", caps)
         run("caption", "--logp", "--model", out / f"{name}.pt", features, caps, "-o", out / f"{name}.logp.h5")
@@ -65,18 +71,23 @@ def test_mle_captioner_beats_the_most_frequent_caption(pipeline):
     assert pipeline["mle"]["CIDEr"] > 1.2 * pipeline["mostfreq"]["CIDEr"], pipeline
 
 
-def test_both_captioners_tell_the_test_images_apart(pipeline):
+def test_every_captioner_tells_the_test_images_apart(pipeline):
     """At least a quarter of distinct captions and none for half of the images (each wrote one caption for all
-    before issue 39), and CL changed the MLE model's captions."""
-    assert pipeline["mle"]["captions"] != pipeline["cl"]["captions"]
-    for name in ("mle", "cl"):
+    before issue 39), and IL and CL changed the MLE model's captions."""
+    assert pipeline["mle"]["captions"] != pipeline["cl"]["captions"] != pipeline["il"]["captions"]
+    for name in ("mle", "il", "cl"):
         spread = caption_spread(json.loads(line)["caption"] for line in pipeline[name]["captions"].splitlines())
         assert spread.items == IMAGES // 10 and spread.distinct >= spread.items / 4 and not spread.collapsed, \
             (name, spread)
 
 
-def test_cl_improves_self_retrieval_as_in_table_1(pipeline):
-    mle, cl = pipeline["mle"], pipeline["cl"]
-    assert mle["n_images"] == cl["n_images"] == IMAGES // 10
+@pytest.mark.parametrize("objective", ["il", "cl"])
+def test_il_and_cl_improve_self_retrieval_as_in_table_1(pipeline, objective):
+    """The paper's claim (Table 1 for CL; IL's objective rewards the same): captions that find their own image
+    sooner (a lower mean rank of the own image) and first at least as often (R@1). With the trained backbone the
+    MLE model's own image is already at a mean rank of about 2 of 60, so one image moves these figures: IL measured
+    R@1 40.0 -> 40.0 and mean rank 2.55 -> 2.22 in 3 epochs (the figures are printed: pytest -s)."""
+    mle, tuned = pipeline["mle"], pipeline[objective]
+    assert mle["n_images"] == tuned["n_images"] == IMAGES // 10
     chance = (IMAGES // 10 + 1) / 2   # the mean rank of the own image among the test images at random
-    assert cl["meanr"] < mle["meanr"] < chance / 2, pipeline
+    assert tuned["meanr"] < mle["meanr"] < chance / 2 and tuned["R@1"] >= mle["R@1"], pipeline

@@ -6,7 +6,8 @@ the descriptions <row>_val.jsonl and <row>_test.jsonl, written by <row>.pt)
 Scores are x100 as in the paper. Each split's block ends with its number of distinct descriptions
 (vltools.report.tables): one description for half of the pairs or more prints as COLLAPSED, with a note after
 the tables naming the model. Human is '-': a leave-one-out human score would compare one description
-with the remaining ones, i.e. against fewer references than the models get, so it is not comparable.
+with the remaining ones, i.e. against fewer references than the models get, so it is not comparable. A direction
+line says whether L2C's test ROUGE-L is above each baseline's, as the paper's Table 1 has it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def spread(column: SpreadColumn, folder: Path, name: str, row: str | None, split
                        None if row in BASELINES else folder / f"{row}.pt")
 
 
+def direction(folder: Path) -> str:
+    """The paper's claim read off Table 1's test block: L2C [CUB+B2W] above Most Frequent, Text-Only and CNN+LSTM on
+    ROUGE-L (the paper's main metric; on Birds-to-Words Most Frequent wins CIDEr-D, so CIDEr-D is not the claim)."""
+    ours = scores(folder, "l2c", "test")[1]
+    others = {name: scores(folder, row, "test")[1] for name, row in TABLE1[:3]}
+    beaten = all(ours > value for value in others.values())
+    return (f"direction: L2C [CUB+B2W]'s test ROUGE-L {ours:.1f} against "
+            + ", ".join(f"{name} {value:.1f}" for name, value in others.items()) + ": "
+            + ("above each, as the paper's Table 1" if beaten else "NOT above each here"))
+
+
 def main(argv: list[str]) -> None:
     title, folder = argv[0], Path(argv[1])
     column = SpreadColumn()
@@ -60,6 +72,7 @@ def main(argv: list[str]) -> None:
     for name, row in TABLE1:
         print(f"{name:<20}{cells(scores(folder, row, 'val'))} {spread(column, folder, name, row, 'val')}   "
               f"{cells(scores(folder, row, 'test'))} {spread(column, folder, name, row, 'test')}")
+    print(direction(folder))
     print("paper (Birds-to-Words):")
     for name, values in PAPER1.items():
         print(f"  {name:<18}{cells(values[:3])} {'':>{WIDTH}}   {cells(values[3:])}")
