@@ -5,7 +5,8 @@ Layout: `/ids` (N,), `/splits` (N,), `/tfidf/{data,indices,indptr,shape}` (CSR, 
 `/neighbor_sims` (N, k) float32 (NaN: none). `score semantic` reads `/ids` and `/tfidf` only.
 
 `/tfidf` holds whatever rows the proxy's `method` attribute names, each l2-normalised, relevance being their dot
-product: tf-idf of stems (`captions`) or of object synsets (`objects`), with `/vocab` the terms and `/idf` their idf;
+product: tf-idf of stems (`captions`) or of object synsets (`objects`), with `/vocab` the terms and `/idf` their idf
+(the `words` attribute says whether an image's term counted once, "distinct", or per occurrence, "occurrences");
 or Fisher vectors of word2vec vectors (`word2vec-fv`), with `/vocab` naming each column "mu:k:d" or "sigma:k:d"
 (the gradient for component k's mean or variance in dimension d) and `/idf` all ones. The method's settings are
 attributes beside it.
@@ -157,6 +158,13 @@ class Proxy:
     def relevance(self, query_rows: np.ndarray, database_rows: np.ndarray) -> np.ndarray:
         """tf-idf dot products, queries x database."""
         return csr_dot(self.tfidf.take(query_rows), self.tfidf.take(database_rows))
+
+
+def proxy_words(path: str | os.PathLike) -> str:
+    """How the proxy file counted each image's words: its `words` attribute ("distinct" or "occurrences"), or
+    "occurrences" for a file written before the attribute existed, when every occurrence counted."""
+    with open_h5(path, "proxy") as handle:
+        return str(handle.attrs.get("words", "occurrences"))
 
 
 def read_proxy(path: str | os.PathLike) -> Proxy:
