@@ -59,7 +59,7 @@ def build_index(embeddings: PathLike, output: PathLike | None, factory: str = DE
         built = faiss_index(source.emb.shape[1], factory, metric, "--factory")
         needs_training = not built.is_trained
         train = training_rows(source.emb, train_size, seed) if needs_training else None
-        train_and_add(built, _blocks(source.emb), train)
+        train_and_add(built, _blocks(source.emb), f"--factory {factory!r}", train)
         attrs = {key: value.decode() if isinstance(value, bytes) else value
                  for key, value in source.handle.attrs.items() if key in PROVENANCE}
         attrs.update({"embeddings": str(embeddings), "metric": metric, "factory": factory,

@@ -18,6 +18,8 @@ import torch
 from vltools.errors import VLToolsError, first_line
 from vltools.infer.settings import EXACT
 
+FACTORY_EXAMPLES = "Flat, IVF1024,Flat or IVF4096,PQ64"
+
 
 def faiss_available() -> bool:
     """Whether the optional `faiss` package can be imported."""
@@ -92,20 +94,25 @@ def faiss_index(dims: int, factory: str, metric: str = "ip", option: str = "--in
         return faiss.index_factory(dims, factory, faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise VLToolsError(f"{option} {factory!r} is not a FAISS index factory string ({faiss_reason(exc)}); "
-                           "try Flat, IVF1024,Flat or IVF4096,PQ64") from None
+                           f"try {FACTORY_EXAMPLES}") from None
 
 
-def train_and_add(built: object, blocks: Iterable[np.ndarray], train: np.ndarray | None = None) -> None:
-    """Train `built` on `train` (when it needs training; default: the first block) and add every block's rows."""
+def train_and_add(built: object, blocks: Iterable[np.ndarray], label: str, train: np.ndarray | None = None) -> None:
+    """Train `built` on `train` (when it needs training; default: the first block) and add every block's rows;
+    FAISS refusing either is one line naming `label` (the option and factory string that chose the index)."""
     for number, block in enumerate(blocks):
         block = np.ascontiguousarray(block, dtype=np.float32)
         if number == 0 and not built.is_trained:
             try:
                 built.train(np.ascontiguousarray(block if train is None else train, dtype=np.float32))
             except RuntimeError as exc:
-                raise VLToolsError(f"cannot train the index: {faiss_reason(exc)}; train on more rows (--train-size) "
-                                   "or choose fewer IVF lists or PQ centroids") from None
-        built.add(block)
+                raise VLToolsError(f"{label}: cannot train the index: {faiss_reason(exc)}; train on more rows "
+                                   "(--train-size) or choose fewer IVF lists or PQ centroids") from None
+        try:
+            built.add(block)
+        except RuntimeError as exc:
+            raise VLToolsError(f"{label}: cannot add the embeddings to the index ({faiss_reason(exc)}); choose "
+                               f"another factory string, e.g. {FACTORY_EXAMPLES}") from None
 
 
 def faiss_query(built: object, queries, k: int, nprobe: int = 16,
@@ -131,7 +138,7 @@ def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
     """Inner-product top-k through a FAISS index built from the factory string `index` over the gallery."""
     vectors = np.asarray(gallery[:], dtype=np.float32)
     built = faiss_index(vectors.shape[1], index)
-    train_and_add(built, [vectors])
+    train_and_add(built, [vectors], f"--index {index!r}")
     return faiss_query(built, queries, k, nprobe, batch_queries)
 
 
