@@ -91,12 +91,23 @@ class SavedIndex:
     def side(self) -> str:
         return self.file.side
 
-    def search(self, queries, k: int, nprobe: int = 16) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, row indices) of every query row (an array-like of `dims` columns), higher is better."""
+    def search(self, queries, k: int, nprobe: int = 16,
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, row indices) of every query row (an array-like of `dims` columns), higher is better;
+        `rows`: only these indexed rows are searched (`matched_rows`)."""
         if queries.shape[1] != self.file.dims:
             raise VLToolsError(f"{self.path}: indexes {self.file.dims}-d embeddings, the queries are "
                                f"{queries.shape[1]}-d; encode them with the model the index was built from")
-        return faiss_query(self.index, queries, k, nprobe)
+        try:
+            return faiss_query(self.index, queries, k, nprobe, rows=rows)
+        except RuntimeError as exc:
+            if rows is None:
+                raise VLToolsError(f"{self.path}: FAISS cannot search this index ({faiss_reason(exc)}); "
+                                   f"{REBUILD}") from None
+            raise VLToolsError(f"{self.path}: its {self.file.factory} index cannot search only the {len(rows)} of its "
+                               f"{len(self.ids)} rows that are matched ({faiss_reason(exc)}); index the embeddings "
+                               "of the matched items alone (vltools encode --captions CAPS --split SPLIT), or build "
+                               "it with a factory that can, e.g. Flat, IVF1024,Flat or HNSW32") from None
 
 
 def load_index(path: PathLike) -> SavedIndex:
@@ -148,3 +159,9 @@ def positions(saved: SavedIndex, ids: Sequence[str], what: str) -> np.ndarray:
 def remap(rows: np.ndarray, found: np.ndarray) -> np.ndarray:
     """Indexed row numbers (-1: none) as positions by `positions` (-1 where outside them)."""
     return np.where(rows >= 0, found[np.maximum(rows, 0)], -1)
+
+
+def matched_rows(found: np.ndarray) -> np.ndarray | None:
+    """The indexed rows that `positions` placed among the items searched (so that the index searches those alone
+    and a row outside them never takes a candidate's place), or None when every indexed row is one of them."""
+    return None if (found >= 0).all() else np.flatnonzero(found >= 0)

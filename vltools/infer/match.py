@@ -24,7 +24,7 @@ from vltools.distributed import gather_rows, place, share
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
-from vltools.infer.index import SavedIndex, check_model, load_index, positions, search_embeddings
+from vltools.infer.index import SavedIndex, check_model, load_index, matched_rows, positions, search_embeddings
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
@@ -160,7 +160,7 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
 def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, image_ids: Sequence[str],
                        caption_ids: Sequence[str]) -> tuple[SavedIndex | None, np.ndarray | None]:
     """The saved index the first stage searches (of its own image or caption embeddings), with each indexed row's
-    position among the images or captions matched."""
+    position among the images or captions matched; an index over more than those searches them alone."""
     if index_file is None:
         return None, None
     saved = load_index(index_file)
@@ -168,7 +168,11 @@ def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, im
     if saved.side not in ("images", "captions"):
         raise VLToolsError(f"{index_file}: indexes {saved.side or 'unknown'} embeddings; index the first stage's "
                            "image or caption embeddings (vltools encode)")
-    return saved, positions(saved, image_ids if saved.side == "images" else caption_ids, saved.side)
+    found = positions(saved, image_ids if saved.side == "images" else caption_ids, saved.side)
+    rows = matched_rows(found)
+    if rows is not None:    # an index type that cannot search a subset is refused before anything is encoded
+        saved.search(np.zeros((1, saved.file.dims), dtype=np.float32), 1, rows=rows)
+    return saved, found
 
 
 def check_header(features: PathLike, models: Sequence[LoadedModel]) -> None:

@@ -115,19 +115,25 @@ def train_and_add(built: object, blocks: Iterable[np.ndarray], label: str, train
                                f"another factory string, e.g. {FACTORY_EXAMPLES}") from None
 
 
-def faiss_query(built: object, queries, k: int, nprobe: int = 16,
-                batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def faiss_query(built: object, queries, k: int, nprobe: int = 16, batch_queries: int = 65536,
+                rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, row indices; -1 pads) of every query row in a FAISS index, `nprobe` IVF lists visited per
-    query; scores are higher-is-better (an L2 index's squared distances are negated)."""
+    query; scores are higher-is-better (an L2 index's squared distances are negated). `rows`: only these indexed
+    rows are searched (a FAISS id selector; an index type without selectors raises FAISS's RuntimeError)."""
     import faiss
 
     ivf = faiss.try_extract_index_ivf(built)
     if ivf is not None:
         ivf.nprobe = nprobe
-    k = min(k, built.ntotal)
+    params, selector = None, None
+    if rows is not None:
+        selector = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
+        params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe) if ivf is not None else \
+            faiss.SearchParameters(sel=selector)
+    k = min(k, built.ntotal if rows is None else len(rows))
     values, indices = [], []
     for _, query in blocks_of(queries, batch_queries):
-        found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k)
+        found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k, params=params)
         values.append(-found_values if built.metric_type == faiss.METRIC_L2 else found_values)
         indices.append(found_indices)
     return np.concatenate(values), np.concatenate(indices)
