@@ -221,6 +221,25 @@ class OutputFile(h5py.File):
             self.check()
 
 
+def plain(value: object) -> object:
+    """An attribute's value as plain Python: numpy scalars and arrays as numbers and lists, UTF-8 bytes as a string
+    (other bytes stay bytes, which no text field accepts)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, (np.generic, np.ndarray)):
+        return plain(value.item()) if isinstance(value, np.generic) else [plain(item) for item in value.tolist()]
+    return value
+
+
+def attributes(handle: h5py.File | h5py.Group) -> dict[str, object]:
+    """Every attribute of an open file (or group) as plain Python values (`plain`), for the readers to take each
+    through `vltools.io.fields.field` with its kind."""
+    return {key: plain(value) for key, value in handle.attrs.items()}
+
+
 def file_kind(handle: h5py.File) -> str | None:
     """The kind (`features`, `proxy`, ...) a file declares in its `format` attribute, if any."""
     fmt = handle.attrs.get("format")

@@ -21,7 +21,7 @@ import numpy as np
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error
 from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
-from vltools.io.hdf5 import OutputFile, decode_strings, string_dtype
+from vltools.io.hdf5 import REWRITE, OutputFile, decode_strings, string_dtype
 from vltools.io.progress import log
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
@@ -48,7 +48,14 @@ def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
 def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str]]:
     """The provenance of one file to merge: its own (with its file name), or its parts' if it is a merge."""
     if "parts" in attrs:
-        return json.loads(str(attrs["parts"]))
+        try:
+            parts = json.loads(attrs["parts"])
+        except (ValueError, RecursionError):
+            parts = None
+        if not isinstance(parts, list) or not all(isinstance(part, dict) for part in parts):
+            raise VLToolsError(f"{path}: attribute 'parts' is not the JSON list of the merged files' provenance; "
+                               f"{REWRITE}")
+        return parts
     return [{"file": path.name, **{k: str(v) for k, v in attrs.items() if is_provenance(k)}}]
 
 
@@ -102,7 +109,7 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
                     first = readers[owner[image_id]].path
                     raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in {first}; merge each once")
                 owner[image_id] = number
-        dtype = str(readers[0].attrs.get("dtype", "float16"))
+        dtype = readers[0].attrs.get("dtype", "float16")
         kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
         with FeaturesWriter(target, kept, dtype=dtype) as writer:
             if order is None:
