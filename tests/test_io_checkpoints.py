@@ -1,4 +1,5 @@
 import argparse
+import os
 import pickle
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import (
     DIGEST_KEYS,
+    NeedsPickle,
     content_digest,
     load_checkpoint,
     save_checkpoint,
@@ -111,6 +113,13 @@ def test_a_plain_state_dict_loads_with_weights_only_and_the_same_tensors_give_th
     assert list(loaded) == list(state) and all(torch.equal(loaded[k], state[k]) for k in state)
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_pickle_inside_a_torch_zip_calling_a_blocked_module_needs_pickle_not_corrupt(tmp_path):
+    torch.save({"call": os.getcwd}, tmp_path / "calls.pt")     # a torch zip archive whose pickle names posix.getcwd
+    with pytest.raises(NeedsPickle) as caught:
+        load_checkpoint(tmp_path / "calls.pt")
+    assert str(caught.value).startswith(f"{tmp_path / 'calls.pt'}: needs pickle to load, which can run arbitrary code")
 
 
 @pytest.mark.parametrize(("name", "value", "shown"), [

@@ -122,7 +122,9 @@ def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: st
     except Exception as exc:  # whatever the unpickler raises, the file is unusable as it is
         # torch's own messages run over several sentences; what the file is says more, in one complete line
         pickled = _starts_with(path, b"\x80")
-        if isinstance(exc, pickle.UnpicklingError) and ("Unsupported global" in str(exc) or pickled):
+        # a global the safe unpickler refuses: "Unsupported global: GLOBAL x", or "unsupported GLOBAL posix.system
+        # whose module posix is blocked" (a pickle inside a torch zip as much as a plain one)
+        if isinstance(exc, pickle.UnpicklingError) and ("unsupported global" in str(exc).lower() or pickled):
             raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
                               f"{pickle_fix}") from exc
         if not pickled and not _starts_with(path, b"PK\x03\x04"):
