@@ -137,6 +137,8 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
                           size=lambda start: min(per_block, n_queries - start) * width):
         block = proposals[start:start + per_block]
         union, positions = np.unique(block[block >= 0], return_inverse=True)
+        if not len(union):    # no query of the block has a candidate (an approximate first stage found none)
+            continue
         where = np.full(block.shape, -1, dtype=np.int64)
         where[block >= 0] = positions
         query_rows = order[start:start + len(block)].tolist()
