@@ -19,12 +19,12 @@ from vltools.io.hdf5 import (
     OutputFile,
     attributes,
     create_dataset,
-    decode_strings,
     open_h5,
     read,
+    read_strings,
     refuse_nonfinite,
     set_attrs,
-    string_dtype,
+    write_strings,
 )
 
 REENCODE = "rerun vltools encode"
@@ -61,7 +61,7 @@ def _checked(path: str | os.PathLike, handle: h5py.File) -> Embeddings:
     for name in ("ids", "emb"):
         if name not in handle:
             raise VLToolsError(f"{path}: embeddings file lacks the /{name} dataset; {REENCODE}")
-    ids = decode_strings(handle["ids"][()])
+    ids = read_strings(handle, "ids")
     emb = handle["emb"]
     if emb.ndim != 2 or emb.shape[0] != len(ids):
         raise VLToolsError(f"{path}: /emb has shape {emb.shape} for {len(ids)} ids; {REENCODE}")
@@ -71,7 +71,7 @@ def _checked(path: str | os.PathLike, handle: h5py.File) -> Embeddings:
     attrs = attributes(handle)
     side = field(attrs, "side", TEXT, path, REENCODE, what="attribute", default="")
     digest = field(attrs, "checkpoint_digest", optional(TEXT), path, REENCODE, what="attribute", default=None)
-    image_ids = decode_strings(handle["caption_image_ids"][()]) if "caption_image_ids" in handle else None
+    image_ids = read_strings(handle, "caption_image_ids") if "caption_image_ids" in handle else None
     return Embeddings(Path(path), ids, emb, side, digest, image_ids, handle)
 
 
@@ -80,10 +80,9 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
     """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
     with binary_output(path) as target, OutputFile(target) as handle:
         set_attrs(handle, "embeddings", attrs)
-        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        write_strings(handle, "ids", ids)
         if caption_image_ids is not None:
-            handle.create_dataset("caption_image_ids", data=np.array(list(caption_image_ids), dtype=object),
-                                  dtype=string_dtype())
+            write_strings(handle, "caption_image_ids", caption_image_ids)
         row = 0
         for block in blocks:
             if "emb" not in handle:

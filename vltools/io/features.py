@@ -18,6 +18,7 @@ from vltools.io.hdf5 import (
     decode_strings,
     open_h5,
     read,
+    read_strings,
     refuse_nonfinite,
     set_attrs,
     string_dtype,
@@ -176,14 +177,11 @@ class FeaturesReader:
         """Read and check the ids and the attributes, and that every dataset has one row per id."""
         if "ids" not in self.handle:
             raise VLToolsError(f"{self.path}: features file has no /ids dataset; {REWRITE}")
-        self.ids = decode_strings(read(self.handle["ids"]))
         self.attrs = attributes(self.handle)
         for key, kind in ATTRIBUTE_KINDS.items():
             if key in self.attrs:
                 self.attrs[key] = field(self.attrs, key, kind, self.path, REWRITE, what="attribute")
-        saved = self.attrs.get(IDS_CHECKSUM)
-        if saved is not None and saved != ids_digest(self.ids):
-            raise VLToolsError(f"{self.path}: /ids does not match its checksum; the file is corrupt, {REWRITE}")
+        self.ids = read_strings(self.handle, "ids", IDS_CHECKSUM)
         self.index = {image_id: row for row, image_id in enumerate(self.ids)}
         if len(self.index) != len(self.ids):
             dup = next(i for i in self.ids if self.ids.count(i) > 1)

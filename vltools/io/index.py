@@ -23,11 +23,11 @@ from vltools.io.hdf5 import (
     OutputFile,
     attributes,
     create_dataset,
-    decode_strings,
     open_h5,
     read,
+    read_strings,
     set_attrs,
-    string_dtype,
+    write_strings,
 )
 
 REBUILD = "rebuild it with vltools index"
@@ -59,7 +59,7 @@ def write_index(path: str | os.PathLike | None, ids: Sequence[str], data: np.nda
     with binary_output(path) as target, OutputFile(target) as handle:
         handle.check_room(data.nbytes)
         set_attrs(handle, "index", {**attrs, "count": len(ids)})
-        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        write_strings(handle, "ids", ids)
         create_dataset(handle, "index", data=data, chunks=(max(1, min(len(data), CHUNK_BYTES)),))
         handle.check()
 
@@ -70,7 +70,7 @@ def read_index(path: str | os.PathLike) -> IndexFile:
         for name in ("ids", "index"):
             if name not in handle:
                 raise input_error(path, None, f"index file lacks the /{name} dataset", REBUILD)
-        ids = decode_strings(read(handle["ids"]))
+        ids = read_strings(handle, "ids")
         data = read(handle["index"])
         attrs = attributes(handle)
     typed = {key: field(attrs, key, kind, path, REBUILD, what="attribute", default=default)
