@@ -19,6 +19,7 @@ from vltools.infer.topk import faiss_index, faiss_query, faiss_reason, require_f
 from vltools.io.embeddings import Embeddings, open_embeddings
 from vltools.io.hdf5 import read
 from vltools.io.index import REBUILD, IndexFile, read_index, write_index
+from vltools.io.progress import log
 
 PathLike = str | os.PathLike
 BLOCK_ROWS = 65536
@@ -129,11 +130,39 @@ def load_index(path: PathLike) -> SavedIndex:
 
 
 def check_model(saved: SavedIndex, digest: str | None, what: object) -> None:
-    """Refuse queries encoded by another checkpoint than the indexed embeddings (when both digests are known)."""
-    if saved.file.checkpoint_digest and digest and saved.file.checkpoint_digest != digest:
-        raise VLToolsError(f"{what}: encoded by another checkpoint ({digest}) than the embeddings indexed in "
-                           f"{saved.path} ({saved.file.checkpoint_digest}); encode the queries with the index's model "
-                           f"({saved.file.attrs.get('checkpoint', 'see vltools inspect')})")
+    """Refuse queries (`what`, with the checkpoint `digest` they record) encoded by another checkpoint than the
+    indexed embeddings, and, since nothing can show they are not, a side that records no digest when the other
+    does (every file of `vltools encode` and `vltools index` records one); when neither does, warn."""
+    indexed = saved.file.checkpoint_digest
+    if indexed == digest:
+        if digest is None:
+            log.warning("%s: neither it nor %s records the checkpoint that encoded it, so whether one model encoded "
+                        "both cannot be checked", what, saved.path)
+        return
+    if indexed is None:
+        raise VLToolsError(f"{saved.path}: records no checkpoint digest, so whether {what} was encoded by the model "
+                           f"of its embeddings cannot be checked; {REBUILD} from embeddings of vltools encode")
+    if digest is None:
+        raise VLToolsError(f"{what}: records no checkpoint digest, so whether the model of the embeddings indexed in "
+                           f"{saved.path} encoded it cannot be checked; encode it with vltools encode")
+    raise VLToolsError(f"{what}: encoded by another checkpoint ({digest}) than the embeddings indexed in "
+                       f"{saved.path} ({indexed}); encode the queries with the index's model "
+                       f"({saved.file.attrs.get('checkpoint', 'see vltools inspect')})")
+
+
+def check_source(saved: SavedIndex, source: PathLike, what: str) -> None:
+    """Warn when the index's embeddings were encoded from another file than `source` (the `what`, features or
+    captions, being matched) as far as the path its provenance records shows: other features under the same
+    image ids would propose wrong candidates, and the file's content cannot be compared."""
+    recorded = saved.file.attrs.get("source")
+    try:
+        same = isinstance(recorded, str) and os.path.samefile(recorded, source)
+    except OSError:
+        same = False
+    if not same:
+        log.warning("%s: its embeddings were encoded from %s, not from the %s %s matched here; if those are other "
+                    "%s, its candidates are wrong: index the embeddings of %s", saved.path, recorded or "an unrecorded "
+                    "file", what, source, what, source)
 
 
 def search_embeddings(saved: SavedIndex, queries: Embeddings, k: int,
