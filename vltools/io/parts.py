@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed"
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
 MERGE_BLOCK = 256
+PART_NAME = re.compile(r"part-\d{6}\.h5(\.tmp)?")    # what a parts folder holds: parts, and one being written
 
 
 def is_provenance(key: str) -> bool:
@@ -157,6 +159,14 @@ class PartsWriter:
         self.dtype = dtype
         self.commit_seconds = commit_seconds
         self.digests = digests or {}
+        if folder.exists() and not folder.is_dir():
+            raise VLToolsError(f"{folder}: is a file, not the folder of parts an interrupted vltools run leaves; "
+                               "move it away")
+        foreign = sorted(path.name for path in folder.iterdir() if not PART_NAME.fullmatch(path.name)) \
+            if folder.is_dir() else []
+        if foreign:
+            raise VLToolsError(f"{folder}: holds {foreign[0]}, which no vltools run wrote there (it holds only "
+                               "part-NNNNNN.h5 files), and the run would remove it with the folder; move it away")
         if folder.exists() and not resume:
             shutil.rmtree(folder)
         try:
