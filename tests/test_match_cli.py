@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
 
+import vltools
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
@@ -305,6 +306,34 @@ def test_a_saved_index_of_the_first_stage_reranks_as_the_full_match(world, tmp_p
     err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions),
                 "--index-file", str(tmp_path / "caps.index.h5"))
     assert "region features are scored by --model pair by pair" in err
+
+
+def test_a_saved_index_over_more_images_than_the_split_searches_the_split_alone(world, tmp_path, capsys):
+    """The index holds all 8 images of the features, the test split names 6: with K = 6 each caption's candidates
+    are the 6 matched images, so its reranked list is the full match's, through the command and the API. An index
+    type that cannot search a subset is refused in one line before anything is written."""
+    pytest.importorskip("faiss")
+    folder, features, captions, models = world
+    run("encode", "--model", str(models["vse"]), str(features), "-o", str(tmp_path / "imgs.h5"))
+    run("index", str(tmp_path / "imgs.h5"), "-o", str(tmp_path / "imgs.index.h5"))
+    full = [json.loads(line) for line in run("match", "--model", str(models["sgr"]), str(features), str(captions),
+                                             "--top-k", "6").splitlines()]
+    expected = [(r["query"], r["ids"]) for r in full if r["direction"] == "t2i"]
+    assert len(expected) == 18 and all(len(ids) == 6 for _, ids in expected)
+    rerank = ("--rerank", "6", "--first-stage", str(models["vse"]), "--top-k", "6")
+    reranked = [json.loads(line) for line in run("match", "--model", str(models["sgr"]), str(features), str(captions),
+                                                 *rerank, "--index-file", str(tmp_path / "imgs.index.h5")).splitlines()]
+    assert [(r["query"], r["ids"]) for r in reranked if r["direction"] == "t2i"] == expected
+    api = vltools.match(features, captions, models["sgr"], rerank_k=6, first_stage=models["vse"], top_k=6,
+                        index_file=tmp_path / "imgs.index.h5", device="cpu")
+    assert [(r["query"], r["ids"]) for r in api.rankings() if r["direction"] == "t2i"] == expected
+    run("index", str(tmp_path / "imgs.h5"), "--factory", "Flat,RFlat", "-o", str(tmp_path / "refine.index.h5"))
+    capsys.readouterr()     # the warnings of the runs above
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), *rerank,
+                "--index-file", str(tmp_path / "refine.index.h5"), "-o", str(tmp_path / "r.jsonl"))
+    assert err.startswith(f"vltools: error: {tmp_path / 'refine.index.h5'}: its Flat,RFlat index cannot search only "
+                          "the 6 of its 8 rows that are matched (") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):

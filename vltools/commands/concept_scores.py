@@ -62,6 +62,8 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     from vltools.infer.extract import extract
     from vltools.infer.loader import file_digest, load_model
     from vltools.infer.runner import check_output
+    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field
+    from vltools.io.fields import INTEGER
     from vltools.text.concepts import ConceptVocabulary
     from vltools.vision.images import list_inputs, shard_items
 
@@ -75,10 +77,10 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
             raise VLToolsError(f"{concepts_path}: has K={len(given)} concepts but {model_path} was trained on "
                                f"K={len(concepts)} {'(other concepts)' if len(given) == len(concepts) else ''}; "
                                "use the concepts file the CNN was trained with")
-    train_size = int(payload.get("train_state", {}).get("config", {}).get("task", {}).get("image_size", 224))
+    train_size = checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 224)
     run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype="float32",
                      strict=strict, resume=resume, max_pixels=DEFAULT_MAX_PIXELS)
-    info = {"backbone": payload["config"]["backbone"], "checkpoint": model_path,
+    info = {"backbone": loaded.settings["backbone"], "checkpoint": model_path,
             "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
     scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)
     all_items = list_inputs(inputs)

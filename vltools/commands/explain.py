@@ -30,7 +30,8 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     OUT/<query>__<result>.png (a "/" in an id becomes "_"): the two images side by side, the regions that
     contributed most to their similarity highlighted in red."""
     from vltools.io.atomic import atomic_path
-    from vltools.io.checkpoints import load_checkpoint
+    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, load_checkpoint
+    from vltools.io.fields import INTEGER
     from vltools.io.records import id_file_name, read_records
     from vltools.models import model_from_checkpoint
     from vltools.vision.embedding import ImageStore
@@ -50,7 +51,7 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     missing = sorted({i for pair in pairs for i in pair if i not in items})
     if missing:
         raise VLToolsError(f"{images_path}: {len(missing)} ranked images are not in it, e.g. {missing[0]!r}")
-    size = image_size or int(payload.get("train_state", {}).get("config", {}).get("task", {}).get("image_size", 576))
+    size = image_size or checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 576)
     wanted = sorted({i for pair in pairs for i in pair})
     store = ImageStore([items[i] for i in wanted], size, cache=True)
     position = {image_id: n for n, image_id in enumerate(wanted)}

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import decode_strings, open_h5, refuse_nonfinite, write_arrays
+from vltools.io.hdf5 import open_h5, read_strings, refuse_nonfinite, write_arrays
 from vltools.io.records import read_records
 
 
@@ -62,8 +62,8 @@ def read_proxy_file(path: str | os.PathLike) -> ProxyFile:
         for name in ("splits", "vocab", "idf", "neighbors", "neighbor_sims"):
             if name not in handle:
                 raise input_error(path, None, f"proxy file lacks /{name}", "rebuild it with vltools tfidf-proxy")
-        splits = decode_strings(handle["splits"][()])
-        vocab = decode_strings(handle["vocab"][()])
+        splits = read_strings(handle, "splits")
+        vocab = read_strings(handle, "vocab")
         idf, neighbors, sims = handle["idf"][()], handle["neighbors"][()], handle["neighbor_sims"][()]
     n = len(scoring.ids)
     if len(splits) != n or neighbors.shape[0] != n or sims.shape != neighbors.shape or len(vocab) != len(idf) \
@@ -173,7 +173,7 @@ def read_proxy(path: str | os.PathLike) -> Proxy:
         for name in ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "tfidf/shape"):
             if name not in handle:
                 raise input_error(path, None, f"proxy file lacks /{name}", "rebuild it with tfidf-proxy")
-        ids = decode_strings(handle["ids"][()])
+        ids = read_strings(handle, "ids")
         data, indices = handle["tfidf/data"][()], handle["tfidf/indices"][()].astype(np.int64)
         indptr, shape = handle["tfidf/indptr"][()].astype(np.int64), tuple(int(s) for s in handle["tfidf/shape"][()])
     valid = (len(shape) == 2 and shape[0] == len(ids) == len(indptr) - 1 and indptr[0] == 0
