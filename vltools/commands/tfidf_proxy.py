@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import SEED_RANGE, Integer, output_option
+from vltools.infer.checks import MAX_MIXTURE_COMPONENTS, MAX_WORD_DIM
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
 from vltools.text.word2vec import Word2VecSettings
@@ -42,9 +43,9 @@ def check_method(ctx: click.Context, method: str) -> None:
 @click.option("--word-vectors", type=click.Path(dir_okay=False),
               help="word2vec-fv: read the captions' words from this word2vec binary file (e.g. "
                    "GoogleNews-vectors-negative300.bin) instead of training vectors on the training split.")
-@click.option("--components", type=Integer(min=1), default=FV.components, show_default=True,
+@click.option("--components", type=Integer(1, MAX_MIXTURE_COMPONENTS), default=FV.components, show_default=True,
               help="word2vec-fv: Gaussians of the mixture (the Fisher vector has 2 x components x dim values).")
-@click.option("--dim", type=Integer(min=1), default=W2V.dim, show_default=True,
+@click.option("--dim", type=Integer(1, MAX_WORD_DIM), default=W2V.dim, show_default=True,
               help="word2vec-fv: dimensions of the trained word vectors.")
 @click.option("--window", type=Integer(min=1), default=W2V.window, show_default=True,
               help="word2vec-fv: skip-gram context window (words either side).")
@@ -52,7 +53,7 @@ def check_method(ctx: click.Context, method: str) -> None:
               help="word2vec-fv: training passes over the training split's captions.")
 @click.option("--min-count", type=Integer(min=1), default=W2V.min_count, show_default=True,
               help="word2vec-fv: words seen fewer times in the training split get no vector.")
-@click.option("--seed", type=int, default=W2V.seed, show_default=True,
+@click.option("--seed", type=SEED_RANGE, default=W2V.seed, show_default=True,
               help="word2vec-fv: seed of the word2vec training and of the mixture's start.")
 @click.option("--k", type=Integer(min=1), default=32, show_default=True,
               help="Nearest images kept per image, within its split (the relevant set of triplet mining).")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import yaml
 
 from vltools.errors import VLToolsError, argument, require_file
+from vltools.infer.checks import MAX_INTEGER, MAX_SEED, shown
 
 # The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
 TRAIN_DEFAULTS: dict[str, object] = {
@@ -181,7 +182,7 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
-    "seed": (0, True, 2**32 - 1, True),    # what numpy, torch and random all accept
+    "seed": (0, True, MAX_SEED, True),
 }
 
 
@@ -195,16 +196,16 @@ def checked(key: str, value: object, source: str) -> object:
 
 
 def check_range(key: str, value: object) -> None:
-    """Refuse a non-finite float or a value outside its key's range (RANGES) with one line naming the key."""
+    """Refuse a non-finite float or a value outside its key's range (RANGES; an integer without a highest is at
+    most MAX_INTEGER) with one line naming the key."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):
         raise VLToolsError(f"{key} must be a finite number, not {value}")
-    bounds = RANGES.get(key.rsplit(".", 1)[-1])
-    if bounds is None:
-        return
-    low, low_ok, high, high_ok = bounds
+    low, low_ok, high, high_ok = RANGES.get(key.rsplit(".", 1)[-1], (-math.inf, True, None, False))
+    if isinstance(value, int) and high is None and value > MAX_INTEGER:
+        raise VLToolsError(f"{key} must be at most {MAX_INTEGER}, not {shown(value)}")
     if value < low or (value == low and not low_ok) or (high is not None and (value > high or
                                                                             (value == high and not high_ok))):
-        shown = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
-        raise VLToolsError(f"{key} must be in {shown}, not {value}")
+        interval = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
+        raise VLToolsError(f"{key} must be in {interval}, not {shown(value)}")
