@@ -524,6 +524,13 @@ def test_convert_messages_spell_options_as_python_keywords(tmp_path):
      "id_feld is not an argument of vltools.convert; did you mean id_field?"),
     (lambda p: vltools.convert("webdataset", [], p / "x.jsonl"),
      "source must be a file path or a non-empty list of paths, not []"),
+    # once ValueError: embedded null byte, and OverflowError
+    (lambda p: vltools.convert("webdataset", ["go\0od.tar"]),
+     "source must be a file path without a NUL character, not 'go\\x00od.tar'"),
+    (lambda p: vltools.train("vse", ["fe\0ats.h5", p / "c.jsonl"], p / "m.pt"),
+     "inputs must be a file path without a NUL character"),
+    (lambda p: vltools.caption(p / "m.pt", p / "f.h5", length_penalty=10**400),
+     "length_penalty must be a non-negative finite number, not an integer of about 400 digits"),
 ])
 def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call, message):
     with pytest.raises(VLToolsError) as error:

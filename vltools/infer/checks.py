@@ -117,13 +117,15 @@ def text(value: object, name: str, optional: bool = False) -> str | None:
 
 
 def path(value: object, name: str, optional: bool = False) -> str | os.PathLike | None:
-    """`value` when it is a file path (a non-empty str or os.PathLike; or None, when `optional`): an int would
-    be taken for an open file descriptor, None for standard output."""
+    """`value` when it is a file path (a non-empty str or os.PathLike without a NUL; or None, when `optional`): an
+    int would be taken for an open file descriptor, None for standard output."""
     if value is None and optional:
         return None
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise ArgumentError(name, f"must be a file path (str or pathlib.Path){' or None' if optional else ''}, "
                                   f"not {value!r}")
+    if "\0" in os.fsdecode(value):    # no file name holds one: the OS calls would fail with "embedded null byte"
+        raise ArgumentError(name, f"must be a file path without a NUL character, not {value!r}")
     return value
 
 
