@@ -95,6 +95,20 @@ def test_bad_yaml_files(tmp_path):
         build_config(DEFAULTS, tmp_path / "missing.yaml")
 
 
+def test_yaml_nested_too_deep_or_malformed_in_a_set_is_one_line(tmp_path):
+    """Both were tracebacks: a RecursionError in the YAML parser, and its ParserError for a --set value."""
+    path = tmp_path / "c.yaml"
+    path.write_text("train: " + "[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"c.yaml: not valid YAML \(nested too deeply\)"):
+        build_config(DEFAULTS, path)
+    defaults = {"model": {"scales": None}}
+    assert build_config(defaults, None, ["scales=[1.0, 0.5]"]) == {"model": {"scales": [1.0, 0.5]}}
+    with pytest.raises(VLToolsError, match=r"^--set scales=\[1.0: line 1: not valid YAML"):
+        build_config(defaults, None, ["scales=[1.0"])
+    with pytest.raises(VLToolsError, match=r"not valid YAML \(nested too deeply\)"):
+        build_config(defaults, None, ["scales=" + "[" * 100_000])
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_example_configs_load(name):
     model = name.split("_")[1].removesuffix(".yaml")

@@ -116,15 +116,24 @@ def _unknown(defaults: Mapping[str, Mapping[str, object]], key: str, source: str
     return VLToolsError(f"{source}: unknown config key {key!r}; {hint}")
 
 
-def read_yaml(path: str | os.PathLike) -> dict:
-    """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
-    path = require_file(path, "no such config file")
+def parse_yaml(text: str, source: str) -> object:
+    """`text` (of `source`, a config file or a --set) parsed as YAML; malformed or nested too deep for the parser
+    (a RecursionError) is one line naming `source`."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise VLToolsError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise VLToolsError(f"{source}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except RecursionError:
+        raise VLToolsError(f"{source}: not valid YAML (nested too deeply); nest sections and values a few "
+                           "levels at most") from None
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
+    path = require_file(path, "no such config file")
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -164,7 +173,7 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
         key, value = parse_override(text)
         section, name = _locate(defaults, key, f"--set {text}")
         default = defaults[section][name]
-        parsed = yaml.safe_load(value) if default is None else value
+        parsed = parse_yaml(value, f"--set {text}") if default is None else value
         config[section][name] = checked(key, coerce(parsed, default, key, f"--set {text}"), f"--set {text}")
     for key, value in (options or {}).items():
         if value is not None:

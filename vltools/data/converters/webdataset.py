@@ -16,11 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from vltools.errors import VLToolsError, argument, input_error, require_file
+from vltools.io.bounded import member_bytes, parse_json
 from vltools.io.progress import log
 from vltools.io.records import check_converted
 from vltools.vision.images import list_inputs
 
 CAPTION_EXTENSIONS = (".txt", ".json")
+MAX_CAPTION_MEMBER_BYTES = 16 << 20    # a caption, or img2dataset's JSON of a caption and its metadata: kilobytes
 
 
 def member_key(name: str) -> str:
@@ -40,7 +42,7 @@ def _text(data: bytes, shard: Path, name: str) -> str:
 def _json_caption(data: bytes, shard: Path, name: str) -> str | None:
     """The "caption" of a member's JSON object (None when it has none, as img2dataset writes without captions)."""
     try:
-        document = json.loads(_text(data, shard, name))
+        document = parse_json(_text(data, shard, name))
     except json.JSONDecodeError as exc:
         raise input_error(shard, f"member {name}", f"not JSON ({exc.msg} at line {exc.lineno})",
                           "give img2dataset's KEY.json (an object with a \"caption\" field)") from None
@@ -58,13 +60,17 @@ def shard_captions(shard: str | os.PathLike) -> dict[str, str]:
     texts: dict[str, str] = {}
     jsons: dict[str, str] = {}
     try:
-        with tarfile.open(shard, "r:") as tar:
+        with tarfile.open(shard, "r:") as tar, open(shard, "rb") as stream:
             for info in tar:
                 suffix = PurePosixPath(info.name).suffix.lower()
                 if info.isreg() and suffix in CAPTION_EXTENSIONS:
-                    data = tar.extractfile(info).read()
-                    if len(data) != info.size:
-                        raise tarfile.ReadError(f"member {info.name} is cut short")
+                    try:
+                        data = member_bytes(stream, info.name, info.offset_data, info.size,
+                                            MAX_CAPTION_MEMBER_BYTES)
+                    except ValueError as exc:
+                        raise input_error(shard, None, str(exc), "caption members (.txt, .json) hold at most "
+                                          f"{MAX_CAPTION_MEMBER_BYTES >> 20} MiB; download the shard again, or "
+                                          "remove the member") from None
                     key = member_key(info.name)
                     caption = _text(data, shard, info.name) if suffix == ".txt" else _json_caption(data, shard,
                                                                                                   info.name)
