@@ -105,6 +105,12 @@ def test_truncated_shard_is_a_one_line_error(tmp_path):
     ([("k.jpg", _jpeg(0))], "no image has a caption"),
     ([("k.jpg", _jpeg(0)), ("k.json", b"[" * 100_000)],     # once a RecursionError
      r"member k\.json: not JSON \(nested deeper than 100 levels"),
+    # two captions of one key: the last one was kept without a word
+    ([("k.jpg", _jpeg(0)), ("k.txt", b"a dog"), ("k.en.txt", b"a cat")],
+     r"bad\.tar: member k\.en\.txt: the \.txt caption of key 'k' repeats member k\.txt; give each key one \.txt "
+     r"caption$"),
+    ([("k.jpg", _jpeg(0)), ("k.json", b"{}"), ("k.json", b'{"caption": "a cat"}')],
+     r"member k\.json: the \.json caption of key 'k' repeats member k\.json"),
 ])
 def test_bad_caption_members_are_one_line_errors(members, problem, tmp_path):
     with pytest.raises(VLToolsError, match=problem):

@@ -183,7 +183,8 @@ def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str,
                                              "output) instead of skipping and counting it.")
 def webdataset_command(shards: tuple[str, ...], output: str | None, split: str | None, strict: bool) -> None:
     """Webdataset / img2dataset shards (KEY.jpg beside KEY.txt and/or KEY.json with "caption") -> captions JSONL
-    with the image ids `extract-regions SHARD.tar` gives (the member names); caption_id = <image id>#0."""
+    with the image ids `extract-regions SHARD.tar` gives (the member names); caption_id = <image id>#0. Two .txt
+    (or two .json) captions of one key are an error naming both members."""
     from vltools.data.converters import webdataset
     from vltools.io.records import write_records
 

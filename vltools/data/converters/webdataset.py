@@ -4,7 +4,9 @@ that `extract-regions shard.tar`, `convert webdataset shard.tar` and `match` cha
 
 A caption belongs to the images of the same key (webdataset's rule: the member name up to the first dot of its
 file name); `.txt` is read first, else the `.json`'s "caption". An image without a caption is skipped and counted
-(an error with `strict`); so is one whose name is no usable id, which extract-regions cannot extract either.
+(an error with `strict`); so is one whose name is no usable id, which extract-regions cannot extract either. Two
+`.txt` (or two `.json`) members of one key (`k.txt` and `k.en.txt`, or a member appended twice) are an error
+naming both: which of them is the image's caption cannot be told.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from vltools.errors import VLToolsError, argument, input_error, require_file
 from vltools.io.bounded import member_bytes, parse_json
 from vltools.io.progress import log
 from vltools.io.records import check_converted
+from vltools.io.sources import record_unique
 from vltools.vision.images import list_inputs
 
 CAPTION_EXTENSIONS = (".txt", ".json")
@@ -59,6 +62,7 @@ def shard_captions(shard: str | os.PathLike) -> dict[str, str]:
     shard = require_file(shard, "no such file; give webdataset shards (.tar)", "a webdataset shard (.tar)")
     texts: dict[str, str] = {}
     jsons: dict[str, str] = {}
+    members: dict[str, dict[str, str]] = {suffix: {} for suffix in CAPTION_EXTENSIONS}   # key -> its member
     try:
         with tarfile.open(shard, "r:") as tar, open(shard, "rb") as stream:
             for info in tar:
@@ -72,6 +76,8 @@ def shard_captions(shard: str | os.PathLike) -> dict[str, str]:
                                           f"{MAX_CAPTION_MEMBER_BYTES >> 20} MiB; download the shard again, or "
                                           "remove the member") from None
                     key = member_key(info.name)
+                    record_unique(members[suffix], key, f"member {info.name}", shard, f"member {info.name}",
+                                  f"the {suffix} caption of key {key!r}", f"give each key one {suffix} caption")
                     caption = _text(data, shard, info.name) if suffix == ".txt" else _json_caption(data, shard,
                                                                                                   info.name)
                     if caption is not None and caption.strip():
