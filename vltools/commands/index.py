@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, Integer, output_option
+from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output
 from vltools.infer.settings import DEFAULT_FACTORY, DEFAULT_TRAIN_SIZE, INDEX_METRICS
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("index")
 @click.argument("embeddings", metavar="EMB.h5", type=click.Path(dir_okay=False))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",

@@ -7,7 +7,7 @@ import math
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import Integer, output_option, primary_output
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.numbers import dumps
@@ -48,6 +48,7 @@ def command() -> None:
     """
 
 
+@primary_output(stdout=True)
 @command.command("caption")
 @click.argument("predictions", type=FILE)
 @click.option("--refs", "refs", required=True, type=FILE,
@@ -96,6 +97,7 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+@primary_output(stdout=True)
 @command.command("retrieval")
 @click.argument("scores", nargs=-1, required=True, type=FILE)
 @click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image: needed for rankings JSONL; "
@@ -130,6 +132,7 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
     _emit(result, _retrieval_rows(result))
 
 
+@primary_output(stdout=True)
 @command.command("semantic")
 @click.argument("model", type=FILE)
 @click.option("--proxy", type=click.Path(dir_okay=False),
@@ -171,6 +174,7 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     _emit(result, rows)
 
 
+@primary_output(stdout=True)
 @command.command("self-retrieval")
 @click.argument("logp", type=click.Path(dir_okay=False))
 @click.option("--k", "k_text", default=",".join(map(str, self_retrieval_eval.KS)), show_default=True,

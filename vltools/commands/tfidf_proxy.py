@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, Integer, output_option
+from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output
 from vltools.infer.checks import MAX_MIXTURE_COMPONENTS, MAX_WORD_DIM
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
@@ -28,6 +28,7 @@ def check_method(ctx: click.Context, method: str) -> None:
         raise click.UsageError(f"{flag[trained[0]]} sets the training of word vectors, which --word-vectors replaces")
 
 
+@primary_output("output", stdout=True)
 @click.command("tfidf-proxy")
 @click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
