@@ -63,6 +63,7 @@ def test_yaml_types_checked(tmp_path):
     ("optim.lr=3", "unknown section 'optim'"),
     ("max_violation=true", "in several sections; write one of train.max_violation, model.max_violation"),
     ("epochs", "expected KEY=VALUE"),
+    ("epochs=100000000000000000000000", "epochs must be at most 2147483647, not 100000000000000000000000"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(VLToolsError, match=message):

@@ -205,13 +205,17 @@ def checked(key: str, value: object, source: str) -> object:
 
 
 def check_range(key: str, value: object) -> None:
-    """Refuse a non-finite float or a value outside its key's range (RANGES; an integer without a highest is at
-    most MAX_INTEGER) with one line naming the key."""
+    """Refuse a non-finite float or a value outside its key's range (RANGES; an integer without a highest there is
+    at most MAX_INTEGER; a model's settings have their schema, models.check_model_config) with one line naming
+    the key."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):
         raise VLToolsError(f"{key} must be a finite number, not {value}")
-    low, low_ok, high, high_ok = RANGES.get(key.rsplit(".", 1)[-1], (-math.inf, True, None, False))
+    bounds = RANGES.get(key.rsplit(".", 1)[-1])
+    if bounds is None:
+        return
+    low, low_ok, high, high_ok = bounds
     if isinstance(value, int) and high is None and value > MAX_INTEGER:
         raise VLToolsError(f"{key} must be at most {MAX_INTEGER}, not {shown(value)}")
     if value < low or (value == low and not low_ok) or (high is not None and (value > high or
