@@ -48,6 +48,9 @@ def test_paths_refuse_descriptors_none_and_dicts():
         with pytest.raises(ArgumentError, match=r"^first must be a file path \(str or pathlib.Path\), not "):
             checks.path(value, "first")
     assert checks.paths(("a", Path("b")), "scores") == ["a", Path("b")]
+    for value in ("go\0od.tar", Path("go\0od.tar")):
+        with pytest.raises(ArgumentError, match=r"^first must be a file path without a NUL character, not "):
+            checks.path(value, "first")
     with pytest.raises(ArgumentError, match=r"^scores must be a file path or a non-empty list of paths, not \{"):
         checks.paths({"a": 1}, "scores")
 

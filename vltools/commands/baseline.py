@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE
+from vltools.commands.options import SEED_RANGE, primary_output
 from vltools.io.progress import log
 from vltools.text.baselines import BASELINES, baseline_descriptions
 
 
+@primary_output("output", stdout=True)
 @click.command("baseline")
 @click.argument("kind", type=click.Choice(BASELINES))
 @click.argument("pairs_path", metavar="PAIRS", type=click.Path(dir_okay=False, allow_dash=True))

@@ -17,6 +17,7 @@ from vltools.commands.options import (
     device_option,
     output_option,
     precision_option,
+    primary_output,
     resume_option,
     shard_option,
 )
@@ -25,6 +26,7 @@ from vltools.io.atomic import is_stdout
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("caption")
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
               help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention), or with --pairs an "

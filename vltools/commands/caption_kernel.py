@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.options import output_option, primary_output
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("caption-kernel")
 @click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--pairs", "pairs_path", metavar="TRIPLETS.jsonl", required=True, type=click.Path(dir_okay=False),

@@ -10,6 +10,7 @@ from vltools.commands.options import (
     image_side,
     output_option,
     precision_option,
+    primary_output,
     resume_option,
     shard_option,
     workers_option,
@@ -31,6 +32,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
     return levels
 
 
+@primary_output("output", stdout=True)
 @click.command("concept-scores")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, exists=True),

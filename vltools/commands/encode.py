@@ -11,11 +11,13 @@ from vltools.commands.options import (
     image_side,
     output_option,
     precision_option,
+    primary_output,
     workers_option,
 )
 from vltools.devices import resolve_device
 
 
+@primary_output("output", stdout=True)
 @click.command("encode")
 @click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=click.Path(allow_dash=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import Integer, image_side
+from vltools.commands.options import Integer, image_side, primary_output
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
 
+@primary_output("out_dir")
 @click.command("explain")
 @click.argument("rankings", metavar="RANKINGS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",

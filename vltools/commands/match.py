@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, Integer, block_options, device_option, output_option, precision_option
+from vltools.commands.options import (
+    FiniteFloat,
+    Integer,
+    block_options,
+    device_option,
+    output_option,
+    precision_option,
+    primary_output,
+)
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.settings import EXACT, MATCH_BLOCK
@@ -18,6 +26,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 (details: examples/sgraf/README.md)."""
 
 
+@primary_output("output", stdout=True)
 @click.command("match", epilog=MEMORY_NOTE)
 @click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False))
 @click.argument("second", metavar="[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]", required=False,

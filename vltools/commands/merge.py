@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.options import output_option, primary_output
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("merge")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, primary_output
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("mine-triplets")
 @click.argument("proxy_path", metavar="PROXY.h5", type=click.Path(dir_okay=False))
 @click.option("--embeddings", type=click.Path(dir_okay=False),

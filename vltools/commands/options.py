@@ -10,6 +10,7 @@ This module and what it imports load no torch (nor numpy): every stage's --help 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
@@ -56,10 +57,34 @@ def binary_format(param: click.Parameter, values: dict[str, object]) -> str | No
     return binary(values) if callable(binary) else binary
 
 
-def writes_stdout(name: str, value: object) -> bool:
-    """Whether output parameter `name` with `value` means standard output: `-`, or -o/--output left out (an
-    extra output left out, such as --sims, is not written)."""
-    return value == "-" or (value is None and name == "output")
+@dataclass(frozen=True)
+class PrimaryOutput:
+    """Where a stage writes its primary output, as it declares with `primary_output`: `param`, the parameter that
+    names the file or folder (None when no one parameter does: the stage prints its result, or writes the files
+    several options name, or the model store), and `stdout`, whether standard output takes it (when `param` is
+    left out or `-`; always, without `param`)."""
+
+    param: str | None = None
+    stdout: bool = False
+
+
+def primary_output(param: str | None = None, stdout: bool = False) -> Callable[[click.Command], click.Command]:
+    """Declare where the decorated stage (put it above `@click.command`) writes its primary output: every stage
+    does (tests/test_cli.py checks it), and only a failed run of one that declared standard output, and sent
+    its output there, may remove the empty file the shell redirected standard output to (vltools.cli)."""
+
+    def declare(command: click.Command) -> click.Command:
+        command.primary_output = PrimaryOutput(param, stdout)
+        return command
+
+    return declare
+
+
+def writes_stdout(primary: PrimaryOutput | None, name: str | None, value: object) -> bool:
+    """Whether output parameter `name` with `value` means standard output in a stage whose primary output is
+    `primary`: `-`, or the primary output's parameter left out when it declared standard output (an extra
+    output left out, such as --sims, is not written)."""
+    return value == "-" or (value is None and primary is not None and primary.stdout and name == primary.param)
 
 
 def is_output_param(param: click.Parameter | str | None) -> bool:

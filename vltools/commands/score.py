@@ -7,7 +7,7 @@ import math
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import Integer, output_option, primary_output
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.numbers import dumps
@@ -48,6 +48,7 @@ def command() -> None:
     """
 
 
+@primary_output(stdout=True)
 @command.command("caption")
 @click.argument("predictions", type=FILE)
 @click.option("--refs", "refs", required=True, type=FILE,
@@ -96,6 +97,7 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+@primary_output(stdout=True)
 @command.command("retrieval")
 @click.argument("scores", nargs=-1, required=True, type=FILE)
 @click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image: needed for rankings JSONL; "
@@ -130,12 +132,13 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
     _emit(result, _retrieval_rows(result))
 
 
+@primary_output(stdout=True)
 @command.command("semantic")
 @click.argument("model", type=FILE)
 @click.option("--proxy", type=click.Path(dir_okay=False),
               help="Proxy HDF5 (tfidf-proxy): relevance = dot product of its rows (tf-idf, or word2vec + FV). "
                    "Needed for NDCG / PCC.")
-@click.option("--R", "r_text", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
+@click.option("--R", "r_values", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
               help="Comma-separated numbers of retrieved images R for NDCG@R and PCC@R.")
 @click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
               "user-agreement score (o1 / o2: annotators who chose a / b, o3: neither).")
@@ -144,7 +147,7 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
               help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
 @click.option("--queries", type=Integer(min=1),
               help="When MODEL is a proxy file: the first N images of the split are the queries [all].")
-def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None, split: str,
+def semantic(model: str, proxy: str | None, r_values: str, triplets: str | None, plot: str | None, split: str,
              queries: int | None) -> None:
     """Semantic retrieval (Gordo & Larlus): NDCG@R, PCC@R and their AUC against a tf-idf proxy, user agreement.
 
@@ -159,8 +162,8 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
         raise click.UsageError("give --proxy for NDCG / PCC, --triplets for user agreement, or both")
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
-    r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
-    result, kept = score_semantic_file(model, proxy, triplets, tuple(r_values), split, queries, plot)
+    result, kept = score_semantic_file(model, proxy, triplets, tuple(_int_list(r_values, "--R")), split, queries,
+                                       plot)
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if proxy is not None:
         rows += [(f"NDCG@{r} / PCC@{r}", f"{_number(result['ndcg'][str(r)], 1)} / {_number(result['pcc'][str(r)], 1)}")
@@ -171,6 +174,7 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     _emit(result, rows)
 
 
+@primary_output(stdout=True)
 @command.command("self-retrieval")
 @click.argument("logp", type=click.Path(dir_okay=False))
 @click.option("--k", "k_text", default=",".join(map(str, self_retrieval_eval.KS)), show_default=True,

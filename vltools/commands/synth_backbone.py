@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, device_option, image_side, output_option
+from vltools.commands.options import (
+    SEED_RANGE,
+    FiniteFloat,
+    Integer,
+    device_option,
+    image_side,
+    output_option,
+    primary_output,
+)
 from vltools.infer.settings import BACKBONE_NAMES
 from vltools.io.progress import log
 from vltools.train.config import BACKBONE
 
 
+@primary_output("output")
 @click.command("synth-backbone")
 @click.argument("world", type=click.Path(file_okay=False))
 @output_option("-o", "--output", required=True, type=click.Path(dir_okay=False),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output
+from vltools.infer.checks import MAX_EM_STARTS, MAX_MIXTURE_COMPONENTS, MAX_WORD_DIM
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
 from vltools.text.tfidf import WORD_COUNTS
@@ -31,6 +32,7 @@ def check_method(ctx: click.Context, method: str) -> None:
         raise click.UsageError(f"{flag[trained[0]]} sets the training of word vectors, which --word-vectors replaces")
 
 
+@primary_output("output", stdout=True)
 @click.command("tfidf-proxy")
 @click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
@@ -50,11 +52,11 @@ def check_method(ctx: click.Context, method: str) -> None:
 @click.option("--word-vectors", type=click.Path(dir_okay=False),
               help="word2vec-fv: read the captions' words from this word2vec binary file (e.g. "
                    "GoogleNews-vectors-negative300.bin) instead of training vectors on the training split.")
-@click.option("--components", type=Integer(min=1), default=FV.components, show_default=True,
+@click.option("--components", type=Integer(1, MAX_MIXTURE_COMPONENTS), default=FV.components, show_default=True,
               help="word2vec-fv: Gaussians of the mixture (the Fisher vector has 2 x components x dim values).")
-@click.option("--starts", type=Integer(min=1), default=FV.starts, show_default=True,
+@click.option("--starts", type=Integer(1, MAX_EM_STARTS), default=FV.starts, show_default=True,
               help="word2vec-fv: EM starts (seeded k-means++), the mixture of highest likelihood kept.")
-@click.option("--dim", type=Integer(min=1), default=W2V.dim, show_default=True,
+@click.option("--dim", type=Integer(1, MAX_WORD_DIM), default=W2V.dim, show_default=True,
               help="word2vec-fv: dimensions of the trained word vectors.")
 @click.option("--window", type=Integer(min=1), default=W2V.window, show_default=True,
               help="word2vec-fv: skip-gram context window (words either side).")
@@ -62,7 +64,7 @@ def check_method(ctx: click.Context, method: str) -> None:
               help="word2vec-fv: training passes over the training split's captions.")
 @click.option("--min-count", type=Integer(min=1), default=W2V.min_count, show_default=True,
               help="word2vec-fv: words seen fewer times in the training split get no vector.")
-@click.option("--seed", type=int, default=W2V.seed, show_default=True,
+@click.option("--seed", type=SEED_RANGE, default=W2V.seed, show_default=True,
               help="word2vec-fv: seed of the word2vec training (its sentence order) and of the mixture's starts.")
 @click.option("--k", type=Integer(min=1), default=32, show_default=True,
               help="Nearest images kept per image, within its split (the relevant set of triplet mining).")

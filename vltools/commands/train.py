@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, precision_option
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, precision_option, primary_output
 from vltools.train import TASKS
 
 
+@primary_output("output")
 @click.command("train")
 @click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())

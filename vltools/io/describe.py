@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 from vltools.errors import VLToolsError, require_file
+from vltools.io.bounded import parse_json
 from vltools.io.checkpoints import checkpoint_field, load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.fields import TEXT, optional
@@ -69,7 +70,7 @@ def describe_jsonl(path: Path) -> dict:
     first = None
     for number, text in iter_lines(path):
         try:
-            first = json.loads(text)
+            first = parse_json(text)
         except json.JSONDecodeError as exc:
             raise VLToolsError(f"{path}: line {number}: malformed JSON ({json_problem(exc)}); "
                                "fix or remove that line") from None

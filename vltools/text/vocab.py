@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 from vltools.io.progress import log
 from vltools.text.tokenize import tokenize
 
@@ -135,7 +136,7 @@ class Vocabulary:
     def from_scan_json(cls, path: str | os.PathLike) -> Vocabulary:
         """Read a SCAN / SGRAF vocabulary JSON (`word2idx`, `idx2word`, `idx`), keeping every index."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = parse_json(Path(path).read_text(encoding="utf-8"))
             word2idx = data["word2idx"]
         except FileNotFoundError:
             raise VLToolsError(f"{path}: no such vocabulary file") from None
