@@ -31,16 +31,17 @@ def proxy(folder: Path, *options: str) -> Path:
     return path
 
 
-def score(path: Path, agreement: float) -> str:
-    path.write_text(json.dumps({"ndcg_auc": 50.0, "pcc_auc": 10.0, "user_agreement": agreement}))
+def score(path: Path, agreement: float, ndcg: float = 50.0) -> str:
+    path.write_text(json.dumps({"ndcg_auc": ndcg, "pcc_auc": 10.0, "user_agreement": agreement}))
     return str(path)
 
 
-def table(folder: Path, proxy_path: Path) -> list[str]:
+def table(folder: Path, proxy_path: Path, scores: dict[str, tuple[float, float]] | None = None) -> list[str]:
+    """The printed table; `scores` gives some rows' (user agreement, NDCG AUC), the others get (55, 50)."""
     triplets = folder / "study.jsonl"
     triplets.write_text("".join(json.dumps({"query": f"im{12 + i}", "a": f"im{13 + i}", "b": f"im{14 + i}",
                                             "o1": 3, "o2": 1, "o3": 1}) + "\n" for i in range(5)))
-    rows = [f"{name}={score(folder / f'{name}.json', 55.0)}" for name in
+    rows = [f"{name}={score(folder / f'{name}.json', *(scores or {}).get(name, (55.0, 50.0)))}" for name in
             ("oracle", "baseline", "wsabie", "v", "vt", "vtt", "objects", "meteor", "generated")]
     rows += [f"word2vec={score(folder / f'w2v{seed}.json', value)}" for seed, value in enumerate((60.0, 62.0, 64.0))]
     out = subprocess.run([sys.executable, str(TABLE), "title", *rows, "--proxy", str(proxy_path), "--triplets",
@@ -62,3 +63,10 @@ def test_the_word2vec_row_prints_its_spread_over_seeds_and_the_words_counting_is
 def test_a_proxy_counting_occurrences_is_said_to(tmp_path):
     lines = table(tmp_path, proxy(tmp_path, "--words", "occurrences"))
     assert lines[-1] == "Caption tf-idf (--proxy): each image's words counted once per occurrence"
+
+
+def test_direction_lines_compare_the_papers_claims_with_r_mac(tmp_path):
+    lines = table(tmp_path, proxy(tmp_path), {"oracle": (70.0, 100.0), "baseline": (60.0, 45.0), "v": (58.0, 40.0)})
+    assert ("direction (Table 1, user agreement): Human captions: tf-idf 70.0 against R-MAC 60.0: above R-MAC, as "
+            "the paper's Table 1") in lines
+    assert "direction (Table 2, NDCG AUC): Proposed (V, V) 40.0 against R-MAC 45.0: NOT above R-MAC here" in lines

@@ -10,7 +10,8 @@ The "ctx + sen" rows, whose image side is the captioner's generated sentences (-
 --captioner), end with their number of distinct sentences (vltools.report.tables): one sentence for half of the
 images or more prints as COLLAPSED, with a note after the table naming the captioner. "ctx + sen" (ctx_sen) is the
 paper's reading, the sentence alone; "ctx + sen (sum)" (ctx_sen_sum) is vltools' variant with the context summed in;
-a note after the table says which were printed.
+a note after the table says which were printed. A direction line says whether the concept + context rows are above
+the context alone (mR), as the paper's Table 2 has it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,19 @@ def header(first: str, spread: bool = False) -> list[str]:
             + (f" {HEAD:>{WIDTH}}" if spread else "")]
 
 
+def direction(rows: list[tuple[str, dict]]) -> str | None:
+    """The paper's claim read off the table: the concept + context rows above the context alone (mR); None when the
+    context row or both concept + context rows are missing."""
+    mr = {name: mean_recall(result) for name, result in rows}
+    combined = [name for name in ("cnp_ctx", "cnp_ctx_gen") if name in mr]
+    if "ctx" not in mr or not combined:
+        return None
+    above = all(mr[name] > mr["ctx"] for name in combined)
+    return (f"direction: mR of ctx {mr['ctx']:.1f} against " + ", ".join(f"{NAMES[n]} {mr[n]:.1f}" for n in combined)
+            + ": " + ("concepts and context above the context alone, as the paper's Table 2" if above
+                      else "NOT above the context alone here"))
+
+
 def main(argv: list[str]) -> None:
     title, paper, rows, lambdas, sentences, captioner = argv[0], None, [], [], None, None
     for arg in argv[1:]:
@@ -110,6 +124,9 @@ def main(argv: list[str]) -> None:
         print(f"paper ({paper}):")
         for name, values in PAPER[paper].items():
             print(line(f"  {name}", values, sum(values) / 6))
+    verdict = direction(rows)
+    if verdict:
+        print(verdict)
     if lambdas:
         print("\nTable 3 layout: cnp + ctx + gen with L = L_mat + lambda L_gen")
         print("\n".join(header("lambda")))
