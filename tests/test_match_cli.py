@@ -237,7 +237,8 @@ def test_features_with_another_region_count_fail_in_one_line_naming_the_options_
     ("a red circle left of a blue square", "0.0% (0 of 48)", None),
     ("a cat and a rocket", "60.0% (18 of 30)",
      "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
-     "<unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+     "<unk>, so its scores of these captions probably mean little; use a model whose vocabulary holds words like "
+     "these (its training log says how much of its own captions it kept)"),
 ])
 def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
         world, tmp_path, monkeypatch, caption, info, warning):
