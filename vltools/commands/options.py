@@ -108,7 +108,7 @@ def apply(options: list[Callable], func: Callable) -> Callable:
 
 def device_option(help: str = DEVICE_HELP) -> Callable:
     """`--device`: where the model runs."""
-    return click.option("--device", default="auto", show_default=True, help=help)
+    return click.option("--device", type=DEVICE, default="auto", show_default=True, help=help)
 
 
 def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -> Callable:
@@ -242,6 +242,19 @@ class FiniteFloat(click.FloatRange):
             self.fail(exc.problem, param, ctx)
 
 
+class Device(click.ParamType):
+    """The type of every --device: `vltools.infer.checks.device`, so that a misspelt device (`gpu`) is a usage error
+    (exit 2) at once, not after torch has loaded."""
+
+    name = "device"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return checks.device(value, param.name if param else "device")
+        except checks.ArgumentError as exc:
+            self.fail(exc.problem, param, ctx)
+
+
 def image_side(min_side: int = 16) -> Integer:
     """The type of every image-size and crop-size option: `min_side` to MAX_IMAGE_SIDE pixels."""
     return Integer(min_side, MAX_IMAGE_SIDE)
@@ -250,3 +263,4 @@ def image_side(min_side: int = 16) -> Integer:
 CAPTION_WORDS = Integer(1, MAX_CAPTION_WORDS)   # the type of every --max-len
 BEAMS = Integer(1, MAX_BEAM)                    # the type of every --beam
 SEED_RANGE = Integer(0, MAX_SEED)               # the type of every --seed: what numpy, torch and random all accept
+DEVICE = Device()                               # the type of every --device

@@ -13,6 +13,7 @@ import difflib
 import math
 import numbers
 import os
+import re
 from collections.abc import Collection, Iterable
 
 from vltools.errors import ArgumentError
@@ -24,6 +25,7 @@ MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions
 MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
 MAX_BEAM = 100               # beams per image: the field decodes with 1 to 20
 MAX_SEED = 2**32 - 1         # what numpy, torch and random all accept
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")   # the devices a stage runs on (devices.resolve_device)
 
 
 def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = False,
@@ -94,6 +96,14 @@ def text(value: object, name: str, optional: bool = False) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise ArgumentError(name, f"must be a non-empty string{' or None' if optional else ''}, not {value!r}")
+    return value
+
+
+def device(value: object, name: str) -> str:
+    """`value` when it names a device (DEVICES): auto, cpu, cuda, cuda:K or mps; whether it is there is known only
+    when torch looks (devices.resolve_device), but a misspelling (`gpu`, `cuda0`) is refused at once."""
+    if not isinstance(value, str) or not DEVICES.fullmatch(value):
+        raise ArgumentError(name, f"must be auto, cpu, cuda or cuda:K (K: a GPU's index), not {value!r}")
     return value
 
 
