@@ -6,14 +6,15 @@ from pathlib import Path
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import Integer, image_side
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
 
 @click.command("explain")
-@click.argument("rankings", metavar="RANKINGS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
+@click.argument("rankings", metavar="RANKINGS.jsonl", type=InputFile("jsonl", stdin=True))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
               help="The rmac checkpoint that ranked them.")
 @click.option("--images", "images_path", required=True, type=click.Path(), help="Images JSONL, folder or list.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),

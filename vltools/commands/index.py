@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import Integer, output_option
 from vltools.infer.settings import DEFAULT_FACTORY, DEFAULT_TRAIN_SIZE, INDEX_METRICS
 from vltools.io.progress import log
 
 
 @click.command("index")
-@click.argument("embeddings", metavar="EMB.h5", type=click.Path(dir_okay=False))
+@click.argument("embeddings", metavar="EMB.h5", type=InputFile("hdf5"))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Saved index, an HDF5 file (default: standard output, never a terminal).")
 @click.option("--factory", default=DEFAULT_FACTORY, show_default=True,

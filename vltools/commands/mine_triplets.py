@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
 
 @click.command("mine-triplets")
-@click.argument("proxy_path", metavar="PROXY.h5", type=click.Path(dir_okay=False))
-@click.option("--embeddings", type=click.Path(dir_okay=False),
+@click.argument("proxy_path", metavar="PROXY.h5", type=InputFile("hdf5"))
+@click.option("--embeddings", type=InputFile("hdf5"),
               help="Image embeddings (vltools encode) of the split's images: keep the largest-loss triplets. "
                    "Without it, irrelevant images are drawn at random.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),

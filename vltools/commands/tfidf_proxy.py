@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import Integer, output_option
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
@@ -28,10 +29,10 @@ def check_method(ctx: click.Context, method: str) -> None:
 
 
 @click.command("tfidf-proxy")
-@click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("captions", metavar="CAPS.jsonl", type=InputFile("jsonl", stdin=True))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Proxy HDF5 (default: standard output, never a terminal).")
-@click.option("--images", "images_path", type=click.Path(dir_okay=False),
+@click.option("--images", "images_path", type=InputFile("jsonl"),
               help="Images JSONL: every image it lists gets a row (those without captions the zero vector), in its "
                    "order; captions naming other images are an error. Default: the images the captions name.")
 @click.option("--method", type=click.Choice(["captions", "objects", "word2vec-fv"]), default="captions",
