@@ -20,6 +20,7 @@ from vltools.commands.options import (
     precision_option,
     resume_option,
     shard_option,
+    threads_option,
 )
 from vltools.devices import autocast, resolve_device
 from vltools.io.atomic import is_stdout
@@ -55,6 +56,7 @@ from vltools.io.progress import log
 @resume_option("Continue an interrupted run with the same -o, checkpoint, features and decoding options (skips "
                "images in OUT.partial).")
 @shard_option()
+@threads_option()
 def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,
             output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,

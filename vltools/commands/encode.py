@@ -12,6 +12,7 @@ from vltools.commands.options import (
     image_side,
     output_option,
     precision_option,
+    threads_option,
     workers_option,
 )
 from vltools.devices import resolve_device
@@ -49,6 +50,7 @@ from vltools.devices import resolve_device
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
+@threads_option()
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import Integer, image_side
+from vltools.commands.options import Integer, image_side, threads_option
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
@@ -25,6 +25,7 @@ from vltools.io.progress import log
 @click.option("--k", type=Integer(min=1), default=5, show_default=True,
               help="Signature dimensions (largest contributions to the similarity) whose gradient is followed.")
 @click.option("--image-size", type=image_side(32), help="Longest image side [the training one].")
+@threads_option()
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,
             image_size: int | None) -> None:
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import Integer, output_option, threads_option
 from vltools.infer.settings import DEFAULT_FACTORY, DEFAULT_TRAIN_SIZE, INDEX_METRICS
 from vltools.io.progress import log
 
@@ -24,6 +24,7 @@ from vltools.io.progress import log
                    "(ranked nearest first; the scores are negated squared distances).")
 @click.option("--seed", type=Integer(min=0), default=0, show_default=True,
               help="Seed of the training sample.")
+@threads_option()
 def command(embeddings: str, output: str | None, factory: str, train_size: int, metric: str, seed: int) -> None:
     """Build a FAISS index over EMB.h5 (image or caption embeddings of `vltools encode`) and save it with the
     ids of its rows and its provenance: the embeddings file, its model and checkpoint digest, side, metric,

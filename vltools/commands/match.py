@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import FiniteFloat, Integer, block_options, device_option, output_option, precision_option
+from vltools.commands.options import (
+    FiniteFloat,
+    Integer,
+    block_options,
+    device_option,
+    output_option,
+    precision_option,
+    threads_option,
+)
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.settings import EXACT, MATCH_BLOCK
@@ -53,6 +61,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
                    "with --rerank, the encoded candidates kept between query blocks.")
 @precision_option()
 @device_option()
+@threads_option()
 def command(first: str, second: str | None, model_paths: tuple[str, ...], split: str | None, top_k: int,
             output: str | None, sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str,
             index_file: str | None, nprobe: int, block_images: int, block_captions: int, image_cache_mb: float,

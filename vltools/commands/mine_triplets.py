@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, threads_option
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
@@ -27,6 +27,7 @@ from vltools.io.progress import log
 @click.option("--margin", type=FiniteFloat(min=0), default=0.1, show_default=True,
               help="Margin m of the loss that ranks them.")
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True)
+@threads_option()
 def command(proxy_path: str, embeddings: str | None, output: str | None, split: str, queries: int, relevant: int,
             pool: int, per_pair: int, margin: float, seed: int) -> None:
     """Sample a pool of images of a split (queries, relevant images from the proxy's neighbours, random others) and

@@ -18,6 +18,8 @@ from vltools.errors import VLToolsError
 from vltools.infer import checks
 from vltools.infer.checks import MAX_BEAM, MAX_CAPTION_WORDS, MAX_IMAGE_SIDE, MAX_SEED
 from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, parse_shard
+from vltools.io.progress import log
+from vltools.threads import THREADS_VARIABLE, usable_cpus, use_threads
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 DEVICE_HELP = ("auto (CUDA when available, else CPU), cpu, cuda or cuda:K; under torchrun auto and cuda are each "
@@ -117,6 +119,24 @@ def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -
                         show_default=default is not None, help=help)
 
 
+def _use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    """Apply --threads (or the default) when the options are parsed, before the stage imports torch; more threads
+    than usable CPUs are warned about (they would wait for each other)."""
+    count, cpus = use_threads(value), usable_cpus()
+    if count > cpus:
+        source = "--threads" if value else THREADS_VARIABLE
+        log.warning("%s asks for %d threads on the %d CPU%s this process may use: they will wait for each other; "
+                    "give --threads %d or fewer", source, count, cpus, "s" if cpus > 1 else "", cpus)
+    log.debug("computing with %d CPU threads (%d CPUs usable)", count, cpus)
+
+
+def threads_option() -> Callable:
+    """`--threads N`: the CPU threads a stage computes with (vltools.threads), on every stage that computes."""
+    return click.option("--threads", type=Integer(min=1), expose_value=False, callback=_use_threads,
+                        help=f"CPU threads of the computation [{THREADS_VARIABLE} when set, else the CPUs this "
+                             "process may use: its CPU affinity, at most its container's CPU quota].")
+
+
 def batch_size_option(default: int | None, help: str | None = None) -> Callable:
     """`--batch-size`: items per model call."""
     return click.option("--batch-size", type=Integer(min=1), default=default,
@@ -188,6 +208,7 @@ def image_run_options(func: Callable) -> Callable:
         workers_option(2, "DataLoader processes decoding images while the model runs (0 = decode in-process)."),
         device_option(),
         precision_option(),
+        threads_option(),
         click.option("--dtype", type=click.Choice(FEATURE_DTYPES), default="float16", show_default=True,
                      help="Storage type of the feature datasets."),
         click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, device_option, image_side, output_option
+from vltools.commands.options import (
+    SEED_RANGE,
+    FiniteFloat,
+    Integer,
+    device_option,
+    image_side,
+    output_option,
+    threads_option,
+)
 from vltools.infer.settings import BACKBONE_NAMES
 from vltools.io.progress import log
 from vltools.train.config import BACKBONE
@@ -28,6 +36,7 @@ from vltools.train.config import BACKBONE
               help="Seed of initialisation, data order and flips: the same seed and options give the same file "
                    "on the same CPU with the same number of threads.")
 @device_option()
+@threads_option()
 def command(world: str, output: str, backbone: str, image_size: int, epochs: int, batch_size: int, lr: float,
             seed: int, device: str) -> None:
     """Train a backbone to name the shape, colour, size and position of every object of the synthetic world WORLD

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import Integer, output_option, threads_option
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
 from vltools.text.word2vec import Word2VecSettings
@@ -60,6 +60,7 @@ def check_method(ctx: click.Context, method: str) -> None:
 @click.option("--train-split", default="train", show_default=True,
               help="The vocabulary and the idf (word2vec-fv: the trained word vectors and the mixture) are fitted "
                    "on this split only.")
+@threads_option()
 @click.pass_context
 def command(ctx: click.Context, captions: str, output: str | None, images_path: str | None, method: str,
             word_vectors: str | None, components: int, dim: int, window: int, epochs: int, min_count: int, seed: int,

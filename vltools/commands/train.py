@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import DEVICE, SEED_RANGE, FiniteFloat, Integer, precision_option
+from vltools.commands.options import DEVICE, SEED_RANGE, FiniteFloat, Integer, precision_option, threads_option
 from vltools.train import TASKS
 
 
@@ -47,6 +47,7 @@ from vltools.train import TASKS
               help="Frozen reference checkpoint of contrastive objectives (task.reference).")
 @click.option("--init", "init", type=click.Path(dir_okay=False),
               help="Checkpoint whose weights and vocabulary the model starts from (task.init).")
+@threads_option()
 def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
             epochs: int | None, batch_size: int | None, lr: float | None, lr_update: int | None,
             grad_clip: float | None, val_every: int | None, seed: int | None, device: str | None,
