@@ -20,8 +20,10 @@ from pipeline_fixtures import run_process
 
 from vltools import __version__
 from vltools.cli import STAGES, cli, guard_outputs, main
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import PrimaryOutput, is_output_param, output_option
 from vltools.errors import VLToolsError
+from vltools.io.kinds import HDF5_SIGNATURE
 
 
 def test_help_lists_every_stage_and_each_stage_loads(vltools_cmd):
@@ -130,6 +132,11 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
     def value(param: click.Parameter) -> str:
         if is_output_param(param):
             return str(out)
+        if isinstance(param.type, InputFile):    # an input of the kind it takes (by its first bytes, all that is read)
+            kind = param.type.kinds[0]
+            dummy = tmp_path / "in" / f"dummy.{kind}"
+            dummy.write_bytes(DUMMY_BYTES.get(kind, b"{}\n"))
+            return str(dummy)
         if isinstance(param.type, click.Choice):
             return str(param.type.choices[0])
         if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType)):
@@ -144,6 +151,9 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
         elif isinstance(param, click.Option) and (param.required or is_output_param(param)):
             argv += [param.opts[0], value(param)]
     return argv
+
+
+DUMMY_BYTES = {"hdf5": HDF5_SIGNATURE, "checkpoint": b"PK\x03\x04", "npy": b"\x93NUMPY"}
 
 
 def _run_in_process(argv: list[str]) -> int:
@@ -486,8 +496,10 @@ def test_the_commands_an_error_names_run_as_printed(tmp_path, capsys):
     torch.save({"opt": argparse.Namespace(lr=0.1)}, pickled)
     rankings = tmp_path / "t2i.jsonl"
     rankings.write_text(json.dumps({"query": "a#0", "direction": "t2i", "ids": ["a"], "scores": [1.0]}) + "\n")
-    for argv in (["encode", "c.jsonl", "--model", str(pickled)],
-                 ["explain", str(rankings), "--model", "rmac.pt", "--images", str(tmp_path), "-o", "out"]):
+    captions = tmp_path / "c.jsonl"
+    captions.write_text(json.dumps({"image_id": "a", "caption": "a cat"}) + "\n")
+    for argv in (["encode", str(captions), "--model", str(pickled)],
+                 ["explain", str(rankings), "--model", str(pickled), "--images", str(tmp_path), "-o", "out"]):
         with pytest.raises(SystemExit):
             main(argv)
         err = capsys.readouterr().err

@@ -238,7 +238,8 @@ def test_features_with_another_region_count_fail_in_one_line_naming_the_options_
     ("a red circle left of a blue square", "0.0% (0 of 48)", None),
     ("a cat and a rocket", "60.0% (18 of 30)",
      "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
-     "<unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+     "<unk>, so its scores of these captions probably mean little; use a model whose vocabulary holds words like "
+     "these (its training log says how much of its own captions it kept)"),
 ])
 def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
         world, tmp_path, monkeypatch, caption, info, warning):
@@ -264,14 +265,16 @@ def test_an_index_with_a_cross_attention_model_is_refused_before_any_work(world,
     folder, features, _, models = world
     args = [arg for name in names for arg in ("--model", str(models[name]))]
     output = tmp_path / "r.jsonl"
-    err = fails(capsys, "match", *args, str(features), str(tmp_path / "absent.jsonl"), "--index", flag, "-o",
-                str(output))          # the captions file is never opened: the refusal comes first
+    unread = tmp_path / "unread.jsonl"      # JSON lines by its first bytes, malformed after them
+    unread.write_text('{"image_id": \n')
+    err = fails(capsys, "match", *args, str(features), str(unread), "--index", flag, "-o",
+                str(output))          # the captions file is never parsed: the refusal comes first
     assert err.strip().splitlines() == [
         f"vltools: error: --index {flag}: {models[names[0]]} holds a cross-attention model ({names[0]}), whose "
         "similarities are not dot products of separate image and caption embeddings, so no index can search them; "
         f"add --rerank K --first-stage VSE.pt (the index searches the separable first stage, {names[0]} rescores its "
         "K candidates per query) or drop --index"]
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [unread]
 
 
 def test_an_index_that_would_go_unused_is_refused_for_separable_models_and_scored_matrices(world, tmp_path, capsys):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import click
 
 from vltools import __version__
+from vltools.commands.inputs import check_files, take_stdin
 from vltools.commands.options import PrimaryOutput, binary_format, is_output_param, option_spelling, writes_stdout
 from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
 from vltools.io.atomic import (
@@ -116,13 +117,18 @@ def with_example(command: click.Command, example: str) -> click.Command:
     return command
 
 
-def _locking(callback: Callable, outputs: dict[str, click.Parameter], primary: PrimaryOutput | None) -> Callable:
-    """Wrap a stage's callback so it holds the lock of each output (the parameters `outputs`; see
-    vltools.io.atomic) for its whole run: a second process writing the same output stops at once, before any
-    work, and a missing or read-only folder, or binary data for a terminal, is reported before the work too."""
+def _guarded(callback: Callable, params: list[click.Parameter], primary: PrimaryOutput | None) -> Callable:
+    """Wrap a stage's callback so that its input files are checked (vltools.commands.inputs: a missing file, one of
+    the wrong kind, two swapped) and it holds the lock of each output (see vltools.io.atomic) for its whole run: a
+    second process writing the same output stops at once, before any work, and a missing or read-only folder, or
+    binary data for a terminal, is reported before the work too. Standard input is read last, when all else has
+    been checked (HDF5 on it is copied to a temporary file, removed when the stage ends)."""
+    outputs = {p.name: p for p in params if p.name and is_output_param(p)}
 
     @functools.wraps(callback)
     def run(*args: object, **kwargs: object) -> object:
+        stage = click.get_current_context().command_path
+        given = check_files(params, kwargs, stage)
         for name, param in outputs.items():
             what = binary_format(param, kwargs)
             if what is not None and writes_stdout(primary, name, kwargs.get(name)):
@@ -131,21 +137,20 @@ def _locking(callback: Callable, outputs: dict[str, click.Parameter], primary: P
             for name, value in kwargs.items():
                 if name in outputs and isinstance(value, str):
                     stack.enter_context(output_lock(value))
-            return callback(*args, **kwargs)
+            return callback(*args, **take_stdin(params, kwargs, given, stage, stack))
 
     run.locks_output = True
     return run
 
 
 def guard_outputs(command: click.Command) -> click.Command:
-    """Make `command` (and a group's subcommands) hold its output's lock while it runs."""
+    """Make `command` (and a group's subcommands) check its inputs before it runs and hold its output's lock while
+    it runs (`_guarded`)."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             guard_outputs(sub)
     elif command.callback is not None and not getattr(command.callback, "locks_output", False):
-        command.callback = _locking(command.callback,
-                                    {p.name: p for p in command.params if p.name and is_output_param(p)},
-                                    getattr(command, "primary_output", None))
+        command.callback = _guarded(command.callback, command.params, getattr(command, "primary_output", None))
     return command
 
 

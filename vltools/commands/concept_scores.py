@@ -13,6 +13,7 @@ from vltools.commands.options import (
     primary_output,
     resume_option,
     shard_option,
+    threads_option,
     workers_option,
 )
 from vltools.errors import VLToolsError
@@ -54,6 +55,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
 @resume_option()
 @shard_option()
+@threads_option()
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None,
             levels: tuple[int, ...], image_size: int, crop_size: int | None, batch_size: int, workers: int,
             device: str, precision: str, strict: bool, resume: bool, shard: str | None) -> None:

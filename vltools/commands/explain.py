@@ -6,15 +6,16 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import Integer, image_side, primary_output
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import Integer, image_side, primary_output, threads_option
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
 
 @primary_output("out_dir")
 @click.command("explain")
-@click.argument("rankings", metavar="RANKINGS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
+@click.argument("rankings", metavar="RANKINGS.jsonl", type=InputFile("jsonl", stdin=True))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
               help="The rmac checkpoint that ranked them.")
 @click.option("--images", "images_path", required=True, type=click.Path(), help="Images JSONL, folder or list.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -25,6 +26,7 @@ from vltools.io.progress import log
 @click.option("--k", type=Integer(min=1), default=5, show_default=True,
               help="Signature dimensions (largest contributions to the similarity) whose gradient is followed.")
 @click.option("--image-size", type=image_side(32), help="Longest image side [the training one].")
+@threads_option()
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,
             image_size: int | None) -> None:
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write

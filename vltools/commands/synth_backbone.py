@@ -12,6 +12,7 @@ from vltools.commands.options import (
     image_side,
     output_option,
     primary_output,
+    threads_option,
 )
 from vltools.infer.settings import BACKBONE_NAMES
 from vltools.io.progress import log
@@ -37,6 +38,7 @@ from vltools.train.config import BACKBONE
               help="Seed of initialisation, data order and flips: the same seed and options give the same file "
                    "on the same CPU with the same number of threads.")
 @device_option()
+@threads_option()
 def command(world: str, output: str, backbone: str, image_size: int, epochs: int, batch_size: int, lr: float,
             seed: int, device: str) -> None:
     """Train a backbone to name the shape, colour, size and position of every object of the synthetic world WORLD

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output, threads_option
 from vltools.infer.checks import MAX_EM_STARTS, MAX_MIXTURE_COMPONENTS, MAX_WORD_DIM
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
@@ -34,10 +35,10 @@ def check_method(ctx: click.Context, method: str) -> None:
 
 @primary_output("output", stdout=True)
 @click.command("tfidf-proxy")
-@click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("captions", metavar="CAPS.jsonl", type=InputFile("jsonl", stdin=True))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Proxy HDF5 (default: standard output, never a terminal).")
-@click.option("--images", "images_path", type=click.Path(dir_okay=False),
+@click.option("--images", "images_path", type=InputFile("jsonl"),
               help="Images JSONL: every image it lists gets a row (those without captions the zero vector), in its "
                    "order; captions naming other images are an error. Default: the images the captions name.")
 @click.option("--method", type=click.Choice(["captions", "objects", "word2vec-fv"]), default="captions",
@@ -71,6 +72,7 @@ def check_method(ctx: click.Context, method: str) -> None:
 @click.option("--train-split", default="train", show_default=True,
               help="The vocabulary and the idf (word2vec-fv: the trained word vectors and the mixture) are fitted "
                    "on this split only.")
+@threads_option()
 @click.pass_context
 def command(ctx: click.Context, captions: str, output: str | None, images_path: str | None, method: str,
             word_counts: str | None, word_vectors: str | None, components: int, starts: int, dim: int, window: int,

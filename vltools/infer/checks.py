@@ -13,6 +13,7 @@ import difflib
 import math
 import numbers
 import os
+import re
 from collections.abc import Collection, Iterable
 
 from vltools.errors import ArgumentError
@@ -30,6 +31,7 @@ MAX_EM_STARTS = 100          # EM starts of a mixture: each costs a whole EM run
 # every other integer (a count, a size, an index): the largest C int, which the libraries below take (gensim's
 # window and epochs, FAISS's nprobe, HDF5's sizes); a larger one is a slip that would end in their OverflowError
 MAX_INTEGER = 2**31 - 1
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")   # the devices a stage runs on (devices.resolve_device)
 
 
 def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = False,
@@ -114,6 +116,14 @@ def text(value: object, name: str, optional: bool = False) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise ArgumentError(name, f"must be a non-empty string{' or None' if optional else ''}, not {value!r}")
+    return value
+
+
+def device(value: object, name: str) -> str:
+    """`value` when it names a device (DEVICES): auto, cpu, cuda, cuda:K or mps; whether it is there is known only
+    when torch looks (devices.resolve_device), but a misspelling (`gpu`, `cuda0`) is refused at once."""
+    if not isinstance(value, str) or not DEVICES.fullmatch(value):
+        raise ArgumentError(name, f"must be auto, cpu, cuda or cuda:K (K: a GPU's index), not {value!r}")
     return value
 
 

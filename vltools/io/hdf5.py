@@ -13,10 +13,10 @@ import numpy as np
 from vltools.errors import VLToolsError, first_line, require_file
 from vltools.io.atomic import DeferredWrites, binary_output, check_room
 from vltools.io.fields import TEXT, field
+from vltools.io.kinds import sniff
 from vltools.io.provenance import ids_digest, provenance
 
 FORMAT_VERSION = 1
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def string_dtype() -> h5py.Datatype:
@@ -60,10 +60,7 @@ def read_strings(handle: h5py.Group, name: str, digest: str | None = None) -> li
 def is_hdf5(path: str | os.PathLike) -> bool:
     """Whether `path` starts with the HDF5 signature (so stages taking HDF5 or JSONL can tell them apart);
     `-` (standard input) is never HDF5."""
-    if str(path) == "-":
-        return False
-    with open(require_file(path), "rb") as stream:  # a named pipe would block here: refused by name first
-        return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    return str(path) != "-" and sniff(path) == "hdf5"   # a named pipe would block: refused by name first
 
 
 REWRITE = "rerun the stage that wrote it, or restore the file from a copy"
