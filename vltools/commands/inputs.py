@@ -33,7 +33,7 @@ class InputFile(click.Path):
     (`--model NAME`), left to the stage."""
 
     def __init__(self, *kinds: str, stdin: bool = False, names: bool = False) -> None:
-        super().__init__(dir_okay=accepts(kinds, "folder"), allow_dash=True)
+        super().__init__(allow_dash=True)   # a folder where a file is taken: check_files says so, in one line
         self.kinds, self.stdin, self.names = kinds, stdin, names
 
     def takes(self) -> str:
@@ -110,6 +110,9 @@ def check_files(params: list[click.Parameter], values: dict[str, object], stage:
     for param, path in _values(params, values):
         if path == "-":
             dashes.append(param)
+        elif Path(path).is_dir() and not accepts(param.type.kinds, "folder"):
+            raise VLToolsError(f"{path}: is a directory; give {label(param)} {param.type.takes()} file"
+                               + (" or a model name" if param.type.names else ""))
         elif not (param.type.names and not Path(path).exists()):
             given.append(Given(param, path, sniff(path, folder_ok=accepts(param.type.kinds, "folder"))))
     if len(dashes) > 1:
