@@ -5,8 +5,8 @@ The corpus is generated here: n images x 50 region captions of 3-8 words drawn f
 (train / val / test, as the paper's 80k / 10k / 10k). Both routes get the same texts (an image's captions joined)
 and compute, for every image, its k = 32 nearest images by tf-idf cosine within its split:
   - vltools: `vltools.data.semantic.build_proxy` (Snowball stems, tf-idf fitted on train, dense + sparse products);
-  - scikit-learn: TfidfVectorizer (the same stemming tokenizer, idf fitted on train) + NearestNeighbors(brute,
-    cosine) per split.
+  - scikit-learn: TfidfVectorizer (the same stemming tokenizer, idf fitted on train, binary tf: each image's stems
+    counted once, as vltools' default) + NearestNeighbors(brute, cosine) per split.
 Each size runs in a fresh process per route, so that the peak resident memory (ru_maxrss) is that route's alone.
 Prints readable lines, then one JSON object on the last line.
 
@@ -67,7 +67,7 @@ def run_sklearn(texts: list[str], splits: list[str], k: int) -> dict:
 
     split_array = np.array(splits)
     vectorizer = TfidfVectorizer(tokenizer=Stemmer(), lowercase=False, token_pattern=None, smooth_idf=False,
-                                 sublinear_tf=False)
+                                 sublinear_tf=False, binary=True)
     vectorizer.fit([t for t, s in zip(texts, splits, strict=True) if s == "train"])
     matrix = vectorizer.transform(texts)
     total = 0.0

@@ -18,6 +18,7 @@ from tiny_captioning import make_caption_world, save_captioner
 
 import vltools
 from vltools.cli import cli
+from vltools.devices import check_precision
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
 from vltools.io.model_store import add_model
@@ -250,6 +251,29 @@ def test_errors_name_python_arguments_not_command_line_options(world, tmp_path, 
         vltools.match(features, captions, "no-such-model", device="cpu")
     assert str(error.value).startswith("model=no-such-model: neither a checkpoint file nor a model in the store")
     assert "--model" not in str(error.value)
+
+
+def test_library_errors_name_python_arguments_where_they_named_force_r_device_and_precision(tmp_path):
+    """These library messages spelled the options (--force, --R, --device, --precision) to Python callers too."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine\n")
+    (tmp_path / "s.json").write_text("{}\n")
+    calls = {
+        lambda: vltools.report(tmp_path / "out", scores=tmp_path / "s.json"): "give a new folder, or force=True to",
+        lambda: vltools.score_semantic("s.h5", "p.h5", r_values=[10, 1]): "r_values 10,1: give increasing positive",
+        lambda: vltools.match("a.h5", "b.h5", device="gpu0"): "device must be auto, cpu, cuda or cuda:K",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError, match=message) as error:
+            call()
+        assert "--" not in str(error.value)
+    with pytest.raises(VLToolsError, match=r"^precision='fp64': use fp32, tf32, bf16, fp16$"):
+        check_precision("fp64")
+    for name in ("s.h5", "p.h5"):   # HDF5 files, so that the input check passes and the option is what is refused
+        h5py.File(tmp_path / name, "w").close()
+    result = CliRunner().invoke(cli, ["score", "semantic", str(tmp_path / "s.h5"), "--proxy", str(tmp_path / "p.h5"),
+                                      "--R", "10,1"])
+    assert str(result.exception).startswith("--R 10,1: give increasing positive integers")
 
 
 def test_scores_from_memory_are_checked_as_scores_from_files_are(world, tmp_path):
@@ -524,6 +548,13 @@ def test_convert_messages_spell_options_as_python_keywords(tmp_path):
      "id_feld is not an argument of vltools.convert; did you mean id_field?"),
     (lambda p: vltools.convert("webdataset", [], p / "x.jsonl"),
      "source must be a file path or a non-empty list of paths, not []"),
+    # once ValueError: embedded null byte, and OverflowError
+    (lambda p: vltools.convert("webdataset", ["go\0od.tar"]),
+     "source must be a file path without a NUL character, not 'go\\x00od.tar'"),
+    (lambda p: vltools.train("vse", ["fe\0ats.h5", p / "c.jsonl"], p / "m.pt"),
+     "inputs must be a file path without a NUL character"),
+    (lambda p: vltools.caption(p / "m.pt", p / "f.h5", length_penalty=10**400),
+     "length_penalty must be a non-negative finite number, not an integer of about 400 digits"),
 ])
 def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call, message):
     with pytest.raises(VLToolsError) as error:

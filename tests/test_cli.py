@@ -20,8 +20,10 @@ from pipeline_fixtures import run_process
 
 from vltools import __version__
 from vltools.cli import STAGES, cli, guard_outputs, main
-from vltools.commands.options import is_output_param, output_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import PrimaryOutput, is_output_param, output_option
 from vltools.errors import VLToolsError
+from vltools.io.kinds import HDF5_SIGNATURE
 
 
 def test_help_lists_every_stage_and_each_stage_loads(vltools_cmd):
@@ -130,6 +132,11 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
     def value(param: click.Parameter) -> str:
         if is_output_param(param):
             return str(out)
+        if isinstance(param.type, InputFile):    # an input of the kind it takes (by its first bytes, all that is read)
+            kind = param.type.kinds[0]
+            dummy = tmp_path / "in" / f"dummy.{kind}"
+            dummy.write_bytes(DUMMY_BYTES.get(kind, b"{}\n"))
+            return str(dummy)
         if isinstance(param.type, click.Choice):
             return str(param.type.choices[0])
         if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType)):
@@ -144,6 +151,9 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
         elif isinstance(param, click.Option) and (param.required or is_output_param(param)):
             argv += [param.opts[0], value(param)]
     return argv
+
+
+DUMMY_BYTES = {"hdf5": HDF5_SIGNATURE, "checkpoint": b"PK\x03\x04", "npy": b"\x93NUMPY"}
 
 
 def _run_in_process(argv: list[str]) -> int:
@@ -352,6 +362,11 @@ WRITING_ELSEWHERE = {
     "match -o": "match --model missing.pt feats.h5 broken.jsonl -o ranks.jsonl",
     "an unknown option": "match --model missing.pt --bogus -o ranks.jsonl feats.h5 broken.jsonl",  # -o unreadable
     "an unknown stage": "extract-region photos",
+    # no _ims.npy and no --captions-per-image: convert precomp wrote only the files its options name, and once
+    # deleted the log (its parameters were none of the names _writes_stdout guessed from)
+    "convert precomp": "convert precomp . --split test --captions c.jsonl",
+    "train without -o": "train --model vse feats.h5 broken.jsonl",    # a usage error: -o is required
+    "models add": "models add m missing.pt",
 }
 
 
@@ -379,6 +394,38 @@ def test_a_failed_stage_writing_elsewhere_keeps_the_empty_file_standard_output_w
     errors = (tmp_path / "err.txt").read_text()
     assert re.search(r"^(vltools: error: |Error: )", errors, re.MULTILINE), errors
     assert "log.txt" not in errors
+
+
+def _leaf_stages() -> list[tuple[tuple[str, ...], click.Command]]:
+    found = []
+
+    def walk(names: tuple[str, ...], command: click.Command) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk((*names, name), sub)
+        else:
+            found.append((names, command))
+
+    for stage in STAGES:
+        walk((stage,), cli.get_command(None, stage))
+    return found
+
+
+def test_every_stage_declares_where_its_primary_output_goes():
+    """Declared, not guessed from parameter names: a standard output left empty by a failed run is removed only
+    for a stage whose primary output goes there (PrimaryOutput.stdout), without -o or with -o -."""
+    for names, command in _leaf_stages():
+        primary = getattr(command, "primary_output", None)
+        assert isinstance(primary, PrimaryOutput), names
+        params = {param.name: param for param in command.params}
+        assert primary.param is None or primary.param in params, names
+        if primary.stdout and primary.param is not None:     # left out, it is standard output
+            assert not params[primary.param].required, names
+    declared = {" ".join(names): command.primary_output for names, command in _leaf_stages()}
+    assert declared["inspect"] == PrimaryOutput(None, stdout=True)
+    assert declared["convert precomp"] == PrimaryOutput(None, stdout=False)
+    assert declared["match"] == PrimaryOutput("output", stdout=True)
+    assert declared["train"] == PrimaryOutput("output", stdout=False)
 
 
 def test_a_failed_stage_writing_hdf5_to_standard_output_removes_the_file_the_shell_made(tmp_path):
@@ -449,8 +496,10 @@ def test_the_commands_an_error_names_run_as_printed(tmp_path, capsys):
     torch.save({"opt": argparse.Namespace(lr=0.1)}, pickled)
     rankings = tmp_path / "t2i.jsonl"
     rankings.write_text(json.dumps({"query": "a#0", "direction": "t2i", "ids": ["a"], "scores": [1.0]}) + "\n")
-    for argv in (["encode", "c.jsonl", "--model", str(pickled)],
-                 ["explain", str(rankings), "--model", "rmac.pt", "--images", str(tmp_path), "-o", "out"]):
+    captions = tmp_path / "c.jsonl"
+    captions.write_text(json.dumps({"image_id": "a", "caption": "a cat"}) + "\n")
+    for argv in (["encode", str(captions), "--model", str(pickled)],
+                 ["explain", str(rankings), "--model", str(pickled), "--images", str(tmp_path), "-o", "out"]):
         with pytest.raises(SystemExit):
             main(argv)
         err = capsys.readouterr().err

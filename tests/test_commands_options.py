@@ -7,8 +7,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from vltools.cli import main
-from vltools.commands.options import SEED_RANGE, FiniteFloat
+from vltools.cli import STAGES, cli, main
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.infer import checks
 
 
 def test_finite_float_refuses_nan_infinities_and_values_out_of_range():
@@ -48,6 +49,12 @@ def test_finite_float_refuses_nan_infinities_and_values_out_of_range():
     ["extract-regions", "--image-size", "5000", "imgs"],
     ["segment-pool", "--image-size", "5000", "imgs"],
     ["encode", "--image-size", "5000", "--model", "m.pt", "imgs"],
+    # every integer has a range: these once gave an HDF5 TypeError, a MemoryError and gensim's seed error
+    ["index", "--seed", "100000000000000000000000", "emb.h5"],
+    ["tfidf-proxy", "--dim", "1000000000", "--method", "word2vec-fv", "c.jsonl"],
+    ["tfidf-proxy", "--components", "100000", "--method", "word2vec-fv", "c.jsonl"],
+    ["tfidf-proxy", "--seed", "-5", "--method", "word2vec-fv", "c.jsonl"],
+    ["match", "--nprobe", "100000000000000000000", "q.h5", "--index-file", "i.h5"],
 ])
 def test_non_finite_and_out_of_range_numbers_are_usage_errors(tmp_path, monkeypatch, capsys, args):
     """These once gave tracebacks (the sampler, the seed) or were accepted (a NaN margin or length penalty)."""
@@ -58,3 +65,36 @@ def test_non_finite_and_out_of_range_numbers_are_usage_errors(tmp_path, monkeypa
     option = next(a for a in args if a.startswith("--") and a not in ("--sample", "--model", "--beam"))
     assert exit_info.value.code == 2 and f"Invalid value for '{option}'" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _leaves(command: click.Command, names: tuple[str, ...]):
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _leaves(sub, (*names, name))
+    else:
+        yield names, command
+
+
+def test_every_integer_option_takes_its_range_from_the_shared_types():
+    """Each integer option is an `Integer` (checks.integer: at most MAX_INTEGER when it names no maximum), and every
+    --seed is the one seed range, so that no stage hands a library a value it overflows on."""
+    for stage in STAGES:
+        for names, command in _leaves(cli.get_command(None, stage), (stage,)):
+            for param in command.params:
+                where = f"{' '.join(names)} {param.human_readable_name}"
+                if isinstance(param.type, click.types.IntParamType):
+                    assert isinstance(param.type, Integer), where
+                if param.name == "seed":
+                    assert param.type is SEED_RANGE, where
+
+
+def test_huge_numbers_are_refused_in_one_line():
+    """Python's ints have no bound, floats do: 10**400 overflowed float() and 10**5000 str()."""
+    with pytest.raises(checks.ArgumentError, match="^length_penalty must be a non-negative finite number, not an "
+                                                   "integer of about 400 digits$"):
+        checks.number(10**400, "length_penalty", 0)
+    with pytest.raises(checks.ArgumentError, match="^top_k must be at most 2147483647, not an integer of about "
+                                                   "5000 digits$"):
+        checks.integer(10**5000, "top_k", 1)
+    assert checks.integer(2**31 - 1, "top_k", 1) == 2**31 - 1
+    assert checks.integer(2**32 - 1, "seed", 0, checks.MAX_SEED) == 2**32 - 1

@@ -14,6 +14,7 @@ from convert_cli import convert
 from PIL import Image
 
 from vltools.cli import cli, main
+from vltools.data.converters import webdataset
 from vltools.data.converters.webdataset import member_key, read_webdataset
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
@@ -102,10 +103,27 @@ def test_truncated_shard_is_a_one_line_error(tmp_path):
     ([("k.jpg", _jpeg(0)), ("k.json", b'{"caption": 3}')], r"member k\.json: its \"caption\" is int"),
     ([("k.jpg", _jpeg(0)), ("k.txt", b"\xff\xfe caption")], r"member k\.txt: not UTF-8"),
     ([("k.jpg", _jpeg(0))], "no image has a caption"),
+    ([("k.jpg", _jpeg(0)), ("k.json", b"[" * 100_000)],     # once a RecursionError
+     r"member k\.json: not JSON \(nested deeper than 100 levels"),
+    # two captions of one key: the last one was kept without a word
+    ([("k.jpg", _jpeg(0)), ("k.txt", b"a dog"), ("k.en.txt", b"a cat")],
+     r"bad\.tar: member k\.en\.txt: the \.txt caption of key 'k' repeats member k\.txt; give each key one \.txt "
+     r"caption$"),
+    ([("k.jpg", _jpeg(0)), ("k.json", b"{}"), ("k.json", b'{"caption": "a cat"}')],
+     r"member k\.json: the \.json caption of key 'k' repeats member k\.json"),
 ])
 def test_bad_caption_members_are_one_line_errors(members, problem, tmp_path):
     with pytest.raises(VLToolsError, match=problem):
         read_webdataset([_shard(tmp_path / "bad.tar", members)])
+
+
+def test_a_caption_member_over_its_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A .txt member whose header claimed 8 GiB was a MemoryError: members are read through bounded.member_bytes."""
+    monkeypatch.setattr(webdataset, "MAX_CAPTION_MEMBER_BYTES", 16)
+    shard = _shard(tmp_path / "big.tar", [("k.jpg", _jpeg(0)), ("k.txt", b"a caption of more than 16 bytes")])
+    with pytest.raises(VLToolsError, match=r"big\.tar: member k\.txt claims 31 bytes, more than the 16 such a "
+                                           r"member may have; caption members \(\.txt, \.json\) hold at most"):
+        read_webdataset([shard])
 
 
 def test_not_a_tar_is_refused(tmp_path):

@@ -342,7 +342,13 @@ def test_a_sentence_model_reads_the_generated_sentences_and_ignores_the_concepts
     vectors = model_vectors(cfg, folder / "ctx.h5", folder / "cnp.h5", path, VOCAB)
     assert vectors.paths == (folder / "ctx.h5", None)
     assert vectors.sentences.take(["im1"]) == [[1, 4, 8, 6, 2]]
-    with pytest.raises(VLToolsError, match=r"ctx.h5: this SCO model \(ctx \+ sen\) fuses the context with a "
-                                           r"generated sentence per image; give them with --sentences"):
+    with pytest.raises(VLToolsError, match=r"ctx.h5: this SCO model \(ctx \+ sen\) represents each image by a "
+                                           r"generated sentence; give them with --sentences"):
         model_vectors(cfg, folder / "ctx.h5", None, None, VOCAB)
+    # the sentence alone: the context file still names the images
+    alone = model_vectors({**cfg, "use_context": False}, folder / "ctx.h5", None, path, VOCAB)
+    try:
+        assert alone.paths == (folder / "ctx.h5", None) and alone.readers[0].ids == IDS
+    finally:
+        alone.close()
     assert model_vectors(config(True, False), folder / "ctx.h5", None, path, VOCAB).sentences is None

@@ -9,8 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from vltools.data.semantic import build_proxy, image_texts, oracle_sims
+from vltools.data.semantic import build_fisher_proxy, build_proxy, image_texts, oracle_sims
 from vltools.errors import VLToolsError
+from vltools.synth.grammar import image_captions
+from vltools.synth.scene import sample_scene
+from vltools.text.fisher import FisherSettings
+from vltools.text.word2vec import Word2VecSettings
 
 # image -> (split, captions) of the hand corpus; "zebra" and "green" appear only outside train
 CORPUS = {
@@ -34,6 +38,8 @@ STEMS = {
     "g": ["a", "green", "dog"],
     "h": ["cat"],
 }
+# the same as sets (the default: each image's words counted once, Gordo & Larlus's "single set of words")
+SETS = {image: list(dict.fromkeys(stems)) for image, stems in STEMS.items()}
 IDS = list(CORPUS)
 SPLITS = [CORPUS[i][0] for i in IDS]
 TEXTS = [CORPUS[i][1] for i in IDS]
@@ -129,9 +135,10 @@ def test_a_split_given_by_a_later_caption_counts():
 
 # ---- build_proxy ---------------------------------------------------------------------------------------------------
 
-def test_proxy_of_the_hand_corpus_against_a_direct_computation():
-    proxy = build_proxy(IDS, SPLITS, TEXTS, "train", k=2)
-    vocab, idf, dense = direct_tfidf(STEMS, ["a", "b", "c", "d"])
+@pytest.mark.parametrize(("distinct", "bags"), [(True, SETS), (False, STEMS)], ids=["distinct", "occurrences"])
+def test_proxy_of_the_hand_corpus_against_a_direct_computation(distinct, bags):
+    proxy = build_proxy(IDS, SPLITS, TEXTS, "train", k=2, distinct=distinct)
+    vocab, idf, dense = direct_tfidf(bags, ["a", "b", "c", "d"])
     assert vocab == ["a", "and", "cat", "dog", "grass", "on", "sleep", "the", "tree", "two"]
     assert proxy.ids == IDS and proxy.splits == SPLITS and proxy.vocab == vocab
     np.testing.assert_allclose(proxy.idf, [idf[t] for t in vocab], rtol=1e-12)
@@ -181,7 +188,7 @@ def test_unstemmed_texts_are_whole_terms():
 
 def test_the_vocabulary_and_idf_come_from_the_chosen_training_split():
     proxy = build_proxy(IDS, SPLITS, TEXTS, "test", k=1)
-    vocab, idf, dense = direct_tfidf(STEMS, ["e", "f", "g"])
+    vocab, idf, dense = direct_tfidf(SETS, ["e", "f", "g"])
     assert proxy.vocab == vocab and "zebra" in vocab and "sleep" not in vocab
     np.testing.assert_allclose(proxy.idf, [idf[t] for t in vocab], rtol=1e-12)
     np.testing.assert_allclose(proxy.tfidf.toarray(), dense, atol=1e-7)
@@ -196,7 +203,7 @@ def test_an_empty_training_split_is_refused_listing_the_splits():
 
 def test_oracle_sims_are_tfidf_dot_products_of_the_first_queries_against_the_split():
     proxy = build_proxy(IDS, SPLITS, TEXTS, "train", k=2)
-    _, _, dense = direct_tfidf(STEMS, ["a", "b", "c", "d"])
+    _, _, dense = direct_tfidf(SETS, ["a", "b", "c", "d"])
     sims = oracle_sims(proxy, "test", queries=2)
     assert sims.image_ids == ["e", "f"] and sims.caption_ids == ["e", "f", "g"]
     assert sims.caption_image_ids is None
@@ -212,3 +219,35 @@ def test_oracle_of_an_unknown_split_is_refused_listing_the_splits():
     proxy = build_proxy(IDS, SPLITS, TEXTS, "train", k=1)
     with pytest.raises(VLToolsError, match=r"no image in split 'dev' of the proxy \(splits: test, train, val\)"):
         oracle_sims(proxy, "dev")
+
+
+# ---- build_fisher_proxy --------------------------------------------------------------------------------------------
+
+def test_the_word2vec_proxy_keeps_each_image_s_neighbours_when_the_images_come_in_reverse_order():
+    """The synthetic world's captions (5 per image, 150 training and 50 test images), the recipe's settings (300-d
+    skip-gram, 16 components): each test image keeps at least 95% of its 32 nearest images (before issue 42, EM
+    started from the words in order of first appearance and the vectors trained in file order: 69% at worst)."""
+    rng = np.random.default_rng(0)
+    ids = [f"im{i:03d}" for i in range(200)]
+    splits = ["train" if i < 150 else "test" for i in range(200)]
+    texts = [image_captions(rng, sample_scene(rng, 64), 5) for _ in ids]
+    forward, _ = build_fisher_proxy(ids, splits, texts, "train", 32, FisherSettings(), Word2VecSettings())
+    backward, _ = build_fisher_proxy(ids[::-1], splits[::-1], texts[::-1], "train", 32, FisherSettings(),
+                                     Word2VecSettings())
+    for row in range(150, 200):
+        mine = {ids[n] for n in forward.neighbors[row]}
+        reversed_row = 199 - row
+        theirs = {backward.ids[n] for n in backward.neighbors[reversed_row]}
+        assert len(mine) == 32 and len(mine & theirs) >= 0.95 * 32, ids[row]
+
+
+def test_the_word2vec_proxy_takes_an_image_s_words_as_a_set_unless_told_to_count_them():
+    ids, splits = ["p", "q", "r", "t"], ["train", "train", "test", "test"]
+    texts = [["a red dog", "a blue cat"], ["a red cat", "the dog"], ["dog dog", "dog cat"], ["a cat dog"]]
+    small = (FisherSettings(components=2), Word2VecSettings(dim=4, min_count=1, epochs=2))
+    as_sets, _ = build_fisher_proxy(ids, splits, texts, "train", 1, *small)
+    counted, _ = build_fisher_proxy(ids, splits, texts, "train", 1, *small, distinct=False)
+    # r is the set {dog, cat}; t is {a, cat, dog}, so sets differ there; r's three dogs count once as a set
+    r_alone, _ = build_fisher_proxy(ids, splits, [*texts[:2], ["cat dog"], texts[3]], "train", 1, *small)
+    np.testing.assert_array_equal(as_sets.tfidf[2].toarray(), r_alone.tfidf[2].toarray())
+    assert not np.allclose(counted.tfidf[2].toarray(), as_sets.tfidf[2].toarray())

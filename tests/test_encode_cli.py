@@ -131,11 +131,31 @@ def test_sentence_model_encodes_the_context_with_each_image_s_generated_sentence
     np.testing.assert_allclose(emb, np.stack(expected), rtol=1e-5, atol=1e-6)
 
 
+def test_sentence_alone_model_encodes_each_image_s_generated_sentence_whatever_its_context(ctx_sen):
+    folder, context, _ = ctx_sen
+    torch.manual_seed(5)
+    alone = {**CTX_SEN, "use_context": False}
+    model = build_model("sco", alone, len(VOCAB)).eval()
+    save_checkpoint(folder / "sen.pt", "sco", {**default_config("sco"), **alone}, model.state_dict(), vocab=VOCAB,
+                    schema=1)
+    run("encode", str(folder / "context.h5"), "--sentences", str(folder / "generated.jsonl"), "--model",
+        str(folder / "sen.pt"), "-o", str(folder / "sen.h5"))
+    vocab = Vocabulary(VOCAB)
+    with h5py.File(folder / "sen.h5") as handle:
+        assert decode_strings(handle["ids"][()]) == list(GENERATED)
+        emb = handle["emb"][()]
+    with torch.no_grad():
+        expected = [model.encode_images(torch.zeros(1, 0), torch.zeros(1, 0), torch.tensor([vocab.encode(caption)]),
+                                        torch.tensor([len(vocab.encode(caption))]))[0].numpy()
+                    for caption in GENERATED.values()]
+    np.testing.assert_allclose(emb, np.stack(expected), rtol=1e-5, atol=1e-6)
+
+
 def test_sentence_model_without_sentences_is_refused(ctx_sen, capsys):
     folder, _, _ = ctx_sen
     err = fails(capsys, "encode", str(folder / "context.h5"), "--model", str(folder / "ctx_sen.pt"), "-o",
                 str(folder / "none.h5"))
-    assert "this SCO model (ctx + sen) fuses the context with a generated sentence per image; give them with " \
+    assert "this SCO model (ctx + sen) represents each image by a generated sentence; give them with " \
            "--sentences GENERATED.jsonl" in err
     assert err.count("\n") == 1 and not (folder / "none.h5").exists()
 

@@ -148,6 +148,16 @@ def test_a_failed_build_writes_nothing_and_keeps_the_previous_index(gallery, tmp
     assert out.read_bytes() == b"previous" and os.listdir(tmp_path) == ["g.h5"]
 
 
+@pytest.mark.parametrize("factory", ["IDMap,Flat", "IDMap2,Flat"])
+def test_an_index_faiss_cannot_add_rows_to_is_one_line_and_writes_nothing(gallery, tmp_path, capsys, factory):
+    folder, _, _ = gallery
+    err = fails(capsys, "index", str(folder / "imgs.h5"), "--factory", factory, "-o", str(tmp_path / "g.h5"))
+    assert err.strip().splitlines() == [f"vltools: error: --factory {factory!r}: cannot add the embeddings to the "
+                                        "index (add does not make sense with IndexIDMap, use add_with_ids); choose "
+                                        "another factory string, e.g. Flat, IVF1024,Flat or IVF4096,PQ64"]
+    assert os.listdir(tmp_path) == []
+
+
 def test_match_without_a_second_input_or_an_index_file_is_a_usage_error(gallery, capsys):
     folder, _, _ = gallery
     result = CliRunner().invoke(cli, ["match", str(folder / "caps.h5")])

@@ -42,12 +42,24 @@ def test_number_refuses_non_finite_values_strings_and_values_out_of_range(value)
         checks.number(0, "x", 0, 1, low_open=True, high_open=True)
 
 
+def test_device_names_are_checked_without_torch():
+    assert [checks.device(name, "device") for name in ("auto", "cpu", "cuda", "cuda:1", "mps")] == \
+        ["auto", "cpu", "cuda", "cuda:1", "mps"]
+    for value in ("gpu", "cuda0", "cuda:", "CPU", "cuda:-1", 0, None):
+        with pytest.raises(ArgumentError, match=r"^device must be auto, cpu, cuda or cuda:K \(K: a GPU's index\), "
+                                                rf"not {value!r}$"):
+            checks.device(value, "device")
+
+
 def test_paths_refuse_descriptors_none_and_dicts():
     assert checks.path(Path("a.h5"), "first") == Path("a.h5") and checks.path(None, "captions", True) is None
     for value in (123, None, "", {"a": 1}):
         with pytest.raises(ArgumentError, match=r"^first must be a file path \(str or pathlib.Path\), not "):
             checks.path(value, "first")
     assert checks.paths(("a", Path("b")), "scores") == ["a", Path("b")]
+    for value in ("go\0od.tar", Path("go\0od.tar")):
+        with pytest.raises(ArgumentError, match=r"^first must be a file path without a NUL character, not "):
+            checks.path(value, "first")
     with pytest.raises(ArgumentError, match=r"^scores must be a file path or a non-empty list of paths, not \{"):
         checks.paths({"a": 1}, "scores")
 

@@ -9,7 +9,7 @@ import pytest
 from index_helpers import save, unit
 
 from vltools.errors import VLToolsError
-from vltools.infer.index import build_index, load_index, positions, remap, training_rows
+from vltools.infer.index import build_index, check_model, check_source, load_index, positions, remap, training_rows
 
 faiss = pytest.importorskip("faiss")
 
@@ -64,3 +64,41 @@ def test_without_faiss_the_stage_says_how_to_install_it(tmp_path, monkeypatch):
     with pytest.raises(VLToolsError, match=r"^vltools index needs faiss, which is not installed; install the extra "
                                            r"\(pip install 'vltools\[faiss\]'\)$"):
         build_index(tmp_path / "e.h5", tmp_path / "g.h5")
+
+
+def test_a_side_without_a_checkpoint_digest_is_refused_and_two_without_are_warned_about(tmp_path, caplog):
+    """Whether one model encoded the index and the queries can be checked only when both record a digest: one
+    missing is refused (it was searched without a word), both missing are searched with a warning."""
+    save(tmp_path / "e.h5", "i", unit(np.random.default_rng(0).normal(size=(5, 4))), "images")
+    build_index(tmp_path / "e.h5", tmp_path / "g.h5")
+    build_index(tmp_path / "e.h5", tmp_path / "bare.h5")
+    with h5py.File(tmp_path / "bare.h5", "a") as handle:
+        del handle.attrs["checkpoint_digest"]
+    indexed, bare = load_index(tmp_path / "g.h5"), load_index(tmp_path / "bare.h5")
+    check_model(indexed, "d1", "q.h5")
+    with pytest.raises(VLToolsError, match=r"bare.h5: records no checkpoint digest, so whether --first-stage vse.pt "
+                                           r"was encoded by the model of its embeddings cannot be checked; rebuild"):
+        check_model(bare, "d1", "--first-stage vse.pt")
+    with pytest.raises(VLToolsError, match=r"^q.h5: records no checkpoint digest, so whether the model of the "
+                                           r"embeddings indexed in .*g.h5 encoded it cannot be checked; encode it"):
+        check_model(indexed, None, "q.h5")
+    caplog.clear()
+    check_model(bare, None, "q.h5")
+    assert "q.h5: neither it nor " in caplog.text and "records the checkpoint that encoded it" in caplog.text
+
+
+def test_an_index_of_embeddings_encoded_from_another_file_is_warned_about(tmp_path, caplog):
+    save(tmp_path / "e.h5", "i", unit(np.random.default_rng(0).normal(size=(5, 4))), "images")
+    with h5py.File(tmp_path / "e.h5", "a") as handle:
+        handle.attrs["source"] = str(tmp_path / "feats.h5")
+    build_index(tmp_path / "e.h5", tmp_path / "g.h5")
+    saved = load_index(tmp_path / "g.h5")
+    (tmp_path / "feats.h5").write_bytes(b"features")
+    (tmp_path / "other.h5").write_bytes(b"features")
+    caplog.clear()
+    check_source(saved, tmp_path / "feats.h5", "features")
+    assert caplog.text == ""
+    check_source(saved, tmp_path / "other.h5", "features")
+    assert (f"g.h5: its embeddings were encoded from {tmp_path / 'feats.h5'}, not from the features "
+            f"{tmp_path / 'other.h5'} matched here; if those are other features, its candidates are wrong"
+            ) in caplog.text

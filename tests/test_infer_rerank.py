@@ -156,3 +156,22 @@ def test_candidates_are_encoded_once_within_the_cache_budget(world, cache_mb):
         best = np.argsort(-full[:, query])[:3]
         np.testing.assert_array_equal(indices[query], best)
         np.testing.assert_allclose(values[query], full[best, query], rtol=1e-5, atol=1e-6)
+
+
+def test_a_block_of_queries_without_any_candidate_is_left_empty(world):
+    """An approximate first stage may find nothing for some queries (-1 rows): a block of only those is skipped
+    (it was pad_sequence's RuntimeError on an empty list), the others are reranked as usual."""
+    features, image_ids, tokens = world
+    sgr = tiny_model("sgr", 1)
+    proposals = np.tile(np.arange(3), (len(tokens), 1))
+    proposals[:4] = -1
+    with FeaturesReader(features) as reader:
+        images = FeatureBlocks(reader, image_ids, 4)
+        captions = CaptionBlocks(tokens, 5)
+        full = similarity_blocks(sgr, images, captions).numpy()
+        with torch.inference_mode():
+            values, indices = rerank_direction([sgr], images, captions, proposals, 2, "captions",
+                                               torch.device("cpu"), items_per_block=6)
+    assert (indices[:4] == -1).all() and np.isneginf(values[:4]).all()
+    for query in range(4, len(tokens)):
+        np.testing.assert_array_equal(indices[query], np.argsort(-full[:3, query])[:2])

@@ -1,11 +1,19 @@
 import argparse
+import os
 import pickle
 
 import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.checkpoints import DIGEST_KEYS, content_digest, load_checkpoint, save_checkpoint, save_state_dict
+from vltools.io.checkpoints import (
+    DIGEST_KEYS,
+    NeedsPickle,
+    content_digest,
+    load_checkpoint,
+    save_checkpoint,
+    save_state_dict,
+)
 
 
 def test_round_trip_with_weights_only(tmp_path):
@@ -105,3 +113,27 @@ def test_a_plain_state_dict_loads_with_weights_only_and_the_same_tensors_give_th
     assert list(loaded) == list(state) and all(torch.equal(loaded[k], state[k]) for k in state)
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_pickle_inside_a_torch_zip_calling_a_blocked_module_needs_pickle_not_corrupt(tmp_path):
+    torch.save({"call": os.getcwd}, tmp_path / "calls.pt")     # a torch zip archive whose pickle names posix.getcwd
+    with pytest.raises(NeedsPickle) as caught:
+        load_checkpoint(tmp_path / "calls.pt")
+    assert str(caught.value).startswith(f"{tmp_path / 'calls.pt'}: needs pickle to load, which can run arbitrary code")
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("config", None, "None, not a mapping"), ("vocab", 5, "5 (int), not a list of strings or None"),
+    ("state_dict", [1, 2], "[1, 2] (list), not a mapping of names to tensors"), ("model", 3, "3 (int), not a string"),
+    ("train_state", "x", "'x' (str), not a mapping"), ("schema", "1", "'1' (str), not an integer")])
+def test_a_field_of_another_type_whose_digest_matches_is_one_line_naming_it(tmp_path, name, value, shown):
+    """A checkpoint edited and digested again (the digest proves integrity, not origin) is still refused where a
+    field has another type than every reader relies on, before any reader sees it."""
+    save_checkpoint(tmp_path / "m.pt", "vse", {"embed_size": 8}, {"w": torch.zeros(2)}, vocab=["a"], schema=1)
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    payload[name] = value
+    payload["digest"] = content_digest({**{key: payload[key] for key in DIGEST_KEYS}, "schema": payload["schema"]})
+    torch.save(payload, tmp_path / "edited.pt")
+    with pytest.raises(VLToolsError) as caught:
+        load_checkpoint(tmp_path / "edited.pt")
+    assert str(caught.value) == f"{tmp_path / 'edited.pt'}: field '{name}' is {shown}; copy or train it again"

@@ -141,6 +141,19 @@ def test_changed_ids_fail_their_checksum(tmp_path):
         FeaturesReader(tmp_path / "f.h5")
 
 
+@pytest.mark.parametrize(("name", "value", "shown"), [("stride", "8x", "'8x' (str), not an integer"),
+                                                       ("regions", 7, "7 (int), not a string"),
+                                                       ("ids_checksum", 3.5, "3.5 (float), not a string")])
+def test_an_attribute_the_readers_use_of_another_type_is_one_line_naming_it(tmp_path, name, value, shown):
+    write_example(tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "a") as handle:
+        handle.attrs[name] = value
+    with pytest.raises(VLToolsError) as caught:
+        FeaturesReader(tmp_path / "f.h5")
+    assert str(caught.value) == (f"{tmp_path / 'f.h5'}: attribute {name!r} is {shown}; rerun the stage that wrote "
+                                 "it, or restore the file from a copy")
+
+
 def test_a_row_that_would_be_stored_non_finite_is_refused_naming_its_id(tmp_path):
     large = np.full((2, 3, 4), 1e6, dtype=np.float32)      # finite, but beyond float16's largest value
     with FeaturesWriter(tmp_path / "f16.h5", {"stage": "test"}, dtype="float16") as writer:

@@ -6,7 +6,9 @@ import pytest
 
 from vltools.cli import main
 from vltools.errors import VLToolsError
+from vltools.io.embeddings import open_embeddings, write_embeddings
 from vltools.io.hdf5 import decode_strings, file_kind, hdf5_kind, is_hdf5, open_h5, verify, write_arrays
+from vltools.io.index import read_index, write_index
 from vltools.io.sims import read_sims, write_sims
 
 
@@ -161,3 +163,46 @@ def test_hdf5_kind_names_the_declared_kind_plain_hdf5_or_not_hdf5(tmp_path):
     (tmp_path / "caps.jsonl").write_text('{"image_id": "a", "caption": "a dog"}\n')
     assert [hdf5_kind(tmp_path / name) for name in ("p.h5", "plain.h5", "caps.jsonl")] == ["proxy", "hdf5", None]
     assert hdf5_kind("-") is None
+
+
+def swap_first_two(path, name):
+    with h5py.File(path, "a") as handle:
+        values = handle[name][()]
+        values[[0, 1]] = values[[1, 0]]
+        handle[name][...] = values
+
+
+def write_and_open_embeddings(path):
+    write_embeddings(path, ["a", "b", "c"], [np.eye(3, dtype=np.float32)], {"side": "captions"},
+                     caption_image_ids=["i", "j", "k"])
+    return lambda: open_embeddings(path).close()
+
+
+def write_and_read_index(path):
+    write_index(path, ["a", "b", "c"], np.zeros(8, np.uint8), {"metric": "ip", "factory": "Flat", "dims": 3})
+    return lambda: read_index(path)
+
+
+def write_and_read_sims(path):
+    write_sims(path, np.eye(3, dtype=np.float32), ["a", "b", "c"], ["x", "y", "z"])
+    return lambda: read_sims(path)
+
+
+@pytest.mark.parametrize(("writer", "name"), [(write_and_open_embeddings, "ids"),
+                                              (write_and_open_embeddings, "caption_image_ids"),
+                                              (write_and_read_index, "ids"), (write_and_read_sims, "image_ids"),
+                                              (write_and_read_sims, "caption_ids")])
+def test_an_id_list_edited_after_writing_fails_its_digest_in_one_line(tmp_path, writer, name):
+    """Two ids swapped with h5py name the wrong rows silently unless the digest each writer records is checked."""
+    path = tmp_path / "f.h5"
+    reader = writer(path)
+    reader()
+    swap_first_two(path, name)
+    with pytest.raises(VLToolsError) as caught:
+        reader()
+    assert str(caught.value) == (f"{path}: /{name} does not match its checksum (attribute '{name}_digest'); the file "
+                                 "was edited or is corrupt, rerun the stage that wrote it, or restore the file from a "
+                                 "copy")
+    with h5py.File(path, "a") as handle:       # a file written before digests were recorded is read unchecked
+        del handle.attrs[f"{name}_digest"]
+    reader()

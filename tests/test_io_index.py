@@ -3,6 +3,8 @@ and a file that is not one, lacks a part, or disagrees with itself is refused on
 
 from __future__ import annotations
 
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -49,7 +51,7 @@ def test_a_missing_dataset_or_attribute_and_a_wrong_count_are_refused(tmp_path):
     assert "records 5 rows but holds 2 ids; rebuild it with vltools index" in refused(path, "records 5 rows")
     with h5py.File(path, "a") as handle:
         del handle.attrs["metric"]
-    refused(path, "lacks the metric attribute")
+    refused(path, "lacks the attribute 'metric'; rebuild it with vltools index")
     with h5py.File(path, "a") as handle:
         del handle["index"]
     refused(path, "lacks the /index dataset")
@@ -60,3 +62,14 @@ def test_a_truncated_file_is_one_line(tmp_path):
     write_index(path, ["a"], np.zeros(100_000, np.uint8), ATTRS)
     path.write_bytes(path.read_bytes()[:4000])
     refused(path, "not a readable HDF5 file")
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("dims", "32x", "'32x' (str), not an integer"), ("count", 2.5, "2.5 (float), not an integer"),
+    ("metric", 3, "3 (int), not a string"), ("checkpoint_digest", [1, 2], "[1, 2] (list), not a string or None")])
+def test_an_attribute_of_another_type_is_one_line_naming_it(tmp_path, name, value, shown):
+    path = tmp_path / "g.h5"
+    write_index(path, ["a", "b"], np.zeros(10, np.uint8), ATTRS)
+    with h5py.File(path, "a") as handle:
+        handle.attrs[name] = value
+    refused(path, re.escape(f"attribute '{name}' is {shown}; rebuild it with vltools index") + "$")

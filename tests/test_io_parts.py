@@ -104,3 +104,22 @@ def test_a_row_float16_cannot_hold_names_the_users_output_and_the_option_not_a_p
     assert message == f"{output}: image id 'b': /regions values exceed float16's range (largest 65504); rerun " \
                       "with --dtype float32"
     assert ".tmp" not in message and "parts" not in message and str(tmp_path) not in message
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_parts_folder_holding_anything_but_parts_is_refused_and_left_as_it_is(tmp_path, resume):
+    """OUT.partial/ holding the user's own files was removed with them when the run ended (--resume) or began."""
+    folder = tmp_path / "out.h5.partial"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    (folder / "part-000000.h5.tmp").write_bytes(b"half-written")
+    with pytest.raises(VLToolsError) as caught:
+        PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=resume)
+    assert str(caught.value) == (f"{folder}: holds notes.txt, which no vltools run wrote there (it holds only "
+                                 "part-NNNNNN.h5 files), and the run would remove it with the folder; move it away")
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "part-000000.h5.tmp"]
+    folder.rename(tmp_path / "kept")
+    folder.write_text("a file of the same name")
+    with pytest.raises(VLToolsError, match=r"out.h5.partial: is a file, not the folder of parts an interrupted "):
+        PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=resume)
+    assert folder.read_text() == "a file of the same name"

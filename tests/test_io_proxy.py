@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
 from vltools.io.hdf5 import write_arrays
-from vltools.io.proxy import Csr, Proxy, ProxyFile, csr_dot, read_proxy, read_proxy_file, write_proxy
+from vltools.io.proxy import Csr, Proxy, ProxyFile, csr_dot, proxy_words, read_proxy, read_proxy_file, write_proxy
 
 IDS = ["a", "b", "c", "d"]
 DENSE = np.array([[0.6, 0.8, 0.0],      # rows l2-normalised; "c" has no vocabulary stem
@@ -64,6 +64,12 @@ def test_write_then_read_gives_back_every_array(tmp_path):
     assert scoring.ids == IDS and scoring.tfidf.n_rows == 4 and scoring.tfidf.n_cols == 3
     assert scoring.tfidf.indptr.tolist() == [0, 2, 3, 3, 5]
     assert scoring.tfidf.indices.tolist() == [0, 1, 2, 0, 2]
+
+
+def test_how_words_were_counted_is_read_back_and_an_older_file_counted_occurrences(tmp_path):
+    write_proxy(tmp_path / "new.h5", hand_proxy(), {"method": "captions", "words": "distinct"})
+    write_proxy(tmp_path / "old.h5", hand_proxy(), {"method": "captions"})
+    assert proxy_words(tmp_path / "new.h5") == "distinct" and proxy_words(tmp_path / "old.h5") == "occurrences"
 
 
 def test_write_leaves_no_temporary_file(tmp_path):

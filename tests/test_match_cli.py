@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
 
+import vltools
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
@@ -237,7 +238,8 @@ def test_features_with_another_region_count_fail_in_one_line_naming_the_options_
     ("a red circle left of a blue square", "0.0% (0 of 48)", None),
     ("a cat and a rocket", "60.0% (18 of 30)",
      "60% of the caption words are outside the vocabulary of sgr.pt (e.g. 'cat', 'and', 'rocket'): it reads each as "
-     "<unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+     "<unk>, so its scores of these captions probably mean little; use a model whose vocabulary holds words like "
+     "these (its training log says how much of its own captions it kept)"),
 ])
 def test_the_share_of_caption_words_outside_the_vocabulary_is_said_and_warned_above_5_percent(
         world, tmp_path, monkeypatch, caption, info, warning):
@@ -263,14 +265,16 @@ def test_an_index_with_a_cross_attention_model_is_refused_before_any_work(world,
     folder, features, _, models = world
     args = [arg for name in names for arg in ("--model", str(models[name]))]
     output = tmp_path / "r.jsonl"
-    err = fails(capsys, "match", *args, str(features), str(tmp_path / "absent.jsonl"), "--index", flag, "-o",
-                str(output))          # the captions file is never opened: the refusal comes first
+    unread = tmp_path / "unread.jsonl"      # JSON lines by its first bytes, malformed after them
+    unread.write_text('{"image_id": \n')
+    err = fails(capsys, "match", *args, str(features), str(unread), "--index", flag, "-o",
+                str(output))          # the captions file is never parsed: the refusal comes first
     assert err.strip().splitlines() == [
         f"vltools: error: --index {flag}: {models[names[0]]} holds a cross-attention model ({names[0]}), whose "
         "similarities are not dot products of separate image and caption embeddings, so no index can search them; "
         f"add --rerank K --first-stage VSE.pt (the index searches the separable first stage, {names[0]} rescores its "
         "K candidates per query) or drop --index"]
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [unread]
 
 
 def test_an_index_that_would_go_unused_is_refused_for_separable_models_and_scored_matrices(world, tmp_path, capsys):
@@ -305,6 +309,34 @@ def test_a_saved_index_of_the_first_stage_reranks_as_the_full_match(world, tmp_p
     err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions),
                 "--index-file", str(tmp_path / "caps.index.h5"))
     assert "region features are scored by --model pair by pair" in err
+
+
+def test_a_saved_index_over_more_images_than_the_split_searches_the_split_alone(world, tmp_path, capsys):
+    """The index holds all 8 images of the features, the test split names 6: with K = 6 each caption's candidates
+    are the 6 matched images, so its reranked list is the full match's, through the command and the API. An index
+    type that cannot search a subset is refused in one line before anything is written."""
+    pytest.importorskip("faiss")
+    folder, features, captions, models = world
+    run("encode", "--model", str(models["vse"]), str(features), "-o", str(tmp_path / "imgs.h5"))
+    run("index", str(tmp_path / "imgs.h5"), "-o", str(tmp_path / "imgs.index.h5"))
+    full = [json.loads(line) for line in run("match", "--model", str(models["sgr"]), str(features), str(captions),
+                                             "--top-k", "6").splitlines()]
+    expected = [(r["query"], r["ids"]) for r in full if r["direction"] == "t2i"]
+    assert len(expected) == 18 and all(len(ids) == 6 for _, ids in expected)
+    rerank = ("--rerank", "6", "--first-stage", str(models["vse"]), "--top-k", "6")
+    reranked = [json.loads(line) for line in run("match", "--model", str(models["sgr"]), str(features), str(captions),
+                                                 *rerank, "--index-file", str(tmp_path / "imgs.index.h5")).splitlines()]
+    assert [(r["query"], r["ids"]) for r in reranked if r["direction"] == "t2i"] == expected
+    api = vltools.match(features, captions, models["sgr"], rerank_k=6, first_stage=models["vse"], top_k=6,
+                        index_file=tmp_path / "imgs.index.h5", device="cpu")
+    assert [(r["query"], r["ids"]) for r in api.rankings() if r["direction"] == "t2i"] == expected
+    run("index", str(tmp_path / "imgs.h5"), "--factory", "Flat,RFlat", "-o", str(tmp_path / "refine.index.h5"))
+    capsys.readouterr()     # the warnings of the runs above
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), *rerank,
+                "--index-file", str(tmp_path / "refine.index.h5"), "-o", str(tmp_path / "r.jsonl"))
+    assert err.startswith(f"vltools: error: {tmp_path / 'refine.index.h5'}: its Flat,RFlat index cannot search only "
+                          "the 6 of its 8 rows that are matched (") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ def test_bad_inputs_exit_1_with_one_line(world, capsys):
     assert "sgraff: neither a checkpoint file nor a model in the store" in err and "registered: sgraf" in err
     assert len(err.strip().splitlines()) == 1
     err = fails(capsys, "match", "--model", str(folder), str(features), str(captions))
-    assert "is a directory; give a checkpoint file or a model name" in err
+    assert "is a directory; give --model a torch checkpoint file or a model name" in err
     # an ensemble whose members read other region features (here: 8 regions instead of 4)
     other = build_model("saf", {**TINY["saf"], "num_regions": 8}, len(VOCAB))
     save_checkpoint(folder / "saf8.pt", "saf", {**TINY["saf"], "num_regions": 8}, other.state_dict(), vocab=VOCAB,

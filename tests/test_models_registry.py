@@ -116,3 +116,41 @@ def test_a_captioner_checkpoint_from_before_feature_norm_feeds_raw_features_as_i
     assert checkpoint_config(load_checkpoint(tmp_path / "old.pt"))["feature_norm"] == "none"
     assert isinstance(loaded.norm, torch.nn.Identity)
     assert schema_version(name) == 2 and default_config(name)["feature_norm"] == "standard"
+
+
+def _rmac_embedding(model) -> torch.Tensor:
+    # 224 x 320 pixels: ResNet-18's 7 x 10 map, where the floored and the rounded grids place level 3 differently
+    images = torch.randint(0, 256, (1, 3, 224, 320), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        return model.encode_images(images)
+
+
+RMAC_CONFIG = {"backbone": "resnet18", "levels": 3, "scales": "1.0", "text": False, "frozen_bn": True}
+
+
+def test_an_rmac_checkpoint_from_before_the_floored_grid_embeds_on_the_grid_it_was_trained_on(tmp_path):
+    torch.manual_seed(0)
+    trained = build_model("rmac", {**RMAC_CONFIG, "grid": "round"}, len(WORDS)).eval()
+    _save_previous_format(tmp_path / "old.pt", "rmac", dict(RMAC_CONFIG), trained.state_dict())
+    loaded = model_from_checkpoint(load_checkpoint(tmp_path / "old.pt"), "old.pt")
+    assert loaded.grid == "round"
+    torch.testing.assert_close(_rmac_embedding(loaded), _rmac_embedding(trained))
+    floored = build_model("rmac", RMAC_CONFIG, len(WORDS)).eval()
+    floored.load_state_dict(trained.state_dict())
+    assert not torch.allclose(_rmac_embedding(floored), _rmac_embedding(trained), atol=1e-4)
+
+
+def test_an_rmac_checkpoint_records_its_grid_and_one_written_after_the_floored_grid_keeps_it():
+    assert default_config("rmac")["grid"] == "floor" and schema_version("rmac") == 1
+
+    def grid(payload: dict) -> str:
+        return {**default_config("rmac"), **checkpoint_config(payload, "m.pt")}["grid"]
+
+    before = {"model": "rmac", "config": RMAC_CONFIG, "provenance": {"created": "2026-11-24T18:35:09+00:00"}}
+    assert grid(before) == "round"
+    assert grid({**before, "provenance": {"created": "2026-11-24T18:35:10+00:00"}}) == "floor"  # before schemas
+    assert grid({**before, "provenance": {"created": "yesterday"}}) == "round"
+    assert grid({**before, "schema": 1}) == "floor"   # schemas were recorded after the grid fix
+    assert grid({**before, "config": {**RMAC_CONFIG, "grid": "floor"}}) == "floor"
+    with pytest.raises(VLToolsError, match=r"^m\.pt: checkpoint's config schema 0 is not a version"):
+        checkpoint_config({**before, "schema": 0}, "m.pt")

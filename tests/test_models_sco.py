@@ -135,10 +135,24 @@ def test_sentence_model_without_its_sentences_is_refused():
         sco.encode_images(torch.randn(2, 5), torch.zeros(2, 0))
 
 
-@pytest.mark.parametrize("sides", [{"use_concepts": True}, {"use_concepts": False, "use_context": False}])
-def test_sentence_model_needs_the_context_and_no_concepts(sides):
-    with pytest.raises(ValueError, match="use_sentence takes the concepts' place"):
-        model(use_sentence=True, **sides)
+def test_the_sentence_alone_is_the_image_representation_without_the_context():
+    """The paper's "ctx + sen": v = l2norm(W_s s_g), whatever the context; no map of the context is built."""
+    torch.manual_seed(6)
+    sco = model(use_concepts=False, use_context=False, use_sentence=True).eval()
+    assert sco.fusion.W_g is None and sco.fusion.U_l is None
+    context = torch.randn(2, 5)
+    v = sco.encode_images(context, torch.zeros(2, 0), SENTENCES, SENTENCE_LENGTHS)
+    s_g = torch.stack([sco.generated.lstm(sco.generated.embed(SENTENCES[i:i + 1, :n]))[1][0][-1, 0]
+                       for i, n in enumerate(SENTENCE_LENGTHS.tolist())])
+    torch.testing.assert_close(v, torch.nn.functional.normalize(s_g @ sco.fusion.W_l.weight.T, dim=1), atol=1e-6,
+                               rtol=1e-5)
+    torch.testing.assert_close(sco.encode_images(torch.randn(2, 5), torch.zeros(2, 0), SENTENCES, SENTENCE_LENGTHS),
+                               v)
+
+
+def test_sentence_model_takes_no_concepts():
+    with pytest.raises(ValueError, match="use_sentence takes the concepts' place: set use_concepts false"):
+        model(use_sentence=True, use_concepts=True)
 
 
 def test_a_checkpoint_config_without_use_sentence_builds_the_same_model():

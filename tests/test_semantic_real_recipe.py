@@ -24,7 +24,7 @@ PHOTOS = ROOT / "tests" / "data" / "photos"
 N = 30
 QUERIES = 4
 TABLE1 = ("Annotators (leave one out)", "Visual baseline: R-MAC", "Object annotations: tf-idf",
-          "Human captions: METEOR", "Human captions: word2vec + FV", "Human captions: tf-idf",
+          "Human captions: METEOR", "Human captions: word2vec + FV (x5)", "Human captions: tf-idf",
           "Generated captions: tf-idf", "Random (x5)")
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
+from vltools.io.progress import log as vltools_log
 from vltools.text.captions import CaptionPreprocessing, decode
 from vltools.text.tokenize import karpathy_tokenize
 
@@ -23,6 +24,15 @@ def test_vocabulary_keeps_words_seen_min_count_times():
 def test_a_min_count_above_every_word_is_refused_naming_it():
     with pytest.raises(VLToolsError, match=r"holds no word seen at least 1000000 times .*; lower task.min_count$"):
         CaptionPreprocessing(min_count=10**6).build_vocab(["A cat.", "a dog"])
+
+
+def test_a_min_count_dropping_most_words_warns_naming_it(monkeypatch):
+    warnings = []
+    monkeypatch.setattr(vltools_log, "warning", lambda message, *args: warnings.append(message % args))
+    CaptionPreprocessing(min_count=3).build_vocab(["A red cat.", "a dog", "a bird", "the cat!"])
+    assert warnings == ["the vocabulary keeps only 1 of the 6 distinct words of the training captions (those seen at "
+                        "least 3 times), 33% of their words: the model will read the rest as <unk>; lower "
+                        "task.min_count for data this small, e.g. --set task.min_count=1 keeps 100%"]
 
 
 def test_encode_cuts_to_max_words_keeps_end_and_pads():

@@ -32,8 +32,12 @@ def test_stemmer_lowercases_and_stems_words():
     assert Stemmer()("Two dogs, RUNNING; a man's generously") == ["two", "dog", "run", "a", "man", "s", "generous"]
 
 
-def test_hand_corpus_against_direct_computation():
-    proxy = build_proxy(list(CORPUS), SPLITS, list(CORPUS.values()), "train", k=2)
+@pytest.mark.parametrize("distinct", [True, False], ids=["distinct", "occurrences"])
+def test_hand_corpus_against_direct_computation(distinct):
+    # distinct: each image's stems as a set, so a's "dog", said twice, weighs as much as "two"
+    proxy = build_proxy(list(CORPUS), SPLITS, list(CORPUS.values()), "train", k=2, distinct=distinct)
+    tf = {image: {w: 1 if distinct else stems.count(w) for w in stems} for image, stems in STEMS.items()}
+    assert tf["a"]["dog"] == (1 if distinct else 2)
     vocab = sorted({s for i in "abc" for s in STEMS[i]})
     assert proxy.vocab == vocab
     df = {w: sum(w in STEMS[i] for i in "abc") for w in vocab}
@@ -41,7 +45,7 @@ def test_hand_corpus_against_direct_computation():
     np.testing.assert_allclose(proxy.idf, [idf[w] for w in vocab])
     dense = proxy.tfidf.toarray()
     for row, image in enumerate(CORPUS):
-        weights = np.array([STEMS[image].count(w) * idf[w] for w in vocab])
+        weights = np.array([tf[image].get(w, 0) * idf[w] for w in vocab])
         expected = weights / np.linalg.norm(weights)
         np.testing.assert_allclose(dense[row], expected, rtol=1e-6, atol=1e-7)
     # "a" is in every training image: idf 0; d = (a, run, cat) -> only run and cat weigh
@@ -100,7 +104,9 @@ def test_ties_go_to_the_lower_row():
     assert neighbors.tolist()[:4] == [[1, 2], [0, 2], [0, 1], [0, 1]]
 
 
-def test_count_matrix_counts_repeats():
+def test_count_matrix_counts_repeats_or_each_term_once():
     matrix, terms = count_matrix([["x", "y", "x"], [], ["y"]], 3)
     assert terms == ["x", "y"]
     assert matrix.toarray().tolist() == [[2, 1], [0, 0], [0, 1]]
+    matrix, _ = count_matrix([["x", "y", "x"], [], ["y", "y", "y"]], 3, distinct=True)
+    assert matrix.toarray().tolist() == [[1, 1], [0, 0], [0, 1]]

@@ -29,6 +29,57 @@ def test_a_vocabulary_with_no_word_beyond_the_specials_is_refused_naming_the_set
         Vocabulary.build([], threshold=1)
 
 
+# sixteen captions of real photos: the default threshold (4) keeps the function words and drops nearly every
+# content word, which a caption of its own data mentions once or twice
+PHOTO_CAPTIONS = [
+    "A man riding a red bicycle down a city street.", "Two dogs playing with a ball in the grass.",
+    "A plate of food with broccoli and rice on a table.", "A woman holding an umbrella in the rain.",
+    "A red bus parked on the side of the road.", "A cat sleeping on top of a laptop keyboard.",
+    "A group of people standing in a kitchen.", "An airplane flying over a snowy mountain.",
+    "A boy throwing a frisbee in the park.", "A red fire hydrant on a sidewalk.",
+    "A bowl of fruit on a wooden table.", "A train pulling into the station at night.",
+    "Two zebras grazing in an open field.", "A man in a suit talking on a phone.",
+    "A pizza with cheese and tomatoes on a plate.", "An elephant walking through the tall grass.",
+]
+
+
+def capture_log(monkeypatch) -> dict[str, list[str]]:
+    """The info and warning lines the vltools logger writes, as texts."""
+    lines = {"info": [], "warning": []}
+    for level in lines:
+        monkeypatch.setattr(vltools_log, level, lambda message, *args, level=level: lines[level].append(message % args))
+    return lines
+
+
+def test_building_on_little_data_logs_what_the_vocabulary_keeps_and_warns_naming_the_setting(monkeypatch):
+    lines = capture_log(monkeypatch)
+    vocab = Vocabulary.build(PHOTO_CAPTIONS, threshold=4, setting="task.vocab_threshold")
+    assert vocab.words[4:] == ["a", ".", "in", "the", "of", "on", "an"]     # 70 of the 151 words (a x25, . x16)
+    assert lines["info"] == ["vocabulary: 7 of the 78 distinct words of the training captions (those seen at least 4 "
+                             "times, task.vocab_threshold), 46.4% of their 151 words"]
+    assert lines["warning"] == ["the vocabulary keeps only 7 of the 78 distinct words of the training captions (those "
+                                "seen at least 4 times), 46% of their words: the model will read the rest as <unk>; "
+                                "lower task.vocab_threshold for data this small, e.g. --set task.vocab_threshold=1 "
+                                "keeps 100%"]
+
+
+def test_a_vocabulary_keeping_most_words_logs_its_size_without_a_warning(monkeypatch):
+    lines = capture_log(monkeypatch)
+    Vocabulary.build(["a red dog", "a red cat", "a dog", "a cat", "a red bird"], threshold=2, setting="task.min_count")
+    assert lines["info"] == ["vocabulary: 4 of the 5 distinct words of the training captions (those seen at least 2 "
+                             "times, task.min_count), 92.3% of their 13 words"]
+    assert lines["warning"] == []
+
+
+def test_the_warning_suggests_the_largest_threshold_keeping_nine_tenths(monkeypatch):
+    lines = capture_log(monkeypatch)
+    Vocabulary.build(["a b c"] * 3 + ["a b"] * 5 + ["a a d"], threshold=5)    # a x10, b x8, c x3, d x1
+    assert lines["warning"] == ["the vocabulary keeps only 2 of the 4 distinct words of the training captions (those "
+                                "seen at least 5 times), 82% of their words: the model will read the rest as <unk>; "
+                                "lower task.vocab_threshold for data this small, e.g. --set task.vocab_threshold=3 "
+                                "keeps 95%"]
+
+
 def test_scan_json_round_trip_preserves_indices(tmp_path):
     words = ["<pad>", "<start>", "<end>", "<unk>", "dog", "cat"]
     data = {"word2idx": {w: i for i, w in enumerate(words)}, "idx2word": {str(i): w for i, w in enumerate(words)},
@@ -88,7 +139,8 @@ def test_coverage_counts_the_encoded_words_outside_the_vocabulary():
     ({"cat": 1}, "5.0% (1 of 20)", None),
     ({"cat": 1, "rocket": 3, "moon": 2, "spaceship": 1}, "35.0% (7 of 20)",
      "35% of the caption words are outside the vocabulary of sgr.pt (e.g. 'rocket', 'moon', 'cat'): it reads each "
-     "as <unk>, so its scores of these captions probably mean little; use a model trained with captions like these"),
+     "as <unk>, so its scores of these captions probably mean little; use a model whose vocabulary holds words like "
+     "these (its training log says how much of its own captions it kept)"),
 ])
 def test_coverage_report_is_one_info_line_and_a_warning_above_5_percent(monkeypatch, unknown, info, warning):
     lines = {"info": [], "warning": []}

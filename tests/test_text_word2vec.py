@@ -1,5 +1,5 @@
-"""word2vec training: the same vectors in every process (whatever PYTHONHASHSEED), and words of the same contexts
-closer than words of other contexts."""
+"""word2vec training: the same vectors in every process (whatever PYTHONHASHSEED) and whatever the order of the
+sentences, and words of the same contexts closer than words of other contexts."""
 
 from __future__ import annotations
 
@@ -47,6 +47,17 @@ def test_training_is_the_same_under_any_hash_seed():
     assert runs[0]["words"] == runs[1]["words"] and len(runs[0]["words"]) == 15
     np.testing.assert_array_equal(runs[0]["vectors"], runs[1]["vectors"])
     assert np.abs(np.array(runs[0]["vectors"])).max() > 0
+
+
+def test_the_sentences_order_does_not_change_the_vectors_but_the_seed_does():
+    sentences = corpus()
+    vectors = train_word2vec(sentences, SETTINGS)
+    for order in (sentences[::-1], [sentences[i] for i in np.random.default_rng(5).permutation(len(sentences))]):
+        again = train_word2vec(order, SETTINGS)
+        assert again.words == vectors.words
+        np.testing.assert_array_equal(again.vectors, vectors.vectors)
+    other = train_word2vec(sentences, Word2VecSettings(dim=16, window=2, epochs=40, min_count=1, seed=2))
+    assert not np.allclose(other.vectors, vectors.vectors)
 
 
 def test_words_of_the_same_contexts_are_closer():

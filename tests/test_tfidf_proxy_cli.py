@@ -6,6 +6,7 @@ import json
 
 import h5py
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from matching_helpers import fails
 
@@ -48,6 +49,32 @@ def test_proxy_file_and_triplets(tmp_path):
     triplets = [json.loads(line) for line in out.splitlines()]
     assert triplets and all(t["query"] != t["negative"] for t in triplets)
     assert all(int(t[k][2:]) < 20 for t in triplets for k in ("query", "positive", "negative"))
+
+
+def test_an_image_s_words_count_once_unless_occurrences_are_asked_for(tmp_path):
+    captions = tmp_path / "caps.jsonl"
+    lines = [("p", "a dog and a dog", "train"), ("q", "a cat", "train"), ("r", "a dog and a cat", "train"),
+             ("s", "dog dog cat", "val"), ("t", "dog cat", "val")]
+    captions.write_text("".join(json.dumps({"image_id": i, "caption": c, "split": split}) + "\n"
+                                for i, c, split in lines))
+    attrs, rows = {}, {}
+    for words in (None, "distinct", "occurrences"):
+        out = tmp_path / f"{words}.h5"
+        run("tfidf-proxy", str(captions), "--k", "1", *(["--words", words] if words else []), "-o", str(out))
+        with h5py.File(out) as handle:
+            attrs[words] = handle.attrs["words"]
+        rows[words] = read_proxy_file(out).tfidf.toarray()
+    assert attrs == {None: "distinct", "distinct": "distinct", "occurrences": "occurrences"}
+    np.testing.assert_array_equal(rows[None], rows["distinct"])
+    # s says "dog" twice: as a set it is t; counted, dog weighs twice as much as cat (both of idf ln(3 / 2))
+    np.testing.assert_allclose(rows["distinct"][3], rows["distinct"][4])
+    vocab = read_proxy_file(tmp_path / "occurrences.h5").vocab
+    dog, cat = rows["occurrences"][3, vocab.index("dog")], rows["occurrences"][3, vocab.index("cat")]
+    assert dog == pytest.approx(2 * cat)
+    # objects count every object of a synset (the paper's histogram) unless told otherwise
+    run("tfidf-proxy", str(captions), "--method", "objects", "--k", "1", "-o", str(tmp_path / "objects.h5"))
+    with h5py.File(tmp_path / "objects.h5") as handle:
+        assert handle.attrs["words"] == "occurrences"
 
 
 def test_captions_of_images_absent_from_the_images_file(tmp_path, capsys):
@@ -136,7 +163,8 @@ def test_word2vec_fisher_proxy_end_to_end(tmp_path):
     with h5py.File(tmp_path / "fv.h5") as handle:
         attrs = dict(handle.attrs)
     assert attrs["method"] == "word2vec-fv" and attrs["components"] == 2 and attrs["word_dim"] == 8
-    assert attrs["min_count"] == 1 and attrs["images_without_words"] == 1
+    assert attrs["min_count"] == 1 and attrs["images_without_words"] == 1 and attrs["words"] == "distinct"
+    assert attrs["gmm_starts"] == 5 and np.isfinite(attrs["gmm_log_likelihood"])
     # vectors are trained on the training split only: "a" and the 8 WORDS; "and", "near", "in", "the" get none
     assert attrs["words_with_vectors"] == 9 and attrs["words_without_vectors"] == 4
     result = json.loads(run("score", "semantic", str(tmp_path / "fv.h5"), "--split", "val", "--triplets",
@@ -179,6 +207,7 @@ def test_word2vec_fisher_options_and_bad_vector_files(tmp_path, capsys):
                         "word2vec-fv, not captions"),
                        (["--method", "objects", "--components", "4"], "--components is an option of --method "
                         "word2vec-fv, not objects"),
+                       (["--starts", "2"], "--starts is an option of --method word2vec-fv, not captions"),
                        (["--method", "word2vec-fv", "--word-vectors", str(tmp_path / "vectors.bin"), "--dim", "8"],
                         "--dim sets the training of word vectors, which --word-vectors replaces")):
         result = CliRunner().invoke(cli, ["tfidf-proxy", str(captions), *args, "-o", str(tmp_path / "p.h5")])

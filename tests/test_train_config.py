@@ -63,6 +63,7 @@ def test_yaml_types_checked(tmp_path):
     ("optim.lr=3", "unknown section 'optim'"),
     ("max_violation=true", "in several sections; write one of train.max_violation, model.max_violation"),
     ("epochs", "expected KEY=VALUE"),
+    ("epochs=100000000000000000000000", "epochs must be at most 2147483647, not 100000000000000000000000"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(VLToolsError, match=message):
@@ -93,6 +94,20 @@ def test_bad_yaml_files(tmp_path):
         build_config(DEFAULTS, path)
     with pytest.raises(VLToolsError, match="no such config file"):
         build_config(DEFAULTS, tmp_path / "missing.yaml")
+
+
+def test_yaml_nested_too_deep_or_malformed_in_a_set_is_one_line(tmp_path):
+    """Both were tracebacks: a RecursionError in the YAML parser, and its ParserError for a --set value."""
+    path = tmp_path / "c.yaml"
+    path.write_text("train: " + "[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"c.yaml: not valid YAML \(nested too deeply\)"):
+        build_config(DEFAULTS, path)
+    defaults = {"model": {"scales": None}}
+    assert build_config(defaults, None, ["scales=[1.0, 0.5]"]) == {"model": {"scales": [1.0, 0.5]}}
+    with pytest.raises(VLToolsError, match=r"^--set scales=\[1.0: line 1: not valid YAML"):
+        build_config(defaults, None, ["scales=[1.0"])
+    with pytest.raises(VLToolsError, match=r"not valid YAML \(nested too deeply\)"):
+        build_config(defaults, None, ["scales=" + "[" * 100_000])
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))

@@ -11,6 +11,7 @@ from reproducible import assert_same_losses_for_the_same_seed
 from tiny_matching import make_world
 
 from vltools.errors import VLToolsError
+from vltools.io.progress import log as vltools_log
 from vltools.text.tokenize import tokenizer_name
 from vltools.train import config_defaults
 from vltools.train.config import build_config
@@ -92,6 +93,23 @@ def test_vocab_splits_train_or_train_plus_val(world, tmp_path):
     with pytest.raises(VLToolsError, match="task.vocab_splits must be one of train, train"):
         build_task("vse", [str(features), str(with_zebra)],
                    build_config(config_defaults("vse"), overrides=["task.vocab_splits=all"]))
+
+
+def test_a_vocabulary_dropping_most_training_words_is_reported_naming_the_setting(world, tmp_path, monkeypatch):
+    features, captions = world
+    records = [json.loads(line) for line in captions.read_text(encoding="utf-8").splitlines()]
+    rare = tmp_path / "caps.jsonl"     # every caption: "a" and a word of its own
+    rare.write_text("".join(json.dumps({**r, "caption": f"a w{n}"}) + "\n" for n, r in enumerate(records)),
+                    encoding="utf-8")
+    warnings = []
+    monkeypatch.setattr(vltools_log, "warning", lambda message, *args: warnings.append(message % args))
+    task = build_task("vse", [str(features), str(rare)], build_config(config_defaults("vse"), overrides=[
+        "model.embed_size=8", "model.word_dim=4"]))
+    assert task.vocab.words[4:] == ["a"]
+    distinct = 1 + sum(r["split"] == "train" for r in records)
+    assert warnings == [f"the vocabulary keeps only 1 of the {distinct} distinct words of the training captions "
+                        "(those seen at least 4 times), 50% of their words: the model will read the rest as <unk>; "
+                        "lower task.vocab_threshold for data this small, e.g. --set task.vocab_threshold=1 keeps 100%"]
 
 
 def test_the_tokenizer_is_recorded_with_the_inputs(world):

@@ -164,11 +164,28 @@ def test_sentence_task_reads_the_generated_sentences_in_the_concepts_place(files
     assert task.model.generated.embed.weight.grad.abs().sum() > 0
 
 
+def test_sentence_alone_task_represents_each_image_by_its_generated_sentence(files):
+    """model.use_context=false: the paper's "ctx + sen"; the context file names the images, its vectors unused."""
+    torch.manual_seed(0)
+    generated = write_generated(files)
+    task = build_task("sco", [str(files / "ctx.h5"), generated, str(files / "caps.jsonl")],
+                      sentence_config(use_context=False))
+    assert task.checkpoint_info()["config"]["use_context"] is False and task.model.fusion.W_g is None
+    batch = task.collate(task.train_data.__getitems__([0, 1, 2, 15]))
+    v = task.model.fuse(batch["context"], batch["concepts"], batch["sentence_tokens"], batch["sentence_lengths"])
+    other = task.model.fuse(torch.randn_like(batch["context"]), batch["concepts"], batch["sentence_tokens"],
+                            batch["sentence_lengths"])
+    torch.testing.assert_close(v, other)
+    task.generator = torch.Generator().manual_seed(1)
+    task.loss(task.model, batch).backward()
+    assert task.model.generated.embed.weight.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize(("inputs", "model", "message"), [
     (["ctx.h5", "cnp.h5", "caps.jsonl"], {}, "cnp.h5: is HDF5 where the generated sentences"),
     (["ctx.h5", "caps.jsonl"], {}, "use_sentence=true takes CONTEXT.h5 GENERATED.jsonl CAPS.jsonl.*got 2 inputs"),
     (["ctx.h5", "generated.jsonl", "caps.jsonl"], {"use_concepts": True},
-     "set model.use_context=true and model.use_concepts=false"),
+     "in the concepts' place: set model.use_concepts=false$"),
 ])
 def test_sentence_task_input_errors(files, inputs, model, message):
     write_generated(files)

@@ -57,6 +57,11 @@ def test_an_image_size_below_the_backbone_stride_is_refused(world):
         task_of(world, "--set", "task.image_size=4")
 
 
+def test_an_unknown_region_grid_is_refused(world):
+    with pytest.raises(VLToolsError, match=r"^model.grid must be one of floor, round, not 'nearest'$"):
+        task_of(world, "--set", "model.grid=nearest")
+
+
 def test_whitening_is_fitted_to_the_region_vectors(world):
     torch.manual_seed(0)
     task = task_of(world)
@@ -103,6 +108,7 @@ def test_train_writes_the_best_checkpoint_with_the_proxy_vocabulary(world):
     assert result.exit_code == 0, result.output
     payload = load_checkpoint(out)
     assert payload["model"] == "rmac" and payload["vocab"] == sorted(payload["vocab"])
+    assert payload["config"]["grid"] == "floor"   # recorded, so that a later default cannot change its regions
     lines = [json.loads(line) for line in (world / "rmac.pt.log.jsonl").read_text().splitlines()]
     assert [line["iteration"] for line in lines if line["type"] == "val"] == [2, 4]
 

@@ -121,6 +121,18 @@ def test_resume_refuses_changed_settings(world, reference, tmp_path):
     assert "was written with train.seed=0, now 5" in str(result.exception)
 
 
+def test_resume_from_a_finished_checkpoint_is_one_line_and_keeps_it(world, reference, tmp_path):
+    """OUT.last.pt that is a finished checkpoint (no optimizer state) was a KeyError: 'optimizer'."""
+    output, _ = reference
+    copy = tmp_path / "m.pt"
+    copy.with_name("m.pt.last.pt").write_bytes(output.read_bytes())
+    result = CliRunner().invoke(cli, train_args(world, copy, "--epochs", str(EPOCHS), "--seed", "0", "--resume"))
+    assert result.exit_code == 1 and str(result.exception) == (
+        f"{tmp_path / 'm.pt.last.pt'}: lacks the field 'train_state.optimizer'; it is not a resume file of vltools "
+        "train (a finished checkpoint keeps no optimizer state); start again without --resume")
+    assert copy.with_name("m.pt.last.pt").read_bytes() == output.read_bytes() and not copy.exists()
+
+
 def test_resume_refuses_other_inputs(world, reference, tmp_path):
     output, _ = reference
     features, captions = world

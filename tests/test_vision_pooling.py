@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from vltools.vision.pooling import average, rmac, rmac_region_vectors, rmac_regions, ten_crop_average
@@ -57,6 +58,19 @@ def test_rmac_region_starts_are_floored_as_in_the_reference_on_13_x_17():
     assert regions[:3] == [(0, 0, 13), (0, 4, 13), (0, 0, 8)]
     # the transposed map has the same starts with the axes swapped
     assert sorted(rmac_regions(17, 13)) == sorted((x, y, s) for y, x, s in regions)
+
+
+def test_the_round_grid_is_vltools_grid_before_issue_23():
+    # the starts the comments above give for rounding (R-MAC checkpoints trained then read them back this way)
+    assert _starts_by_level(rmac_regions(7, 10, grid="round")) == {
+        7: ([0], [0, 3]), 4: ([0, 3], [0, 3, 6]), 3: ([0, 2, 4], [0, 2, 5, 7])}
+    assert _starts_by_level(rmac_regions(13, 17, grid="round")) == {
+        13: ([0], [0, 4]), 8: ([0, 5], [0, 5, 9]), 6: ([0, 4, 7], [0, 4, 7, 11])}
+    # levels 0 cells wide were kept as one-cell regions: 1 + 2 x 2 + 3 x 3 of them on a one-cell map
+    assert rmac_regions(1, 1, grid="round") == [(0, 0, 1)] * 14
+    assert rmac_regions(12, 12, grid="round") == rmac_regions(12, 12)  # the grids agree where steps are whole
+    with pytest.raises(ValueError, match="grid must be one of"):
+        rmac_regions(7, 10, grid="nearest")
 
 
 def test_rmac_regions_of_a_map_one_cell_wide_stop_at_the_first_level():

@@ -226,7 +226,7 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     if first_stage is not None and not isinstance(first_stage, LoadedModel):
         checks.path(first_stage, "first_stage")
     checks.known(search, _keywords(match, Search), "match")
-    options = Search(top_k=top_k, device=resolve_device(checks.text(device, "device")), precision=precision,
+    options = Search(top_k=top_k, device=resolve_device(checks.device(device, "device")), precision=precision,
                      **search)
     models = _models(items) if items else []
     stage = None
@@ -276,7 +276,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
     checks.number(length_penalty, "length_penalty", 0)
     checks.integer(batch_size, "batch_size", 1)
-    checks.text(device, "device")
+    checks.device(device, "device")
     checks.choice(precision, "precision", PRECISIONS)
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
     chosen = resolve_device(device)
@@ -344,7 +344,7 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *,
     checks.path(concepts, "concepts", optional=True)
     checks.path(sentences, "sentences", optional=True)
     checks.integer(batch_size, "batch_size", 1)
-    checks.text(device, "device")
+    checks.device(device, "device")
     checks.choice(precision, "precision", PRECISIONS)
     checks.known(rmac, _keywords(encode, QueryOptions), "encode")
     checks.path(rmac.get("proxy"), "proxy", optional=True)

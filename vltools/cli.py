@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 import click
 
 from vltools import __version__
-from vltools.commands.options import binary_format, is_output_param, option_spelling, writes_stdout
+from vltools.commands.inputs import check_files, take_stdin
+from vltools.commands.options import PrimaryOutput, binary_format, is_output_param, option_spelling, writes_stdout
 from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
 from vltools.io.atomic import (
     OUTPUT_ERRNOS,
@@ -116,35 +117,40 @@ def with_example(command: click.Command, example: str) -> click.Command:
     return command
 
 
-def _locking(callback: Callable, outputs: dict[str, click.Parameter]) -> Callable:
-    """Wrap a stage's callback so it holds the lock of each output (the parameters `outputs`; see
-    vltools.io.atomic) for its whole run: a second process writing the same output stops at once, before any
-    work, and a missing or read-only folder, or binary data for a terminal, is reported before the work too."""
+def _guarded(callback: Callable, params: list[click.Parameter], primary: PrimaryOutput | None) -> Callable:
+    """Wrap a stage's callback so that its input files are checked (vltools.commands.inputs: a missing file, one of
+    the wrong kind, two swapped) and it holds the lock of each output (see vltools.io.atomic) for its whole run: a
+    second process writing the same output stops at once, before any work, and a missing or read-only folder, or
+    binary data for a terminal, is reported before the work too. Standard input is read last, when all else has
+    been checked (HDF5 on it is copied to a temporary file, removed when the stage ends)."""
+    outputs = {p.name: p for p in params if p.name and is_output_param(p)}
 
     @functools.wraps(callback)
     def run(*args: object, **kwargs: object) -> object:
+        stage = click.get_current_context().command_path
+        given = check_files(params, kwargs, stage)
         for name, param in outputs.items():
             what = binary_format(param, kwargs)
-            if what is not None and writes_stdout(name, kwargs.get(name)):
+            if what is not None and writes_stdout(primary, name, kwargs.get(name)):
                 refuse_terminal(what)
         with contextlib.ExitStack() as stack:
             for name, value in kwargs.items():
                 if name in outputs and isinstance(value, str):
                     stack.enter_context(output_lock(value))
-            return callback(*args, **kwargs)
+            return callback(*args, **take_stdin(params, kwargs, given, stage, stack))
 
     run.locks_output = True
     return run
 
 
 def guard_outputs(command: click.Command) -> click.Command:
-    """Make `command` (and a group's subcommands) hold its output's lock while it runs."""
+    """Make `command` (and a group's subcommands) check its inputs before it runs and hold its output's lock while
+    it runs (`_guarded`)."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             guard_outputs(sub)
     elif command.callback is not None and not getattr(command.callback, "locks_output", False):
-        command.callback = _locking(command.callback,
-                                    {p.name: p for p in command.params if p.name and is_output_param(p)})
+        command.callback = _guarded(command.callback, command.params, getattr(command, "primary_output", None))
     return command
 
 
@@ -231,15 +237,11 @@ def main(argv: list[str] | None = None) -> None:
         _main(argv)
 
 
-# the parameters that name a stage's primary output: -o/--output (standard output when left out or `-`), or the
-# OUT folder (report, synth, explain's -o, convert to-precomp); a stage with none prints its result (inspect, score)
-PRIMARY_OUTPUTS = ("output", "out", "out_dir")
-
-
 def _writes_stdout(args: list[str]) -> bool:
-    """Whether the run `args` asked for sends its primary output to standard output: read from the arguments as
-    typed, not converted, so that a run whose option values click refused is judged too; False when they do not
-    name a stage or cannot be read (an unknown option, an option without its value)."""
+    """Whether the run `args` asked for sends its primary output to standard output, as its stage declared
+    (`options.primary_output`; a stage that declared none never does): read from the arguments as typed, not
+    converted, so that a run whose option values click refused is judged too; False when they do not name a
+    stage or cannot be read (an unknown option, an option without its value)."""
     command: click.Command | None = cli
     name, parent, rest = "vltools", None, list(args)
     try:
@@ -254,9 +256,11 @@ def _writes_stdout(args: list[str]) -> bool:
             parent = ctx
     except click.ClickException:
         return False
-    primary = [p.name for p in command.params if p.name in PRIMARY_OUTPUTS]
-    return not primary or any(writes_stdout(p, values[p] if isinstance(values.get(p), str) else None)
-                              for p in primary)
+    primary = getattr(command, "primary_output", None)
+    if primary is None or not primary.stdout:
+        return False
+    value = values.get(primary.param)
+    return primary.param is None or writes_stdout(primary, primary.param, value if isinstance(value, str) else None)
 
 
 def _after_failure(empty: tuple[int, int] | None, args: list[str]) -> str:

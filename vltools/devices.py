@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from vltools.distributed import place
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 
 if TYPE_CHECKING:
     import torch
@@ -35,9 +35,10 @@ def resolve_device(device: str) -> torch.device:
     try:
         chosen = torch.device(device)
     except RuntimeError:
-        raise VLToolsError(f"--device {device!r} is not a device; use auto, cpu or cuda[:k]") from None
+        raise VLToolsError(f"{argument('device', repr(device))} is not a device; use auto, cpu or cuda[:k]") from None
     if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise VLToolsError(f"--device {device}: no CUDA GPU is available here; use --device cpu or auto")
+        raise VLToolsError(f"{argument('device', device)}: no CUDA GPU is available here; use "
+                           f"{argument('device', 'cpu')} or auto")
     return _own_gpu(chosen, device)
 
 
@@ -51,8 +52,8 @@ def _own_gpu(chosen: torch.device, device: str) -> torch.device:
         return chosen
     visible = torch.cuda.device_count()
     if where.local_rank >= visible:
-        raise VLToolsError(f"--device {device}: this is process {where.local_rank} of a torchrun job on a machine "
-                           f"with {visible} visible GPUs; start at most {visible} processes per machine")
+        raise VLToolsError(f"{argument('device', device)}: this is process {where.local_rank} of a torchrun job on a "
+                           f"machine with {visible} visible GPUs; start at most {visible} processes per machine")
     torch.cuda.set_device(where.local_rank)
     return torch.device("cuda", where.local_rank)
 
@@ -60,7 +61,7 @@ def _own_gpu(chosen: torch.device, device: str) -> torch.device:
 def check_precision(precision: str) -> None:
     """A precision outside PRECISIONS is a one-line error naming the choices."""
     if precision not in PRECISIONS:
-        raise VLToolsError(f"--precision {precision!r}: use {', '.join(PRECISIONS)}")
+        raise VLToolsError(f"{argument('precision', repr(precision))}: use {', '.join(PRECISIONS)}")
 
 
 def tf32_switches() -> list[tuple[object, str]]:

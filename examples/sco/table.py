@@ -6,9 +6,12 @@ Each file is `vltools score retrieval` JSON; mR is its "mR" when present, else t
 paper's definition). The chance row is exact for a uniformly random ranking of the first file's test set: an
 image has c = n_captions / n_images captions, so i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K), and a
 caption has one image: t2i R@K = K / n_images (per 1000-image fold under the coco1k protocol).
-The "ctx + sen" row, whose text side is the captioner's generated sentences (--sentences, written by
---captioner), ends with their number of distinct sentences (vltools.report.tables): one sentence for half of the
-images or more prints as COLLAPSED, with a note after the table naming the captioner.
+The "ctx + sen" rows, whose image side is the captioner's generated sentences (--sentences, written by
+--captioner), end with their number of distinct sentences (vltools.report.tables): one sentence for half of the
+images or more prints as COLLAPSED, with a note after the table naming the captioner. "ctx + sen" (ctx_sen) is the
+paper's reading, the sentence alone; "ctx + sen (sum)" (ctx_sen_sum) is vltools' variant with the context summed in;
+a note after the table says which were printed. A direction line says whether the concept + context rows are above
+the context alone (mR), as the paper's Table 2 has it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from math import comb
 from vltools.report.tables import HEAD, WIDTH, SpreadColumn
 
 KS = (1, 5, 10)
-SENTENCES_ROW = "ctx_sen"
+# the rows whose images are generated sentences, and what represents an image in each
+SENTENCE_ROWS = {"ctx_sen": "the generated sentence alone (section 4.2, the paper's reading)",
+                 "ctx_sen_sum": "the generated sentence summed with the context (vltools' variant)"}
 FOLD = 1000
-NAMES = {"ctx_1crop": "ctx (1-crop)", "ctx": "ctx", "ctx_sen": "ctx + sen", "ctx_gen_S": "ctx + gen (S)",
-         "ctx_gen_E": "ctx + gen (E)", "ctx_gen": "ctx + gen", "cnp": "cnp", "cnp_gen": "cnp + gen",
-         "cnp_ctx_C": "cnp + ctx (C)", "cnp_ctx": "cnp + ctx", "cnp_ctx_gen": "cnp + ctx + gen"}
+NAMES = {"ctx_1crop": "ctx (1-crop)", "ctx": "ctx", "ctx_sen": "ctx + sen", "ctx_sen_sum": "ctx + sen (sum)",
+         "ctx_gen_S": "ctx + gen (S)", "ctx_gen_E": "ctx + gen (E)", "ctx_gen": "ctx + gen", "cnp": "cnp",
+         "cnp_gen": "cnp + gen", "cnp_ctx_C": "cnp + ctx (C)", "cnp_ctx": "cnp + ctx", "cnp_ctx_gen": "cnp + ctx + gen"}
 # SCO paper, Table 2 (Flickr30K, MSCOCO 1K): annotation R@1/5/10, retrieval R@1/5/10
 PAPER = {
     "f30k": {"ctx": (33.8, 63.7, 75.9, 26.3, 55.4, 67.6), "ctx + sen": (22.8, 48.6, 60.8, 19.1, 46.0, 59.7),
@@ -77,6 +82,19 @@ def header(first: str, spread: bool = False) -> list[str]:
             + (f" {HEAD:>{WIDTH}}" if spread else "")]
 
 
+def direction(rows: list[tuple[str, dict]]) -> str | None:
+    """The paper's claim read off the table: the concept + context rows above the context alone (mR); None when the
+    context row or both concept + context rows are missing."""
+    mr = {name: mean_recall(result) for name, result in rows}
+    combined = [name for name in ("cnp_ctx", "cnp_ctx_gen") if name in mr]
+    if "ctx" not in mr or not combined:
+        return None
+    above = all(mr[name] > mr["ctx"] for name in combined)
+    return (f"direction: mR of ctx {mr['ctx']:.1f} against " + ", ".join(f"{NAMES[n]} {mr[n]:.1f}" for n in combined)
+            + ": " + ("concepts and context above the context alone, as the paper's Table 2" if above
+                      else "NOT above the context alone here"))
+
+
 def main(argv: list[str]) -> None:
     title, paper, rows, lambdas, sentences, captioner = argv[0], None, [], [], None, None
     for arg in argv[1:]:
@@ -100,18 +118,22 @@ def main(argv: list[str]) -> None:
         print(line("chance", base, sum(base) / 6))
     for name, result in rows:
         label = NAMES.get(name, name)
-        spread = column.cell(label, sentences if name == SENTENCES_ROW else None, captioner)
+        spread = column.cell(label, sentences if name in SENTENCE_ROWS else None, captioner)
         print(line(label, recalls(result), mean_recall(result), spread))
     if paper:
         print(f"paper ({paper}):")
         for name, values in PAPER[paper].items():
             print(line(f"  {name}", values, sum(values) / 6))
+    verdict = direction(rows)
+    if verdict:
+        print(verdict)
     if lambdas:
         print("\nTable 3 layout: cnp + ctx + gen with L = L_mat + lambda L_gen")
         print("\n".join(header("lambda")))
         for value, result in lambdas:
             print(line(value, recalls(result), mean_recall(result)))
-    notes = column.notes()
+    notes = [f"{NAMES[name]}: each image is {SENTENCE_ROWS[name]}" for name, _ in rows if name in SENTENCE_ROWS]
+    notes += column.notes()
     if notes:
         print("\n" + "\n".join(notes))
 

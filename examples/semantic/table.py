@@ -5,10 +5,14 @@ Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J [object
        --proxy PROXY.h5 [--split S] [--first N] [--triplets USER_STUDY.jsonl] [--figure FIG.png]
        [--generated GENERATED.jsonl --captioner CAPTIONER.pt]
 With --triplets, Table 1 needs the four proxy rows (objects, meteor, word2vec, generated: `score semantic` JSON with
-user_agreement). The generated-captions row ends with the number of distinct captions in --generated (written by
---captioner; vltools.report.tables): one caption for half of the images or more prints as COLLAPSED, with a note
-naming the captioner. The Random row is measured here: five rankings by uniformly random scores (seeds 0-4) of the same
-queries and database, scored by vltools' own functions; mean and standard deviation.
+user_agreement). A row named several times (word2vec=J once per seed) prints the mean and standard deviation of its
+files, and its label says how many. The generated-captions row ends with the number of distinct captions in
+--generated (written by --captioner; vltools.report.tables): one caption for half of the images or more prints as
+COLLAPSED, with a note naming the captioner. The Random row is measured here: five rankings by uniformly random scores
+(seeds 0-4) of the same queries and database, scored by vltools' own functions; mean and standard deviation. A last
+line says how --proxy (the caption tf-idf) counted each image's words. Direction lines say whether the human
+captions' tf-idf agrees with the users more than R-MAC (Table 1) and the learned (V, V) embedding's NDCG AUC is above
+R-MAC's (Table 2), as the paper has them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from vltools.data.semantic import oracle_sims
 from vltools.eval import semantic
 from vltools.io import proxy as proxy_io
-from vltools.io.proxy import read_proxy_file
+from vltools.io.proxy import proxy_words, read_proxy_file
 from vltools.io.sims import Sims
 from vltools.report.tables import HEAD, WIDTH, SpreadColumn
 
@@ -31,6 +35,9 @@ ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("
 # the paper's Table 2 on Visual Genome: US, NDCG AUC, PCC AUC
 PAPER = {"oracle": (76.3, 100, 100), "random": (50.0, 10.2, -0.2), "baseline": (64.0, 58.4, 16.1),
          "wsabie": (67.8, 61.0, 15.7), "v": (76.9, 70.1, 20.7), "vt": (77.2, 68.8, 21.1), "vtt": (78.6, 74.4, 22.5)}
+# how a caption proxy counted each image's words (its `words` attribute), as the table says it
+WORD_COUNTS = {"distinct": "once (its captions' words as a single set, as in the paper)",
+               "occurrences": "once per occurrence"}
 # Table 1 below the annotators, in the paper's order: row, label, the paper's agreement
 TABLE1 = (("baseline", "Visual baseline: R-MAC", "64.0"), ("objects", "Object annotations: tf-idf", "63.4"),
           ("meteor", "Human captions: METEOR", "72.1"), ("word2vec", "Human captions: word2vec + FV", "70.1"),
@@ -69,6 +76,11 @@ def annotator_agreement(triplets: str) -> tuple[float, int]:
     return float(np.mean(scores)), len(scores)
 
 
+def repeated(label: str, rows: list[dict]) -> str:
+    """A row's label, with how many files it averages when several ("(x5)"; the Random row says it itself)."""
+    return f"{label} (x{len(rows)})" if len(rows) > 1 and "(x" not in label else label
+
+
 def cell(values: list[float | None], digits: int = 1) -> str:
     present = [v for v in values if v is not None]
     if not present:
@@ -76,6 +88,25 @@ def cell(values: list[float | None], digits: int = 1) -> str:
     if len(values) == 1:
         return f"{present[0]:.{digits}f}"
     return f"{np.mean(present):.{digits}f} +- {np.std(present):.{digits}f}"
+
+
+def directions(results: dict[str, list[dict]]) -> list[str]:
+    """The paper's claims read off the tables: the human captions' tf-idf agrees with the users more than R-MAC does
+    (Table 1), and the learned embedding (V, V) ranks closer to the captions' tf-idf than R-MAC (Table 2, NDCG AUC)."""
+    def mean(name: str, key: str) -> float | None:
+        values = [r[key] for r in results.get(name, []) if r.get(key) is not None]
+        return float(np.mean(values)) if values else None
+
+    claims = (("Table 1", "user agreement", "user_agreement", "oracle", "Human captions: tf-idf"),
+              ("Table 2", "NDCG AUC", "ndcg_auc", "v", "Proposed (V, V)"))
+    lines = []
+    for table, what, key, name, label in claims:
+        ours, baseline = mean(name, key), mean("baseline", key)
+        if ours is None or baseline is None:
+            continue
+        verdict = f"above R-MAC, as the paper's {table}" if ours > baseline else "NOT above R-MAC here"
+        lines.append(f"direction ({table}, {what}): {label} {ours:.1f} against R-MAC {baseline:.1f}: {verdict}")
+    return lines
 
 
 def main() -> None:
@@ -90,11 +121,11 @@ def main() -> None:
     parser.add_argument("--generated", help="the generated captions of the generated-captions row")
     parser.add_argument("--captioner", help="the model that wrote --generated")
     args = parser.parse_args()
-    results = {}
+    results: dict[str, list[dict]] = {}
     for item in args.rows:
         name, path = item.split("=", 1)
         with open(path, encoding="utf-8") as stream:
-            results[name] = [json.load(stream)]
+            results.setdefault(name, []).append(json.load(stream))
     missing = [name for name, _, _ in TABLE1 if name != "random" and name not in results]
     if args.triplets and missing:
         parser.error(f"--triplets: Table 1 needs the rows {', '.join(missing)} (NAME=score.json)")
@@ -113,14 +144,17 @@ def main() -> None:
         agreement, decisions = annotator_agreement(args.triplets)
         column = SpreadColumn()
         lines = [("Annotators (leave one out)", f"{agreement:.1f}", "89.1 +- 4.6", column.cell("annotators", None))]
-        lines += [(label, cell([r.get("user_agreement") for r in results[name]]), paper,
+        lines += [(repeated(label, results[name]), cell([r.get("user_agreement") for r in results[name]]), paper,
                    column.cell(label, args.generated if name == "generated" else None, args.captioner))
                   for name, label, paper in TABLE1]
-        print(f"{'Method':<30}{'score':>18}    {'paper':<14}{HEAD:>{WIDTH}}")
+        print(f"{'Method':<36}{'score':>18}    {'paper':<14}{HEAD:>{WIDTH}}")
         for label, value, paper, spread in lines:
-            print(f"{label:<30}{value:>18}    {paper:<14}{spread}".rstrip())
+            print(f"{label:<36}{value:>18}    {paper:<14}{spread}".rstrip())
         for note in column.notes():
             print(note)
+    for line in directions(results):
+        print(line)
+    print(f"\nCaption tf-idf (--proxy): each image's words counted {WORD_COUNTS[proxy_words(args.proxy)]}")
     if args.figure:
         draw(args.figure, results)
         print(f"\nFigure 2: {args.figure}")

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import SEED_RANGE, primary_output
 from vltools.io.progress import log
 from vltools.text.baselines import BASELINES, baseline_descriptions
 
 
+@primary_output("output", stdout=True)
 @click.command("baseline")
 @click.argument("kind", type=click.Choice(BASELINES))
-@click.argument("pairs_path", metavar="PAIRS", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("pairs_path", metavar="PAIRS", type=InputFile("jsonl", stdin=True))
 @click.option("--split", help="Describe the pairs of this split (default: all pairs).")
 @click.option("--train-split", default="train", show_default=True,
               help="Split whose descriptions the baseline draws from.")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
     BEAMS,
     CAPTION_WORDS,
@@ -17,23 +18,26 @@ from vltools.commands.options import (
     device_option,
     output_option,
     precision_option,
+    primary_output,
     resume_option,
     shard_option,
+    threads_option,
 )
 from vltools.devices import autocast, resolve_device
 from vltools.io.atomic import is_stdout
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("caption")
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"),
               help="Captioner checkpoint (vltools train --model neuraltalk2|adaptive-attention), or with --pairs an "
                    "l2c checkpoint.")
-@click.option("--pairs", "pairs_path", type=click.Path(dir_okay=False, allow_dash=True),
+@click.option("--pairs", "pairs_path", type=InputFile("jsonl", stdin=True),
               help="Describe the image pairs of this pairs JSONL (L2C; FEATURES from segment-pool): one "
                    "{pair_id, caption} line per pair, in input order.")
-@click.argument("features", type=click.Path(dir_okay=False))
-@click.argument("captions", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("features", type=InputFile("hdf5"))
+@click.argument("captions", required=False, type=InputFile("jsonl", stdin=True))
 @click.option("--split", help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
 @output_option("-o", "--output", type=click.Path(dir_okay=False),
                binary=lambda values: "HDF5" if values["logp"] else None,
@@ -54,6 +58,7 @@ from vltools.io.progress import log
 @resume_option("Continue an interrupted run with the same -o, checkpoint, features and decoding options (skips "
                "images in OUT.partial).")
 @shard_option()
+@threads_option()
 def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,
             output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,

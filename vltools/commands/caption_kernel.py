@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import output_option, primary_output
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("caption-kernel")
-@click.argument("captions", metavar="CAPS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--pairs", "pairs_path", metavar="TRIPLETS.jsonl", required=True, type=click.Path(dir_okay=False),
+@click.argument("captions", metavar="CAPS.jsonl", type=InputFile("jsonl", stdin=True))
+@click.option("--pairs", "pairs_path", metavar="TRIPLETS.jsonl", required=True, type=InputFile("jsonl"),
               help="User-study triplets {query, a, b, o1, o2, o3}: K is computed for every (query, a) and "
                    "(query, b).")
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),

@@ -10,8 +10,10 @@ from vltools.commands.options import (
     image_side,
     output_option,
     precision_option,
+    primary_output,
     resume_option,
     shard_option,
+    threads_option,
     workers_option,
 )
 from vltools.errors import VLToolsError
@@ -31,6 +33,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
     return levels
 
 
+@primary_output("output", stdout=True)
 @click.command("concept-scores")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, exists=True),
@@ -52,6 +55,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
 @resume_option()
 @shard_option()
+@threads_option()
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None,
             levels: tuple[int, ...], image_size: int, crop_size: int | None, batch_size: int, workers: int,
             device: str, precision: str, strict: bool, resume: bool, shard: str | None) -> None:
@@ -62,6 +66,8 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     from vltools.infer.extract import extract
     from vltools.infer.loader import file_digest, load_model
     from vltools.infer.runner import check_output
+    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field
+    from vltools.io.fields import INTEGER
     from vltools.text.concepts import ConceptVocabulary
     from vltools.vision.images import list_inputs, shard_items
 
@@ -75,10 +81,10 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
             raise VLToolsError(f"{concepts_path}: has K={len(given)} concepts but {model_path} was trained on "
                                f"K={len(concepts)} {'(other concepts)' if len(given) == len(concepts) else ''}; "
                                "use the concepts file the CNN was trained with")
-    train_size = int(payload.get("train_state", {}).get("config", {}).get("task", {}).get("image_size", 224))
+    train_size = checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 224)
     run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype="float32",
                      strict=strict, resume=resume, max_pixels=DEFAULT_MAX_PIXELS)
-    info = {"backbone": payload["config"]["backbone"], "checkpoint": model_path,
+    info = {"backbone": loaded.settings["backbone"], "checkpoint": model_path,
             "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
     scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)
     all_items = list_inputs(inputs)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import Integer, primary_output
 from vltools.io.progress import log
 from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 
 
+@primary_output("output", stdout=True)
 @click.command("concepts")
-@click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("captions", type=InputFile("jsonl", stdin=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Concepts JSON (default: standard output).")
 @click.option("-k", "--k", "k", type=Integer(min=1), default=256, show_default=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.options import Integer, output_option, primary_output
 from vltools.data.converters import birds_to_words, bottom_up, karpathy, precomp
 from vltools.io import coco
 from vltools.io.progress import log
@@ -34,6 +34,7 @@ def _wrote(count: int, what: str, output: str | None) -> None:
     log.info("wrote %d %s to %s", count, what, "standard output" if is_stdout(output) else output)
 
 
+@primary_output()
 @command.command("precomp")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--split", required=True, help="Split name: reads {split}_ims.npy, {split}_caps.txt.")
@@ -57,6 +58,7 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
             _wrote(written[what], what, output)
 
 
+@primary_output("out_dir")
 @command.command("to-precomp")
 @click.argument("features", type=click.Path(dir_okay=False))
 @click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
@@ -70,6 +72,7 @@ def to_precomp_command(features: str, captions: str, out_dir: str, split: str, f
     log.info("wrote %s", ", ".join(written["files"]))
 
 
+@primary_output("output", stdout=True)
 @command.command("karpathy")
 @click.argument("dataset", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -88,6 +91,7 @@ def karpathy_command(dataset: str, output: str | None, id_field: str, text_field
     _wrote(write_records(output, records), "captions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("coco")
 @click.argument("coco_json", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -102,6 +106,7 @@ def coco_command(coco_json: str, output: str | None, split: str | None, id_field
     _wrote(write_records(output, records), "captions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("to-coco-results")
 @click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
 @OUTPUT
@@ -110,6 +115,7 @@ def to_coco_results_command(captions: str, output: str | None) -> None:
     _wrote(coco.write_coco_results(captions, output)["results"], "results", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("flickr")
 @click.argument("tokens", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -128,6 +134,7 @@ def flickr_command(tokens: str, output: str | None, train: str | None, val: str 
     _wrote(write_records(output, records), "captions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("visual-genome")
 @click.argument("regions", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -146,6 +153,7 @@ def visual_genome_command(regions: str, output: str | None, image_data: str | No
     _wrote(write_records(output, records), "regions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("birds-to-words")
 @click.argument("tsv", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -159,6 +167,7 @@ def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> No
     _wrote(write_records(output, records), "pair descriptions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("cub")
 @click.argument("text_dir", type=click.Path(file_okay=False))
 @OUTPUT
@@ -175,6 +184,7 @@ def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str,
     _wrote(write_records(output, records), "captions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("webdataset")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @OUTPUT
@@ -183,7 +193,8 @@ def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str,
                                              "output) instead of skipping and counting it.")
 def webdataset_command(shards: tuple[str, ...], output: str | None, split: str | None, strict: bool) -> None:
     """Webdataset / img2dataset shards (KEY.jpg beside KEY.txt and/or KEY.json with "caption") -> captions JSONL
-    with the image ids `extract-regions SHARD.tar` gives (the member names); caption_id = <image id>#0."""
+    with the image ids `extract-regions SHARD.tar` gives (the member names); caption_id = <image id>#0. Two .txt
+    (or two .json) captions of one key are an error naming both members."""
     from vltools.data.converters import webdataset
     from vltools.io.records import write_records
 
@@ -191,6 +202,7 @@ def webdataset_command(shards: tuple[str, ...], output: str | None, split: str |
     _wrote(write_records(output, records), "captions", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("bottom-up")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
@@ -206,6 +218,7 @@ def bottom_up_command(inputs: tuple[str, ...], output: str | None, fields: str, 
     _wrote(bottom_up.convert_bottom_up(inputs, output, fields, max_regions, dtype)["images"], "images", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("scan-vocab")
 @click.argument("scan_json", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -216,6 +229,7 @@ def scan_vocab_command(scan_json: str, output: str | None) -> None:
     _wrote(convert_scan_vocab(scan_json, output)["words"], "words", output)
 
 
+@primary_output("output", stdout=True)
 @command.command("to-scan-vocab")
 @click.argument("vocab_file", type=click.Path(dir_okay=False))
 @OUTPUT
@@ -226,6 +240,7 @@ def to_scan_vocab_command(vocab_file: str, output: str | None) -> None:
     _wrote(convert_to_scan_vocab(vocab_file, output)["words"], "words", output)
 
 
+@primary_output("output")
 @command.command("sgraf-checkpoint")
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @click.option("--vocab", required=True, type=click.Path(dir_okay=False),
@@ -241,6 +256,7 @@ def sgraf_checkpoint_command(checkpoint: str, vocab: str, trust: bool, output: s
              output)
 
 
+@primary_output("output")
 @command.command("bottom-up-weights")
 @click.argument("weights", type=click.Path(dir_okay=False))
 @click.option("--trust", is_flag=True, help="Load a pickle (.pkl; it can run code from the file): only for trusted "

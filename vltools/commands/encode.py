@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
     Integer,
     batch_size_option,
@@ -11,33 +12,36 @@ from vltools.commands.options import (
     image_side,
     output_option,
     precision_option,
+    primary_output,
+    threads_option,
     workers_option,
 )
 from vltools.devices import resolve_device
 
 
+@primary_output("output", stdout=True)
 @click.command("encode")
-@click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=click.Path(allow_dash=True))
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
+@click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=InputFile("hdf5", "jsonl", "images", stdin=True))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
               help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder "
                    "or list).")
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Embeddings HDF5 (default: standard output, never a terminal).")
 @click.option("--split", help="For captions: encode this split [test when the captions have a split field, else "
               "every caption]; for rmac with --proxy: the images of this split [test].")
-@click.option("--captions", "captions_path", type=click.Path(dir_okay=False),
+@click.option("--captions", "captions_path", type=InputFile("jsonl"),
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
-@click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
+@click.option("--concepts", "concepts_path", type=InputFile("hdf5"),
               help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
                    "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
-@click.option("--sentences", "sentences_path", type=click.Path(dir_okay=False), metavar="GENERATED.jsonl",
+@click.option("--sentences", "sentences_path", type=InputFile("jsonl"), metavar="GENERATED.jsonl",
               help="For SCO \"ctx + sen\" models: one generated sentence per image (vltools caption of FEATS.h5); "
                    "ignored by the other models.")
 @batch_size_option(256)
 @precision_option()
 @device_option()
-@click.option("--proxy", "proxy_path", type=click.Path(dir_okay=False),
+@click.option("--proxy", "proxy_path", type=InputFile("hdf5"),
               help="rmac: encode the --split images of this proxy (tfidf-proxy), in its order; needed by --with-text.")
 @click.option("--first", type=Integer(min=1), help="rmac: only the first N images (e.g. 1k queries).")
 @click.option("--with-text", is_flag=True, help="rmac (V+T model): image + its captions queries, "
@@ -48,6 +52,7 @@ from vltools.devices import resolve_device
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
+@threads_option()
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],

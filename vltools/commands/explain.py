@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import Integer, image_side
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import Integer, image_side, primary_output, threads_option
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
 
+@primary_output("out_dir")
 @click.command("explain")
-@click.argument("rankings", metavar="RANKINGS.jsonl", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), metavar="CKPT",
+@click.argument("rankings", metavar="RANKINGS.jsonl", type=InputFile("jsonl", stdin=True))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
               help="The rmac checkpoint that ranked them.")
 @click.option("--images", "images_path", required=True, type=click.Path(), help="Images JSONL, folder or list.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -24,13 +26,15 @@ from vltools.io.progress import log
 @click.option("--k", type=Integer(min=1), default=5, show_default=True,
               help="Signature dimensions (largest contributions to the similarity) whose gradient is followed.")
 @click.option("--image-size", type=image_side(32), help="Longest image side [the training one].")
+@threads_option()
 def command(rankings: str, model_path: str, images_path: str, out_dir: str, queries: int, top: int, k: int,
             image_size: int | None) -> None:
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write
     OUT/<query>__<result>.png (a "/" in an id becomes "_"): the two images side by side, the regions that
     contributed most to their similarity highlighted in red."""
     from vltools.io.atomic import atomic_path
-    from vltools.io.checkpoints import load_checkpoint
+    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, load_checkpoint
+    from vltools.io.fields import INTEGER
     from vltools.io.records import id_file_name, read_records
     from vltools.models import model_from_checkpoint
     from vltools.vision.embedding import ImageStore
@@ -50,7 +54,7 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     missing = sorted({i for pair in pairs for i in pair if i not in items})
     if missing:
         raise VLToolsError(f"{images_path}: {len(missing)} ranked images are not in it, e.g. {missing[0]!r}")
-    size = image_size or int(payload.get("train_state", {}).get("config", {}).get("task", {}).get("image_size", 576))
+    size = image_size or checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 576)
     wanted = sorted({i for pair in pairs for i in pair})
     store = ImageStore([items[i] for i in wanted], size, cache=True)
     position = {image_id: n for n, image_id in enumerate(wanted)}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run
+from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run, primary_output
 from vltools.infer.settings import BOTTOM_UP_WEIGHTS, GLOBAL_POOLS, REGION_KINDS
 from vltools.io.released import RELEASED
 
 
+@primary_output("output", stdout=True)
 @click.command("extract-regions")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--regions", type=click.Choice(REGION_KINDS), default="detector",

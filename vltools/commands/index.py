@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output, threads_option
 from vltools.infer.settings import DEFAULT_FACTORY, DEFAULT_TRAIN_SIZE, INDEX_METRICS
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("index")
-@click.argument("embeddings", metavar="EMB.h5", type=click.Path(dir_okay=False))
+@click.argument("embeddings", metavar="EMB.h5", type=InputFile("hdf5"))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Saved index, an HDF5 file (default: standard output, never a terminal).")
 @click.option("--factory", default=DEFAULT_FACTORY, show_default=True,
@@ -21,8 +23,9 @@ from vltools.io.progress import log
 @click.option("--metric", type=click.Choice(INDEX_METRICS), default="ip", show_default=True,
               help="ip: inner product (cosine: encode's embeddings have unit length); l2: Euclidean distance "
                    "(ranked nearest first; the scores are negated squared distances).")
-@click.option("--seed", type=Integer(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED_RANGE, default=0, show_default=True,
               help="Seed of the training sample.")
+@threads_option()
 def command(embeddings: str, output: str | None, factory: str, train_size: int, metric: str, seed: int) -> None:
     """Build a FAISS index over EMB.h5 (image or caption embeddings of `vltools encode`) and save it with the
     ids of its rows and its provenance: the embeddings file, its model and checkpoint digest, side, metric,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import primary_output
 from vltools.io.numbers import clean_numbers, dumps
 
 
+@primary_output(stdout=True)
 @click.command("inspect")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file instead of the readable form.")

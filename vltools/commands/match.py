@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import FiniteFloat, Integer, block_options, device_option, output_option, precision_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import (
+    FiniteFloat,
+    Integer,
+    block_options,
+    device_option,
+    output_option,
+    precision_option,
+    primary_output,
+    threads_option,
+)
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
 from vltools.infer.settings import EXACT, MATCH_BLOCK
@@ -18,11 +28,12 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 (details: examples/sgraf/README.md)."""
 
 
+@primary_output("output", stdout=True)
 @click.command("match", epilog=MEMORY_NOTE)
-@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=click.Path(dir_okay=False))
+@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=InputFile("hdf5"))
 @click.argument("second", metavar="[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]", required=False,
-                type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME",
+                type=InputFile("jsonl", "hdf5", stdin=True))
+@click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME", type=InputFile("checkpoint", names=True),
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
                    "Not used with two embeddings files.")
@@ -36,12 +47,12 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
               help="Also write the full n_images x n_captions matrix (HDF5 that `vltools score retrieval` reads).")
 @click.option("--rerank", "rerank_k", type=Integer(min=1), metavar="K",
               help="Two-stage search: --first-stage proposes K candidates per query, --model reranks only those.")
-@click.option("--first-stage", type=click.Path(dir_okay=False), metavar="VSE.pt",
+@click.option("--first-stage", type=InputFile("checkpoint", names=True), metavar="VSE.pt",
               help="Separable checkpoint (vse) proposing candidates for --rerank.")
 @click.option("--index", default=EXACT, show_default=True,
               help="Search over separable embeddings: exact (blocked matmul) or a FAISS index factory string "
                    "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
-@click.option("--index-file", type=click.Path(dir_okay=False), metavar="INDEX",
+@click.option("--index-file", type=InputFile("hdf5"), metavar="INDEX",
               help="A saved index (vltools index) searched without rebuilding: by the queries' embeddings "
                    "IMG_EMB.h5 or CAP_EMB.h5 alone (no second input), or as the first stage of --rerank.")
 @click.option("--nprobe", type=Integer(min=1), default=16, show_default=True,
@@ -52,6 +63,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
                    "with --rerank, the encoded candidates kept between query blocks.")
 @precision_option()
 @device_option()
+@threads_option()
 def command(first: str, second: str | None, model_paths: tuple[str, ...], split: str | None, top_k: int,
             output: str | None, sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str,
             index_file: str | None, nprobe: int, block_images: int, block_captions: int, image_cache_mb: float,

@@ -6,12 +6,14 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import output_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import output_option, primary_output
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("merge")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=InputFile("hdf5"))
 @output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
                help="Merged features HDF5 (default: standard output, never a terminal).")
 def command(files: tuple[str, ...], output: str | None) -> None:

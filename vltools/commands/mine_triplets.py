@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, primary_output, threads_option
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
 
+@primary_output("output", stdout=True)
 @click.command("mine-triplets")
-@click.argument("proxy_path", metavar="PROXY.h5", type=click.Path(dir_okay=False))
-@click.option("--embeddings", type=click.Path(dir_okay=False),
+@click.argument("proxy_path", metavar="PROXY.h5", type=InputFile("hdf5"))
+@click.option("--embeddings", type=InputFile("hdf5"),
               help="Image embeddings (vltools encode) of the split's images: keep the largest-loss triplets. "
                    "Without it, irrelevant images are drawn at random.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
@@ -26,6 +28,7 @@ from vltools.io.progress import log
 @click.option("--margin", type=FiniteFloat(min=0), default=0.1, show_default=True,
               help="Margin m of the loss that ranks them.")
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True)
+@threads_option()
 def command(proxy_path: str, embeddings: str | None, output: str | None, split: str, queries: int, relevant: int,
             pool: int, per_pair: int, margin: float, seed: int) -> None:
     """Sample a pool of images of a split (queries, relevant images from the proxy's neighbours, random others) and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import primary_output
 from vltools.errors import argument
 from vltools.io.model_store import add_model, read_index, remove_model, store_dir
 from vltools.io.progress import log
@@ -18,6 +19,7 @@ def command() -> None:
     """
 
 
+@primary_output(stdout=True)
 @command.command("list")
 def list_command() -> None:
     """One line per stored model on standard output: NAME, TAB, its checkpoints joined by ' + '."""
@@ -27,6 +29,7 @@ def list_command() -> None:
         click.echo(f"{name}\t{' + '.join(entries[name]['members'])}")
 
 
+@primary_output(stdout=True)
 @command.command("available")
 def available_command() -> None:
     """The released models vltools fetches, converts and registers, on standard output: one line per model (its
@@ -43,6 +46,7 @@ def available_command() -> None:
         click.echo(f"\n{download.command}\n  source: {download.source}\n  needs:  {download.needs}")
 
 
+@primary_output()
 @command.command("add")
 @click.argument("name")
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(), metavar="CKPT [CKPT...]")
@@ -57,6 +61,7 @@ def add_command(name: str, checkpoints: tuple[str, ...], copy: bool, replace: bo
     log.info("added %s: %s", name, " + ".join(entry["members"]))
 
 
+@primary_output()
 @command.command("remove")
 @click.argument("name")
 def remove_command(name: str) -> None:

@@ -10,6 +10,7 @@ This module and what it imports load no torch (nor numpy): every stage's --help 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
@@ -18,6 +19,8 @@ from vltools.errors import VLToolsError
 from vltools.infer import checks
 from vltools.infer.checks import MAX_BEAM, MAX_CAPTION_WORDS, MAX_IMAGE_SIDE, MAX_SEED
 from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, parse_shard
+from vltools.io.progress import log
+from vltools.threads import THREADS_VARIABLE, usable_cpus, use_threads
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 DEVICE_HELP = ("auto (CUDA when available, else CPU), cpu, cuda or cuda:K; under torchrun auto and cuda are each "
@@ -56,10 +59,34 @@ def binary_format(param: click.Parameter, values: dict[str, object]) -> str | No
     return binary(values) if callable(binary) else binary
 
 
-def writes_stdout(name: str, value: object) -> bool:
-    """Whether output parameter `name` with `value` means standard output: `-`, or -o/--output left out (an
-    extra output left out, such as --sims, is not written)."""
-    return value == "-" or (value is None and name == "output")
+@dataclass(frozen=True)
+class PrimaryOutput:
+    """Where a stage writes its primary output, as it declares with `primary_output`: `param`, the parameter that
+    names the file or folder (None when no one parameter does: the stage prints its result, or writes the files
+    several options name, or the model store), and `stdout`, whether standard output takes it (when `param` is
+    left out or `-`; always, without `param`)."""
+
+    param: str | None = None
+    stdout: bool = False
+
+
+def primary_output(param: str | None = None, stdout: bool = False) -> Callable[[click.Command], click.Command]:
+    """Declare where the decorated stage (put it above `@click.command`) writes its primary output: every stage
+    does (tests/test_cli.py checks it), and only a failed run of one that declared standard output, and sent
+    its output there, may remove the empty file the shell redirected standard output to (vltools.cli)."""
+
+    def declare(command: click.Command) -> click.Command:
+        command.primary_output = PrimaryOutput(param, stdout)
+        return command
+
+    return declare
+
+
+def writes_stdout(primary: PrimaryOutput | None, name: str | None, value: object) -> bool:
+    """Whether output parameter `name` with `value` means standard output in a stage whose primary output is
+    `primary`: `-`, or the primary output's parameter left out when it declared standard output (an extra
+    output left out, such as --sims, is not written)."""
+    return value == "-" or (value is None and primary is not None and primary.stdout and name == primary.param)
 
 
 def is_output_param(param: click.Parameter | str | None) -> bool:
@@ -108,13 +135,31 @@ def apply(options: list[Callable], func: Callable) -> Callable:
 
 def device_option(help: str = DEVICE_HELP) -> Callable:
     """`--device`: where the model runs."""
-    return click.option("--device", default="auto", show_default=True, help=help)
+    return click.option("--device", type=DEVICE, default="auto", show_default=True, help=help)
 
 
 def precision_option(default: str | None = "fp32", help: str = PRECISION_HELP) -> Callable:
     """`--precision fp32|tf32|bf16|fp16`, the same choices wherever a model runs."""
     return click.option("--precision", type=click.Choice(PRECISIONS), default=default,
                         show_default=default is not None, help=help)
+
+
+def _use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    """Apply --threads (or the default) when the options are parsed, before the stage imports torch; more threads
+    than usable CPUs are warned about (they would wait for each other)."""
+    count, cpus = use_threads(value), usable_cpus()
+    if count > cpus:
+        source = "--threads" if value else THREADS_VARIABLE
+        log.warning("%s asks for %d threads on the %d CPU%s this process may use: they will wait for each other; "
+                    "give --threads %d or fewer", source, count, cpus, "s" if cpus > 1 else "", cpus)
+    log.debug("computing with %d CPU threads (%d CPUs usable)", count, cpus)
+
+
+def threads_option() -> Callable:
+    """`--threads N`: the CPU threads a stage computes with (vltools.threads), on every stage that computes."""
+    return click.option("--threads", type=Integer(min=1), expose_value=False, callback=_use_threads,
+                        help=f"CPU threads of the computation [{THREADS_VARIABLE} when set, else the CPUs this "
+                             "process may use: its CPU affinity, at most its container's CPU quota].")
 
 
 def batch_size_option(default: int | None, help: str | None = None) -> Callable:
@@ -188,6 +233,7 @@ def image_run_options(func: Callable) -> Callable:
         workers_option(2, "DataLoader processes decoding images while the model runs (0 = decode in-process)."),
         device_option(),
         precision_option(),
+        threads_option(),
         click.option("--dtype", type=click.Choice(FEATURE_DTYPES), default="float16", show_default=True,
                      help="Storage type of the feature datasets."),
         click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
@@ -242,6 +288,19 @@ class FiniteFloat(click.FloatRange):
             self.fail(exc.problem, param, ctx)
 
 
+class Device(click.ParamType):
+    """The type of every --device: `vltools.infer.checks.device`, so that a misspelt device (`gpu`) is a usage error
+    (exit 2) at once, not after torch has loaded."""
+
+    name = "device"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return checks.device(value, param.name if param else "device")
+        except checks.ArgumentError as exc:
+            self.fail(exc.problem, param, ctx)
+
+
 def image_side(min_side: int = 16) -> Integer:
     """The type of every image-size and crop-size option: `min_side` to MAX_IMAGE_SIDE pixels."""
     return Integer(min_side, MAX_IMAGE_SIDE)
@@ -250,3 +309,4 @@ def image_side(min_side: int = 16) -> Integer:
 CAPTION_WORDS = Integer(1, MAX_CAPTION_WORDS)   # the type of every --max-len
 BEAMS = Integer(1, MAX_BEAM)                    # the type of every --beam
 SEED_RANGE = Integer(0, MAX_SEED)               # the type of every --seed: what numpy, torch and random all accept
+DEVICE = Device()                               # the type of every --device

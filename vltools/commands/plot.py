@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.options import primary_output
 from vltools.errors import VLToolsError
 from vltools.io.progress import log
 
 
+@primary_output("output")
 @click.command("plot")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, Integer
+from vltools.commands.options import SEED_RANGE, Integer, primary_output
 
 FILE = click.Path(dir_okay=False)
 
 
+@primary_output("out")
 @click.command("report")
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--rankings", multiple=True, type=FILE, help="Rankings JSONL of match (i2t, t2i and/or i2i); repeatable.")

@@ -7,13 +7,12 @@ import math
 
 import click
 
-from vltools.commands.options import Integer, output_option
+from vltools.commands.inputs import InputFile
+from vltools.commands.options import Integer, output_option, primary_output
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
-
-FILE = click.Path(dir_okay=False, allow_dash=True)
 
 
 def _finite(value: object) -> object:
@@ -48,9 +47,10 @@ def command() -> None:
     """
 
 
+@primary_output(stdout=True)
 @command.command("caption")
-@click.argument("predictions", type=FILE)
-@click.option("--refs", "refs", required=True, type=FILE,
+@click.argument("predictions", type=InputFile("jsonl", "json", stdin=True))
+@click.option("--refs", "refs", required=True, type=InputFile("jsonl", "json", stdin=True),
               help="Reference captions: captions JSONL (image_id), pairs JSONL (pair_id + description) or COCO JSON.")
 @click.option("--tokenized", is_flag=True,
               help="The references are already PTB-tokenised (lower case, no punctuation): do not tokenise them "
@@ -96,10 +96,12 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+@primary_output(stdout=True)
 @command.command("retrieval")
-@click.argument("scores", nargs=-1, required=True, type=FILE)
-@click.option("--captions", type=FILE, help="Captions JSONL naming each caption's image: needed for rankings JSONL; "
-              "for a .npy matrix, its rows are the images in order of first mention and its columns the captions.")
+@click.argument("scores", nargs=-1, required=True, type=InputFile("hdf5", "npy", "jsonl", stdin=True))
+@click.option("--captions", type=InputFile("jsonl", stdin=True),
+              help="Captions JSONL naming each caption's image: needed for rankings JSONL; for a .npy matrix, its "
+                   "rows are the images in order of first mention and its columns the captions.")
 @click.option("--protocol", type=click.Choice(["full", "coco1k"]), default="full", show_default=True,
               help="full: all images and captions at once (COCO 5K, Flickr30K 1K); coco1k: mean over folds of "
                    "--fold-size images and their captions, in file order.")
@@ -130,21 +132,23 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
     _emit(result, _retrieval_rows(result))
 
 
+@primary_output(stdout=True)
 @command.command("semantic")
-@click.argument("model", type=FILE)
-@click.option("--proxy", type=click.Path(dir_okay=False),
+@click.argument("model", type=InputFile("hdf5", "jsonl", stdin=True))
+@click.option("--proxy", type=InputFile("hdf5"),
               help="Proxy HDF5 (tfidf-proxy): relevance = dot product of its rows (tf-idf, or word2vec + FV). "
                    "Needed for NDCG / PCC.")
-@click.option("--R", "r_text", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
+@click.option("--R", "r_values", default=",".join(map(str, semantic_eval.DEFAULT_R)), show_default=True,
               help="Comma-separated numbers of retrieved images R for NDCG@R and PCC@R.")
-@click.option("--triplets", type=FILE, help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the "
-              "user-agreement score (o1 / o2: annotators who chose a / b, o3: neither).")
+@click.option("--triplets", type=InputFile("jsonl", stdin=True),
+              help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the user-agreement score (o1 / o2: "
+                   "annotators who chose a / b, o3: neither).")
 @output_option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
 @click.option("--split", default="test", show_default=True,
               help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
 @click.option("--queries", type=Integer(min=1),
               help="When MODEL is a proxy file: the first N images of the split are the queries [all].")
-def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, plot: str | None, split: str,
+def semantic(model: str, proxy: str | None, r_values: str, triplets: str | None, plot: str | None, split: str,
              queries: int | None) -> None:
     """Semantic retrieval (Gordo & Larlus): NDCG@R, PCC@R and their AUC against a tf-idf proxy, user agreement.
 
@@ -159,8 +163,8 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
         raise click.UsageError("give --proxy for NDCG / PCC, --triplets for user agreement, or both")
     if plot and proxy is None:
         raise click.UsageError("--plot draws the NDCG / PCC curves, which need --proxy")
-    r_values = semantic_eval.check_r_values(_int_list(r_text, "--R"))
-    result, kept = score_semantic_file(model, proxy, triplets, tuple(r_values), split, queries, plot)
+    result, kept = score_semantic_file(model, proxy, triplets, tuple(_int_list(r_values, "--R")), split, queries,
+                                       plot)
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if proxy is not None:
         rows += [(f"NDCG@{r} / PCC@{r}", f"{_number(result['ndcg'][str(r)], 1)} / {_number(result['pcc'][str(r)], 1)}")
@@ -171,8 +175,9 @@ def semantic(model: str, proxy: str | None, r_text: str, triplets: str | None, p
     _emit(result, rows)
 
 
+@primary_output(stdout=True)
 @command.command("self-retrieval")
-@click.argument("logp", type=click.Path(dir_okay=False))
+@click.argument("logp", type=InputFile("hdf5"))
 @click.option("--k", "k_text", default=",".join(map(str, self_retrieval_eval.KS)), show_default=True,
               help="Comma-separated K values for top-K recall (capped at the number of images).")
 def self_retrieval(logp: str, k_text: str) -> None:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from vltools.commands.options import image_run_options, image_side, make_run
+from vltools.commands.options import image_run_options, image_side, make_run, primary_output
 from vltools.infer.settings import parse_shard
 
 
+@primary_output("output", stdout=True)
 @click.command("segment-pool")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--image-size", type=image_side(), default=448, show_default=True,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, primary_output
 from vltools.io.progress import log
 
 
+@primary_output("out")
 @click.command("synth")
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True,

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, device_option, image_side, output_option
+from vltools.commands.options import (
+    SEED_RANGE,
+    FiniteFloat,
+    Integer,
+    device_option,
+    image_side,
+    output_option,
+    primary_output,
+    threads_option,
+)
 from vltools.infer.settings import BACKBONE_NAMES
 from vltools.io.progress import log
 from vltools.train.config import BACKBONE
 
 
+@primary_output("output")
 @click.command("synth-backbone")
 @click.argument("world", type=click.Path(file_okay=False))
 @output_option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -28,6 +38,7 @@ from vltools.train.config import BACKBONE
               help="Seed of initialisation, data order and flips: the same seed and options give the same file "
                    "on the same CPU with the same number of threads.")
 @device_option()
+@threads_option()
 def command(world: str, output: str, backbone: str, image_size: int, epochs: int, batch_size: int, lr: float,
             seed: int, device: str) -> None:
     """Train a backbone to name the shape, colour, size and position of every object of the synthetic world WORLD

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, precision_option
+from vltools.commands.options import (
+    DEVICE,
+    SEED_RANGE,
+    FiniteFloat,
+    Integer,
+    precision_option,
+    primary_output,
+    threads_option,
+)
 from vltools.train import TASKS
 
 
+@primary_output("output")
 @click.command("train")
 @click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
@@ -29,7 +38,8 @@ from vltools.train import TASKS
 @click.option("--val-every", type=Integer(min=0),
               help="Validate every N iterations, 0 for epoch ends only (train.val_every).")
 @click.option("--seed", type=SEED_RANGE, help="Seed of initialisation, data order and dropout (train.seed).")
-@click.option("--device", help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
+@click.option("--device", type=DEVICE,
+              help="auto, cpu or cuda[:k]; under torchrun each process takes its LOCAL_RANK GPU.")
 @precision_option(None, "IEEE fp32 [default]; tf32 (a GPU's matmuls and convolutions in TF32, the same as fp32 "
                         "on a CPU); or forward passes autocast to bf16 or fp16 (fp16 with a gradient scaler that "
                         "skips overflowing steps; meant for GPUs) (train.precision).")
@@ -46,6 +56,7 @@ from vltools.train import TASKS
               help="Frozen reference checkpoint of contrastive objectives (task.reference).")
 @click.option("--init", "init", type=click.Path(dir_okay=False),
               help="Checkpoint whose weights and vocabulary the model starts from (task.init).")
+@threads_option()
 def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
             epochs: int | None, batch_size: int | None, lr: float | None, lr_update: int | None,
             grad_clip: float | None, val_every: int | None, seed: int | None, device: str | None,

@@ -20,6 +20,7 @@ import torch
 from vltools.data.blocks import BatchedDataset
 from vltools.data.converters.scan_vocab import load_vocabulary as read_vocabulary_json
 from vltools.errors import VLToolsError, require_file
+from vltools.io.bounded import parse_json
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import caption_ids, read_records
@@ -134,7 +135,7 @@ def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],
             raise VLToolsError(f"{path}: this {CHECKPOINT_FORMAT} has no vocabulary; give a vocab JSON instead")
         return Vocabulary(payload["vocab"])
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise VLToolsError(f"{path}: not a JSON vocabulary ({exc}); give a SCAN vocab JSON or a list of words") \
             from None

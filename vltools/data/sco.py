@@ -181,7 +181,9 @@ def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.Pa
     """The image vectors a trained SCO model (its `config`) reads: SOURCE is the context file and `concepts` the
     concept scores; a context-only model ignores `concepts`, a concepts-only model reads `concepts` (or SOURCE
     when `concepts` is not given). A "ctx + sen" model (`use_sentence`) reads the generated `sentences` (encoded
-    with the model's `vocab`), which the others ignore. Widths are checked against the model's."""
+    with the model's `vocab`), which the others ignore; SOURCE names its images also when it represents them by
+    the sentence alone (`use_context` false, its context vectors then unused). Widths are checked against the
+    model's."""
     use_context, use_concepts = bool(config["use_context"]), bool(config["use_concepts"])
     if use_context and use_concepts and concepts is None:
         raise VLToolsError(f"{source}: this SCO model fuses context and concepts; give the concept scores with "
@@ -189,10 +191,10 @@ def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.Pa
     generated = None
     if config.get("use_sentence"):
         if sentences is None or vocab is None:
-            raise VLToolsError(f"{source}: this SCO model (ctx + sen) fuses the context with a generated sentence "
-                               f"per image; give them with --sentences GENERATED.jsonl (`{SENTENCES_COMMAND}`)")
+            raise VLToolsError(f"{source}: this SCO model (ctx + sen) represents each image by a generated "
+                               f"sentence; give them with --sentences GENERATED.jsonl (`{SENTENCES_COMMAND}`)")
         generated = GeneratedSentences(sentences, vocab, int(config["max_words"]))
-    context_path = source if use_context else None
+    context_path = source if use_context or generated is not None else None
     concepts_path = (concepts if concepts is not None else source) if use_concepts else None
     if context_path is not None:
         check_global(context_path, False, int(config["context_dim"]))

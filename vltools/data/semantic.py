@@ -83,13 +83,15 @@ def split_neighbors(matrix: sp.csr_matrix, splits: Sequence[str], k: int) -> tup
 
 
 def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
-                k: int, stem: bool = True) -> ProxyFile:
+                k: int, stem: bool = True, distinct: bool = True) -> ProxyFile:
     """The tf-idf proxy of images' texts: vocabulary and idf from `train_split`, k neighbours within each split.
 
-    `stem` False takes each text as one term (object synsets) instead of stemming its words."""
+    `stem` False takes each text as one term (object synsets) instead of stemming its words. `distinct` counts each
+    of an image's terms once: all its captions' words as "a single set of words" (Gordo & Larlus section 4);
+    False counts every occurrence (the objects proxy's histogram: "counting how many objects of each synset")."""
     stemmer = Stemmer()
     bags = ([s for text in group for s in stemmer(text)] if stem else list(group) for group in texts)
-    counts, terms = count_matrix(bags, len(ids))
+    counts, terms = count_matrix(bags, len(ids), distinct)
     tfidf = fit_tfidf(counts, terms, training_rows(splits, train_split))
     if len(tfidf.empty_rows):
         log.warning("%d images have no vocabulary word and get the zero vector: %s", len(tfidf.empty_rows),
@@ -100,11 +102,14 @@ def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Seque
 
 def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Sequence[str]], train_split: str,
                        k: int, fisher: FisherSettings, word2vec: Word2VecSettings,
-                       vectors_path: str | os.PathLike | None = None) -> tuple[ProxyFile, dict[str, object]]:
+                       vectors_path: str | os.PathLike | None = None,
+                       distinct: bool = True) -> tuple[ProxyFile, dict[str, object]]:
     """The word2vec + Fisher vector proxy (Gordo & Larlus Table 1): each image's words (unstemmed, all captions
-    together) as one set, its l2-normalised Fisher vector under a mixture fitted on the training split's word
-    occurrences, k neighbours within each split. The word vectors are those of the captions' words in the word2vec
-    binary file `vectors_path` (the published ones) or, without it, trained on the training split's captions.
+    together) as one set (`distinct`; False: every occurrence counts), its l2-normalised Fisher vector under a
+    mixture fitted on the training split's images' words so counted, k neighbours within each split. The word
+    vectors are those of the captions' words in the word2vec binary file `vectors_path` or, without it, trained on
+    the training split's captions. Nothing depends on the order of the images: the training captions are put in a
+    canonical order (`train_word2vec`), the words sorted, the mixture fitted whatever its rows' order (`fit_gmm`).
     Returns the proxy (columns "mu:k:d" / "sigma:k:d", idf 1) and the settings and counts to record in its
     attributes."""
     train = training_rows(splits, train_split)
@@ -117,9 +122,10 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
             word_vectors = train_word2vec(sentences, word2vec)
         except ValueError as exc:
             raise VLToolsError(f"word2vec: {exc}; lower --min-count or give --word-vectors") from None
-    counts, terms = count_matrix(bags, len(ids))
+    counts, terms = count_matrix(bags, len(ids), distinct)
     index = {word: i for i, word in enumerate(word_vectors.words)}
-    known = np.array([i for i, term in enumerate(terms) if term in index], dtype=np.int64)
+    known = np.array(sorted((i for i, term in enumerate(terms) if term in index), key=terms.__getitem__),
+                     dtype=np.int64)
     vectors = word_vectors.vectors[[index[terms[i]] for i in known]].astype(np.float64)
     train_counts = np.asarray(counts[train][:, known].sum(axis=0)).ravel()
     if not train_counts.any():
@@ -127,8 +133,9 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
         raise input_error(vectors_path, None, f"none of the {train_words} words of the captions of the training "
                           f"split {train_split!r} has a vector here", "give the vectors of the captions' language, "
                           "or train them (no --word-vectors)")
+    train_vectors, train_weights = vectors[train_counts > 0], train_counts[train_counts > 0]
     try:
-        gmm = fit_gmm(vectors[train_counts > 0], train_counts[train_counts > 0], fisher)
+        gmm = fit_gmm(train_vectors, train_weights, fisher)
     except ValueError as exc:
         raise VLToolsError(f"Gaussian mixture: {exc} of the training split; lower --components") from None
     counts = counts[:, known].tocsr()
@@ -144,8 +151,10 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
               {"word2vec": "skip-gram, 5 negative samples", "window": word2vec.window, "epochs": word2vec.epochs,
                "min_count": word2vec.min_count})
     return proxy, {**source, "word_dim": word_vectors.dim, "components": fisher.components,
-                   "gmm_iterations": fisher.iterations, "seed": fisher.seed, "words_with_vectors": len(known),
-                   "words_without_vectors": len(terms) - len(known), "images_without_words": len(empty)}
+                   "gmm_iterations": fisher.iterations, "gmm_starts": fisher.starts,
+                   "gmm_log_likelihood": gmm.log_likelihood(train_vectors, train_weights), "seed": fisher.seed,
+                   "words_with_vectors": len(known), "words_without_vectors": len(terms) - len(known),
+                   "images_without_words": len(empty)}
 
 
 def oracle_sims(proxy: ProxyFile, split: str, queries: int | None = None) -> Sims:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error, shown_ids
+from vltools.errors import VLToolsError, argument, input_error, shown_ids
 from vltools.io.atomic import atomic_path
 from vltools.io.progress import log
 
@@ -165,7 +165,8 @@ def plot_curves(path: str | os.PathLike, summary: dict[str, object]) -> None:
 def check_r_values(r_values: list[int]) -> list[int]:
     """R values must be positive and increasing."""
     if not r_values or any(r < 1 for r in r_values) or any(b <= a for a, b in itertools.pairwise(r_values)):
-        raise VLToolsError(f"--R {','.join(map(str, r_values))}: give increasing positive integers, e.g. 1,10,100")
+        raise VLToolsError(f"{argument('r_values')} {','.join(map(str, r_values))}: give increasing positive integers, "
+                           "e.g. 1,10,100")
     return r_values
 
 
@@ -175,7 +176,7 @@ def _usable_r(r_values: list[int], available: int, what: str) -> list[int]:
         log.warning("R = %s left out: only %d %s", ",".join(str(r) for r in r_values if r > available),
                     available, what)
     if not kept:
-        raise VLToolsError(f"no R value is at most {available} ({what}); give smaller --R values")
+        raise VLToolsError(f"no R value is at most {available} ({what}); give smaller {argument('r_values')}")
     return kept
 
 

@@ -13,6 +13,7 @@ import difflib
 import math
 import numbers
 import os
+import re
 from collections.abc import Collection, Iterable
 
 from vltools.errors import ArgumentError
@@ -24,6 +25,13 @@ MAX_CAPTION_WORDS = 512      # words: the field's captions and pair descriptions
 MAX_GRID_LEVEL = 32          # n of an n x n grid of regions: 32 is already 1024 crops an image
 MAX_BEAM = 100               # beams per image: the field decodes with 1 to 20
 MAX_SEED = 2**32 - 1         # what numpy, torch and random all accept
+MAX_WORD_DIM = 1000          # dimensions of a word vector: the field's are 50 to 1000 (word2vec's GoogleNews 300)
+MAX_MIXTURE_COMPONENTS = 256  # Gaussians of a Fisher vector's mixture: the field uses 16 to 256
+MAX_EM_STARTS = 100          # EM starts of a mixture: each costs a whole EM run
+# every other integer (a count, a size, an index): the largest C int, which the libraries below take (gensim's
+# window and epochs, FAISS's nprobe, HDF5's sizes); a larger one is a slip that would end in their OverflowError
+MAX_INTEGER = 2**31 - 1
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")   # the devices a stage runs on (devices.resolve_device)
 
 
 def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = False,
@@ -44,14 +52,25 @@ def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = F
             f"{' (excluded)' if high_open else ''}")
 
 
+def shown(value: object) -> str:
+    """`value` as an error shows it: its repr, or an integer's size when it has too many digits to print (Python
+    refuses to print one of more than 4300 digits)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) > 10**30:
+        return f"an integer of about {int(value).bit_length() * math.log10(2):.0f} digits"
+    return repr(value)
+
+
 def integer(value: object, name: str, low: int | None = None, high: int | None = None) -> int:
-    """`value` as an int when it is an integer (not a bool, a float or a string) in [low, high]."""
+    """`value` as an int when it is an integer (not a bool, a float or a string) in [low, high]; without `high`,
+    at most MAX_INTEGER."""
     wanted = _bounds("integer", low, high)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
+        raise ArgumentError(name, f"must be {wanted}, not {shown(value)}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ArgumentError(name, f"must be {wanted}, not {value}")
+        raise ArgumentError(name, f"must be {wanted}, not {shown(value)}")
+    if high is None and value > MAX_INTEGER:
+        raise ArgumentError(name, f"must be at most {MAX_INTEGER}, not {shown(value)}")
     return value
 
 
@@ -61,8 +80,11 @@ def number(value: object, name: str, low: float | None = None, high: float | Non
     when `low_open`, `high` when `high_open`); NaN and the infinities are refused everywhere."""
     wanted = _bounds("finite number", low, high, low_open, high_open)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
-    value = float(value)
+        raise ArgumentError(name, f"must be {wanted}, not {shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:     # an int or a Fraction beyond float's range, e.g. 10**400
+        raise ArgumentError(name, f"must be {wanted}, not {shown(value)}") from None
     if (not math.isfinite(value) or (low is not None and (value <= low if low_open else value < low))
             or (high is not None and (value >= high if high_open else value > high))):
         raise ArgumentError(name, f"must be {wanted}, not {value!r}")
@@ -97,14 +119,24 @@ def text(value: object, name: str, optional: bool = False) -> str | None:
     return value
 
 
+def device(value: object, name: str) -> str:
+    """`value` when it names a device (DEVICES): auto, cpu, cuda, cuda:K or mps; whether it is there is known only
+    when torch looks (devices.resolve_device), but a misspelling (`gpu`, `cuda0`) is refused at once."""
+    if not isinstance(value, str) or not DEVICES.fullmatch(value):
+        raise ArgumentError(name, f"must be auto, cpu, cuda or cuda:K (K: a GPU's index), not {value!r}")
+    return value
+
+
 def path(value: object, name: str, optional: bool = False) -> str | os.PathLike | None:
-    """`value` when it is a file path (a non-empty str or os.PathLike; or None, when `optional`): an int would
-    be taken for an open file descriptor, None for standard output."""
+    """`value` when it is a file path (a non-empty str or os.PathLike without a NUL; or None, when `optional`): an
+    int would be taken for an open file descriptor, None for standard output."""
     if value is None and optional:
         return None
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise ArgumentError(name, f"must be a file path (str or pathlib.Path){' or None' if optional else ''}, "
                                   f"not {value!r}")
+    if "\0" in os.fsdecode(value):    # no file name holds one: the OS calls would fail with "embedded null byte"
+        raise ArgumentError(name, f"must be a file path without a NUL character, not {value!r}")
     return value
 
 

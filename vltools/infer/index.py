@@ -19,6 +19,7 @@ from vltools.infer.topk import faiss_index, faiss_query, faiss_reason, require_f
 from vltools.io.embeddings import Embeddings, open_embeddings
 from vltools.io.hdf5 import read
 from vltools.io.index import REBUILD, IndexFile, read_index, write_index
+from vltools.io.progress import log
 
 PathLike = str | os.PathLike
 BLOCK_ROWS = 65536
@@ -59,7 +60,7 @@ def build_index(embeddings: PathLike, output: PathLike | None, factory: str = DE
         built = faiss_index(source.emb.shape[1], factory, metric, "--factory")
         needs_training = not built.is_trained
         train = training_rows(source.emb, train_size, seed) if needs_training else None
-        train_and_add(built, _blocks(source.emb), train)
+        train_and_add(built, _blocks(source.emb), f"--factory {factory!r}", train)
         attrs = {key: value.decode() if isinstance(value, bytes) else value
                  for key, value in source.handle.attrs.items() if key in PROVENANCE}
         attrs.update({"embeddings": str(embeddings), "metric": metric, "factory": factory,
@@ -91,12 +92,23 @@ class SavedIndex:
     def side(self) -> str:
         return self.file.side
 
-    def search(self, queries, k: int, nprobe: int = 16) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, row indices) of every query row (an array-like of `dims` columns), higher is better."""
+    def search(self, queries, k: int, nprobe: int = 16,
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, row indices) of every query row (an array-like of `dims` columns), higher is better;
+        `rows`: only these indexed rows are searched (`matched_rows`)."""
         if queries.shape[1] != self.file.dims:
             raise VLToolsError(f"{self.path}: indexes {self.file.dims}-d embeddings, the queries are "
                                f"{queries.shape[1]}-d; encode them with the model the index was built from")
-        return faiss_query(self.index, queries, k, nprobe)
+        try:
+            return faiss_query(self.index, queries, k, nprobe, rows=rows)
+        except RuntimeError as exc:
+            if rows is None:
+                raise VLToolsError(f"{self.path}: FAISS cannot search this index ({faiss_reason(exc)}); "
+                                   f"{REBUILD}") from None
+            raise VLToolsError(f"{self.path}: its {self.file.factory} index cannot search only the {len(rows)} of its "
+                               f"{len(self.ids)} rows that are matched ({faiss_reason(exc)}); index the embeddings "
+                               "of the matched items alone (vltools encode --captions CAPS --split SPLIT), or build "
+                               "it with a factory that can, e.g. Flat, IVF1024,Flat or HNSW32") from None
 
 
 def load_index(path: PathLike) -> SavedIndex:
@@ -118,11 +130,39 @@ def load_index(path: PathLike) -> SavedIndex:
 
 
 def check_model(saved: SavedIndex, digest: str | None, what: object) -> None:
-    """Refuse queries encoded by another checkpoint than the indexed embeddings (when both digests are known)."""
-    if saved.file.checkpoint_digest and digest and saved.file.checkpoint_digest != digest:
-        raise VLToolsError(f"{what}: encoded by another checkpoint ({digest}) than the embeddings indexed in "
-                           f"{saved.path} ({saved.file.checkpoint_digest}); encode the queries with the index's model "
-                           f"({saved.file.attrs.get('checkpoint', 'see vltools inspect')})")
+    """Refuse queries (`what`, with the checkpoint `digest` they record) encoded by another checkpoint than the
+    indexed embeddings, and, since nothing can show they are not, a side that records no digest when the other
+    does (every file of `vltools encode` and `vltools index` records one); when neither does, warn."""
+    indexed = saved.file.checkpoint_digest
+    if indexed == digest:
+        if digest is None:
+            log.warning("%s: neither it nor %s records the checkpoint that encoded it, so whether one model encoded "
+                        "both cannot be checked", what, saved.path)
+        return
+    if indexed is None:
+        raise VLToolsError(f"{saved.path}: records no checkpoint digest, so whether {what} was encoded by the model "
+                           f"of its embeddings cannot be checked; {REBUILD} from embeddings of vltools encode")
+    if digest is None:
+        raise VLToolsError(f"{what}: records no checkpoint digest, so whether the model of the embeddings indexed in "
+                           f"{saved.path} encoded it cannot be checked; encode it with vltools encode")
+    raise VLToolsError(f"{what}: encoded by another checkpoint ({digest}) than the embeddings indexed in "
+                       f"{saved.path} ({indexed}); encode the queries with the index's model "
+                       f"({saved.file.attrs.get('checkpoint', 'see vltools inspect')})")
+
+
+def check_source(saved: SavedIndex, source: PathLike, what: str) -> None:
+    """Warn when the index's embeddings were encoded from another file than `source` (the `what`, features or
+    captions, being matched) as far as the path its provenance records shows: other features under the same
+    image ids would propose wrong candidates, and the file's content cannot be compared."""
+    recorded = saved.file.attrs.get("source")
+    try:
+        same = isinstance(recorded, str) and os.path.samefile(recorded, source)
+    except OSError:
+        same = False
+    if not same:
+        log.warning("%s: its embeddings were encoded from %s, not from the %s %s matched here; if those are other "
+                    "%s, its candidates are wrong: index the embeddings of %s", saved.path, recorded or "an unrecorded "
+                    "file", what, source, what, source)
 
 
 def search_embeddings(saved: SavedIndex, queries: Embeddings, k: int,
@@ -148,3 +188,9 @@ def positions(saved: SavedIndex, ids: Sequence[str], what: str) -> np.ndarray:
 def remap(rows: np.ndarray, found: np.ndarray) -> np.ndarray:
     """Indexed row numbers (-1: none) as positions by `positions` (-1 where outside them)."""
     return np.where(rows >= 0, found[np.maximum(rows, 0)], -1)
+
+
+def matched_rows(found: np.ndarray) -> np.ndarray | None:
+    """The indexed rows that `positions` placed among the items searched (so that the index searches those alone
+    and a row outside them never takes a candidate's place), or None when every indexed row is one of them."""
+    return None if (found >= 0).all() else np.flatnonzero(found >= 0)

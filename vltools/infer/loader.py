@@ -13,8 +13,9 @@ from pathlib import Path
 from torch import nn
 
 from vltools.errors import VLToolsError, argument
-from vltools.io.checkpoints import load_checkpoint
+from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
+from vltools.io.fields import INTEGER, TEXT, optional
 from vltools.io.progress import log
 from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
@@ -71,7 +72,11 @@ class LoadedModel:
     @property
     def prep(self) -> CaptionPreprocessing:
         """The caption preprocessing the model was trained with (captioners, L2C)."""
-        return CaptionPreprocessing.from_config(self.payload.get("train_state", {}).get("config", {}).get("task", {}))
+        default = CaptionPreprocessing()
+        return CaptionPreprocessing(*(checkpoint_field(self.payload, f"{TASK_SETTINGS}.{name}", kind, self.path,
+                                                       getattr(default, name))
+                                      for name, kind in (("tokenizer", TEXT), ("min_count", INTEGER),
+                                                         ("max_words", INTEGER))))
 
     def tokenize(self, captions: Sequence[str], coverage: Coverage | None = None) -> list[list[int]]:
         """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary; `coverage`,
@@ -169,7 +174,7 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
     for item in loaded:
         wanted = item.settings.get("img_dim")
         if wanted is not None and int(wanted) != dim:
-            trained = trained_extractor(item.payload)
+            trained = trained_extractor(item.payload, item.path)
             raise VLToolsError(f"{reader.path}: regions are {dim}-d but {item.path} was trained on {wanted}-d "
                                f"features{f' of {trained}' if trained else ''}; use features from the same "
                                "extractor as the training data")
@@ -182,7 +187,7 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
                                "these features")
     extractor = features_extractor(reader.attrs)
     for item in loaded:
-        trained = trained_extractor(item.payload)
+        trained = trained_extractor(item.payload, item.path)
         if extractor and trained and extractor != trained:
             fix = "vltools extract-regions --regions bottom-up" if trained == BOTTOM_UP else \
                 "extract them as the training features were"
@@ -190,8 +195,7 @@ def check_features(reader: FeaturesReader, loaded: Sequence[LoadedModel]) -> Non
                         f"features; its scores may mean little ({fix})")
 
 
-def trained_extractor(payload: dict) -> str | None:
-    """The feature extractor a checkpoint was trained on, where it records it (`train_state.inputs.
+def trained_extractor(payload: dict, path: object) -> str | None:
+    """The feature extractor the checkpoint at `path` was trained on, where it records it (`train_state.inputs.
     feature_extractor`: trained by vltools, or `bottom-up` for the converted released checkpoints)."""
-    inputs = (payload.get("train_state") or {}).get("inputs") or {}
-    return inputs.get("feature_extractor")
+    return checkpoint_field(payload, "train_state.inputs.feature_extractor", optional(TEXT), path, None)

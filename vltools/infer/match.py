@@ -18,13 +18,21 @@ import numpy as np
 import torch
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
-from vltools.data.captions import check_images, read_split
+from vltools.data.captions import CaptionSplit, check_images, read_split
 from vltools.devices import PRECISIONS
 from vltools.distributed import gather_rows, place, share
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
-from vltools.infer.index import SavedIndex, check_model, load_index, positions, search_embeddings
+from vltools.infer.index import (
+    SavedIndex,
+    check_model,
+    check_source,
+    load_index,
+    matched_rows,
+    positions,
+    search_embeddings,
+)
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
@@ -118,8 +126,7 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     saved, saved_positions = None, None
     if rerank_k is not None:      # the first stage's refusals come before any caption is encoded
         require_separable(first_stage.model, first_stage.name, first_stage.path)
-        saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen.image_ids,
-                                                    chosen.caption_ids)
+        saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen, features, captions)
     for item in models:
         item.model.to(options.device)
     coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
@@ -157,10 +164,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                    [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
 
 
-def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, image_ids: Sequence[str],
-                       caption_ids: Sequence[str]) -> tuple[SavedIndex | None, np.ndarray | None]:
-    """The saved index the first stage searches (of its own image or caption embeddings), with each indexed row's
-    position among the images or captions matched."""
+def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, chosen: CaptionSplit,
+                       features: PathLike, captions: PathLike) -> tuple[SavedIndex | None, np.ndarray | None]:
+    """The saved index the first stage searches (of its own embeddings of the images of `features` or the captions
+    of `captions`), with each indexed row's position among the images or captions matched (`chosen`); an index
+    over more than those searches them alone."""
     if index_file is None:
         return None, None
     saved = load_index(index_file)
@@ -168,7 +176,13 @@ def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, im
     if saved.side not in ("images", "captions"):
         raise VLToolsError(f"{index_file}: indexes {saved.side or 'unknown'} embeddings; index the first stage's "
                            "image or caption embeddings (vltools encode)")
-    return saved, positions(saved, image_ids if saved.side == "images" else caption_ids, saved.side)
+    images = saved.side == "images"
+    check_source(saved, features if images else captions, "features" if images else "captions")
+    found = positions(saved, chosen.image_ids if images else chosen.caption_ids, saved.side)
+    rows = matched_rows(found)
+    if rows is not None:    # an index type that cannot search a subset is refused before anything is encoded
+        saved.search(np.zeros((1, saved.file.dims), dtype=np.float32), 1, rows=rows)
+    return saved, found
 
 
 def check_header(features: PathLike, models: Sequence[LoadedModel]) -> None:

@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.infer.embed import embed_all
-from vltools.infer.index import SavedIndex, remap
+from vltools.infer.index import SavedIndex, matched_rows, remap
 from vltools.infer.similarity import (
     as_models,
     autocast,
@@ -60,10 +60,10 @@ def candidates(first: FirstStage, images: FeatureBlocks, k: int, device: torch.d
 
 def proposals(first: FirstStage, queries: np.ndarray, items: np.ndarray, k: int, items_side: str,
               device: torch.device) -> np.ndarray:
-    """Top-K item indices per query: from the saved index when it holds the `items_side` embeddings, else by
-    `search` over `items`."""
+    """Top-K item indices per query: from the saved index when it holds the `items_side` embeddings (its rows
+    of those items alone), else by `search` over `items`."""
     if first.saved is not None and first.saved.side == items_side:
-        _, rows = first.saved.search(queries, k, first.nprobe)
+        _, rows = first.saved.search(queries, k, first.nprobe, matched_rows(first.saved_positions))
         return remap(rows, first.saved_positions)
     return search(queries, items, k, first.index, first.nprobe, device)[1]
 
@@ -137,6 +137,8 @@ def rerank_direction(models: Sequence[nn.Module], images: FeatureBlocks, caption
                           size=lambda start: min(per_block, n_queries - start) * width):
         block = proposals[start:start + per_block]
         union, positions = np.unique(block[block >= 0], return_inverse=True)
+        if not len(union):    # no query of the block has a candidate (an approximate first stage found none)
+            continue
         where = np.full(block.shape, -1, dtype=np.int64)
         where[block >= 0] = positions
         query_rows = order[start:start + len(block)].tolist()

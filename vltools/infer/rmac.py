@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from vltools.distributed import gather_rows, share
 from vltools.errors import VLToolsError, shown_ids
 from vltools.infer.loader import LoadedModel
+from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field
+from vltools.io.fields import INTEGER
 from vltools.io.proxy import read_proxy_file
 from vltools.text.tfidf import word_columns
 from vltools.vision.embedding import ImageStore, embed_images
@@ -76,8 +78,8 @@ def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: Qu
     missing = [i for i in ids if i not in items]
     if missing:
         raise VLToolsError(f"{images_path}: {len(missing)} images of the proxy are not in it: {shown_ids(missing)}")
-    size = options.image_size or int(loaded.payload.get("train_state", {}).get("config", {}).get("task", {})
-                                      .get("image_size", 576))
+    size = options.image_size or checkpoint_field(loaded.payload, f"{TASK_SETTINGS}.image_size", INTEGER, loaded.path,
+                                                  576)
     store = ImageStore([items[i] for i in ids], size)
     mine = share(len(ids), options.batch_size)   # under torchrun this process's batches; the first gets all rows
     found = gather_rows(embed_images(lambda images, sizes: model.encode_images(images, sizes.to(device)), store,

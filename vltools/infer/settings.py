@@ -47,7 +47,7 @@ class RunOptions:
         """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
         checks.integer(self.batch_size, "batch_size", 1)
         checks.integer(self.workers, "workers", 0)
-        checks.text(self.device, "device")
+        checks.device(self.device, "device")
         checks.choice(self.precision, "precision", PRECISIONS)
         checks.choice(self.dtype, "dtype", FEATURE_DTYPES)
         checks.flag(self.strict, "strict")

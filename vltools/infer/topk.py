@@ -18,6 +18,8 @@ import torch
 from vltools.errors import VLToolsError, first_line
 from vltools.infer.settings import EXACT
 
+FACTORY_EXAMPLES = "Flat, IVF1024,Flat or IVF4096,PQ64"
+
 
 def faiss_available() -> bool:
     """Whether the optional `faiss` package can be imported."""
@@ -92,35 +94,46 @@ def faiss_index(dims: int, factory: str, metric: str = "ip", option: str = "--in
         return faiss.index_factory(dims, factory, faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise VLToolsError(f"{option} {factory!r} is not a FAISS index factory string ({faiss_reason(exc)}); "
-                           "try Flat, IVF1024,Flat or IVF4096,PQ64") from None
+                           f"try {FACTORY_EXAMPLES}") from None
 
 
-def train_and_add(built: object, blocks: Iterable[np.ndarray], train: np.ndarray | None = None) -> None:
-    """Train `built` on `train` (when it needs training; default: the first block) and add every block's rows."""
+def train_and_add(built: object, blocks: Iterable[np.ndarray], label: str, train: np.ndarray | None = None) -> None:
+    """Train `built` on `train` (when it needs training; default: the first block) and add every block's rows;
+    FAISS refusing either is one line naming `label` (the option and factory string that chose the index)."""
     for number, block in enumerate(blocks):
         block = np.ascontiguousarray(block, dtype=np.float32)
         if number == 0 and not built.is_trained:
             try:
                 built.train(np.ascontiguousarray(block if train is None else train, dtype=np.float32))
             except RuntimeError as exc:
-                raise VLToolsError(f"cannot train the index: {faiss_reason(exc)}; train on more rows (--train-size) "
-                                   "or choose fewer IVF lists or PQ centroids") from None
-        built.add(block)
+                raise VLToolsError(f"{label}: cannot train the index: {faiss_reason(exc)}; train on more rows "
+                                   "(--train-size) or choose fewer IVF lists or PQ centroids") from None
+        try:
+            built.add(block)
+        except RuntimeError as exc:
+            raise VLToolsError(f"{label}: cannot add the embeddings to the index ({faiss_reason(exc)}); choose "
+                               f"another factory string, e.g. {FACTORY_EXAMPLES}") from None
 
 
-def faiss_query(built: object, queries, k: int, nprobe: int = 16,
-                batch_queries: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def faiss_query(built: object, queries, k: int, nprobe: int = 16, batch_queries: int = 65536,
+                rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, row indices; -1 pads) of every query row in a FAISS index, `nprobe` IVF lists visited per
-    query; scores are higher-is-better (an L2 index's squared distances are negated)."""
+    query; scores are higher-is-better (an L2 index's squared distances are negated). `rows`: only these indexed
+    rows are searched (a FAISS id selector; an index type without selectors raises FAISS's RuntimeError)."""
     import faiss
 
     ivf = faiss.try_extract_index_ivf(built)
     if ivf is not None:
         ivf.nprobe = nprobe
-    k = min(k, built.ntotal)
+    params, selector = None, None
+    if rows is not None:
+        selector = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
+        params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe) if ivf is not None else \
+            faiss.SearchParameters(sel=selector)
+    k = min(k, built.ntotal if rows is None else len(rows))
     values, indices = [], []
     for _, query in blocks_of(queries, batch_queries):
-        found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k)
+        found_values, found_indices = built.search(np.ascontiguousarray(query.numpy()), k, params=params)
         values.append(-found_values if built.metric_type == faiss.METRIC_L2 else found_values)
         indices.append(found_indices)
     return np.concatenate(values), np.concatenate(indices)
@@ -131,7 +144,7 @@ def faiss_search(queries, gallery, k: int, index: str, nprobe: int = 16,
     """Inner-product top-k through a FAISS index built from the factory string `index` over the gallery."""
     vectors = np.asarray(gallery[:], dtype=np.float32)
     built = faiss_index(vectors.shape[1], index)
-    train_and_add(built, [vectors])
+    train_and_add(built, [vectors], f"--index {index!r}")
     return faiss_query(built, queries, k, nprobe, batch_queries)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vltools.distributed import place
-from vltools.errors import VLToolsError, first_line
+from vltools.errors import VLToolsError, argument, first_line
 
 LOCK_SUFFIX = ".lock"
 SPOOL_PREFIX = "vltools-"
@@ -544,11 +544,11 @@ def atomic_folder(out: str | os.PathLike, force: bool, replaceable: Callable[[Pa
         raise VLToolsError(f"{out}: exists and is not a folder; give a new folder name")
     replacing = out.exists() and any(out.iterdir())
     if replacing and not force:
-        raise VLToolsError(f"{out}: folder exists and is not empty; give a new folder, or --force to replace an "
-                           f"earlier {what}")
+        raise VLToolsError(f"{out}: folder exists and is not empty; give a new folder, or {argument('force', 'True')} "
+                           f"to replace an earlier {what}")
     if replacing and not replaceable(out):
-        raise VLToolsError(f"{out}: --force replaces only an earlier {what} ({mark}), and this folder holds other "
-                           "files; remove it yourself or choose another")
+        raise VLToolsError(f"{out}: {argument('force')} replaces only an earlier {what} ({mark}), and this folder "
+                           "holds other files; remove it yourself or choose another")
     check_parent(out)
     with output_lock(out):
         for stale in out.parent.glob(f".{glob_escape(out.name)}.tmp-*"):  # of killed runs: the lock is ours

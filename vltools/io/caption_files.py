@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import input_error
+from vltools.io.bounded import parse_json
 from vltools.io.coco import read_coco
 from vltools.io.records import iter_lines, json_problem
 
@@ -37,7 +38,7 @@ def _add_jsonl(result: CaptionFile, path: str) -> None:
     for number, text in iter_lines(path):
         where = f"line {number}"
         try:
-            record = json.loads(text)
+            record = parse_json(text)
         except json.JSONDecodeError as exc:
             raise input_error(path, where, f"malformed JSON ({json_problem(exc)})",
                               "fix or remove that line") from None
@@ -68,7 +69,7 @@ def _is_coco_json(path: str) -> bool:
     if not head.startswith("{"):
         return False
     try:
-        whole = json.loads(Path(path).read_text(encoding="utf-8"))
+        whole = parse_json(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False  # JSONL: several objects
     return isinstance(whole, dict) and "annotations" in whole

@@ -13,11 +13,20 @@ import torch
 
 from vltools.errors import VLToolsError, require_file
 from vltools.io.atomic import DeferredWrites, atomic_path, check_room
+from vltools.io.fields import INTEGER, MAPPING, REQUIRED, TEXT, TEXTS, Kind, field, optional
 from vltools.io.provenance import provenance
 
 CHECKPOINT_FORMAT = "vltools.checkpoint"
 DIGEST_KEYS = ("model", "config", "vocab", "state_dict", "train_state")
 SCHEMA_KEY = "schema"  # the model's config schema version (vltools.models.schema_version); absent before it existed
+REWRITE = "copy or train it again"
+TASK_SETTINGS = "train_state.config.task"   # the task section of the training config a checkpoint was trained with
+TENSORS = Kind("a mapping of names to tensors", lambda value: isinstance(value, dict) and all(
+    isinstance(key, str) and isinstance(tensor, torch.Tensor) for key, tensor in value.items()))
+# the type of every top-level field, checked once the digest matched: what every reader of a checkpoint relies on
+FIELD_KINDS = {"model": TEXT, "config": MAPPING, "state_dict": TENSORS, "vocab": optional(TEXTS),
+               "train_state": MAPPING, SCHEMA_KEY: INTEGER, "provenance": optional(MAPPING)}
+REQUIRED_FIELDS = ("model", "config", "state_dict")
 
 
 def content_digest(value: object) -> str:
@@ -113,7 +122,9 @@ def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: st
     except Exception as exc:  # whatever the unpickler raises, the file is unusable as it is
         # torch's own messages run over several sentences; what the file is says more, in one complete line
         pickled = _starts_with(path, b"\x80")
-        if isinstance(exc, pickle.UnpicklingError) and ("Unsupported global" in str(exc) or pickled):
+        # a global the safe unpickler refuses: "Unsupported global: GLOBAL x", or "unsupported GLOBAL posix.system
+        # whose module posix is blocked" (a pickle inside a torch zip as much as a plain one)
+        if isinstance(exc, pickle.UnpicklingError) and ("unsupported global" in str(exc).lower() or pickled):
             raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
                               f"{pickle_fix}") from exc
         if not pickled and not _starts_with(path, b"PK\x03\x04"):
@@ -136,5 +147,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     saved = payload.get("digest")
     if saved is not None and saved != content_digest(_digested(payload)):
         raise VLToolsError(f"{path}: the checkpoint's content does not match its digest: the file is corrupt; "
-                           "copy or train it again")
+                           f"{REWRITE}")
+    for key, kind in FIELD_KINDS.items():
+        if key in payload or key in REQUIRED_FIELDS:
+            payload[key] = field(payload, key, kind, path, REWRITE)
     return payload
+
+
+def checkpoint_field(payload: dict, key: str, kind: Kind, path: object, default: object = REQUIRED) -> object:
+    """A field of a loaded checkpoint below the top level (dotted: "train_state.config.task.image_size"), checked
+    for `kind` (`vltools.io.fields.field`); `default` when the checkpoint does not record it."""
+    return field(payload, key, kind, path, REWRITE, default=default)

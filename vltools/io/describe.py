@@ -8,9 +8,11 @@ import zipfile
 from pathlib import Path
 
 from vltools.errors import VLToolsError, require_file
-from vltools.io.checkpoints import load_checkpoint
+from vltools.io.bounded import parse_json
+from vltools.io.checkpoints import checkpoint_field, load_checkpoint
 from vltools.io.features import FeaturesReader
-from vltools.io.hdf5 import decode_strings, file_kind, is_hdf5, open_h5, verify
+from vltools.io.fields import TEXT, optional
+from vltools.io.hdf5 import attributes, decode_strings, file_kind, is_hdf5, open_h5, verify
 from vltools.io.records import SCHEMAS, caption_ids, detect_kind, iter_lines, json_problem, read_records
 from vltools.io.state import read_sidecar
 
@@ -23,18 +25,13 @@ REQUIRED_DATASETS = {
 }
 
 
-def _attrs(handle) -> dict:
-    return {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
-            for k, v in handle.attrs.items()}
-
-
 def describe_hdf5(path: Path) -> dict:
     """Check an HDF5 file of any vltools kind and summarise its datasets and attributes."""
     with open_h5(path) as handle:
         kind = file_kind(handle)
         if kind is None:
             raise VLToolsError(f"{path}: HDF5 but not a vltools file (no 'format' attribute)")
-        attrs = _attrs(handle)
+        attrs = attributes(handle)
         shapes = {}
         handle.visititems(lambda name, obj: shapes.__setitem__(name, list(obj.shape)) if hasattr(obj, "shape")
                           else None)
@@ -63,7 +60,7 @@ def describe_checkpoint(path: Path) -> dict:
         "parameters": int(sum(t.numel() for t in state.values())),
         "tensors": len(state),
         "train_state": {k: v for k, v in payload.get("train_state", {}).items() if isinstance(v, (int, float, str))},
-        "tokenizer": (payload.get("train_state", {}).get("inputs") or {}).get("tokenizer"),  # which built the vocab
+        "tokenizer": checkpoint_field(payload, "train_state.inputs.tokenizer", optional(TEXT), path, None),  # vocab
         "provenance": payload.get("provenance"),
     }
 
@@ -73,7 +70,7 @@ def describe_jsonl(path: Path) -> dict:
     first = None
     for number, text in iter_lines(path):
         try:
-            first = json.loads(text)
+            first = parse_json(text)
         except json.JSONDecodeError as exc:
             raise VLToolsError(f"{path}: line {number}: malformed JSON ({json_problem(exc)}); "
                                "fix or remove that line") from None

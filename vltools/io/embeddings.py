@@ -14,16 +14,20 @@ import numpy as np
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import binary_output
+from vltools.io.fields import TEXT, field, optional
 from vltools.io.hdf5 import (
     OutputFile,
+    attributes,
     create_dataset,
-    decode_strings,
     open_h5,
     read,
+    read_strings,
     refuse_nonfinite,
     set_attrs,
-    string_dtype,
+    write_strings,
 )
+
+REENCODE = "rerun vltools encode"
 
 
 @dataclass
@@ -45,27 +49,30 @@ class Embeddings:
 def open_embeddings(path: str | os.PathLike) -> Embeddings:
     """Open and check an embeddings file written by `vltools encode`."""
     handle = open_h5(path, "embeddings")
+    try:
+        return _checked(path, handle)
+    except BaseException:
+        handle.close()
+        raise
+
+
+def _checked(path: str | os.PathLike, handle: h5py.File) -> Embeddings:
+    """The embeddings of the open file `handle`, every part checked (the caller closes it on an error)."""
     for name in ("ids", "emb"):
         if name not in handle:
-            handle.close()
-            raise VLToolsError(f"{path}: embeddings file lacks the /{name} dataset; rerun vltools encode")
-    ids = decode_strings(handle["ids"][()])
+            raise VLToolsError(f"{path}: embeddings file lacks the /{name} dataset; {REENCODE}")
+    ids = read_strings(handle, "ids")
     emb = handle["emb"]
     if emb.ndim != 2 or emb.shape[0] != len(ids):
-        shape = emb.shape    # read before closing: a closed dataset has no shape
-        handle.close()
-        raise VLToolsError(f"{path}: /emb has shape {shape} for {len(ids)} ids; rerun vltools encode")
+        raise VLToolsError(f"{path}: /emb has shape {emb.shape} for {len(ids)} ids; {REENCODE}")
     for start in range(0, emb.shape[0], 65536):    # one pass in blocks: a NaN row would rank silently wrong
         block = read(emb, np.s_[start:start + 65536])
-        try:
-            refuse_nonfinite(path, "emb", block, ids, range(start, start + len(block)))
-        except VLToolsError:
-            handle.close()
-            raise
-    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in handle.attrs.items()}
-    image_ids = decode_strings(handle["caption_image_ids"][()]) if "caption_image_ids" in handle else None
-    return Embeddings(Path(path), ids, emb, str(attrs.get("side", "")), attrs.get("checkpoint_digest"),
-                      image_ids, handle)
+        refuse_nonfinite(path, "emb", block, ids, range(start, start + len(block)))
+    attrs = attributes(handle)
+    side = field(attrs, "side", TEXT, path, REENCODE, what="attribute", default="")
+    digest = field(attrs, "checkpoint_digest", optional(TEXT), path, REENCODE, what="attribute", default=None)
+    image_ids = read_strings(handle, "caption_image_ids") if "caption_image_ids" in handle else None
+    return Embeddings(Path(path), ids, emb, side, digest, image_ids, handle)
 
 
 def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
@@ -73,10 +80,9 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
     """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
     with binary_output(path) as target, OutputFile(target) as handle:
         set_attrs(handle, "embeddings", attrs)
-        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        write_strings(handle, "ids", ids)
         if caption_image_ids is not None:
-            handle.create_dataset("caption_image_ids", data=np.array(list(caption_image_ids), dtype=object),
-                                  dtype=string_dtype())
+            write_strings(handle, "caption_image_ids", caption_image_ids)
         row = 0
         for block in blocks:
             if "emb" not in handle:

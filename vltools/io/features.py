@@ -9,12 +9,16 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
+from vltools.io.fields import INTEGER, TEXT, field
 from vltools.io.hdf5 import (
+    REWRITE,
     OutputFile,
+    attributes,
     create_dataset,
     decode_strings,
     open_h5,
     read,
+    read_strings,
     refuse_nonfinite,
     set_attrs,
     string_dtype,
@@ -28,6 +32,9 @@ IDS_CHECKSUM = "ids_checksum"
 FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32,
                 "labels": np.int32, "label_scores": np.float32, "attributes": np.int32, "attribute_scores": np.float32}
 BOTTOM_UP = "bottom-up"  # the extractor of the bottom-up-attention features (Anderson et al. 2018)
+# the kind of each attribute the readers rely on, checked when the file is opened (the rest are only shown)
+ATTRIBUTE_KINDS = {IDS_CHECKSUM: TEXT, "dtype": TEXT, "stride": INTEGER, "parts": TEXT, "extractor": TEXT,
+                   "backbone": TEXT, "weights": TEXT, "regions": TEXT, "global": TEXT}
 
 
 class FeaturesWriter:
@@ -160,15 +167,21 @@ class FeaturesReader:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.handle = open_h5(self.path, "features")
+        try:
+            self._check()
+        except BaseException:
+            self.handle.close()
+            raise
+
+    def _check(self) -> None:
+        """Read and check the ids and the attributes, and that every dataset has one row per id."""
         if "ids" not in self.handle:
-            self.handle.close()
-            raise VLToolsError(f"{self.path}: features file has no /ids dataset; rerun the stage that wrote it")
-        self.ids = decode_strings(read(self.handle["ids"]))
-        saved = self.handle.attrs.get(IDS_CHECKSUM)
-        if saved is not None and (saved.decode() if isinstance(saved, bytes) else saved) != ids_digest(self.ids):
-            self.handle.close()
-            raise VLToolsError(f"{self.path}: /ids does not match its checksum; the file is corrupt, rerun the stage "
-                               "that wrote it")
+            raise VLToolsError(f"{self.path}: features file has no /ids dataset; {REWRITE}")
+        self.attrs = attributes(self.handle)
+        for key, kind in ATTRIBUTE_KINDS.items():
+            if key in self.attrs:
+                self.attrs[key] = field(self.attrs, key, kind, self.path, REWRITE, what="attribute")
+        self.ids = read_strings(self.handle, "ids", IDS_CHECKSUM)
         self.index = {image_id: row for row, image_id in enumerate(self.ids)}
         if len(self.index) != len(self.ids):
             dup = next(i for i in self.ids if self.ids.count(i) > 1)
@@ -177,12 +190,8 @@ class FeaturesReader:
             if name in self.handle and self.handle[name].shape[0] != len(self.ids):
                 raise VLToolsError(
                     f"{self.path}: /{name} has {self.handle[name].shape[0]} rows but /ids has {len(self.ids)}; "
-                    "the file is incomplete, rerun the stage that wrote it"
+                    f"the file is incomplete, {REWRITE}"
                 )
-
-    @property
-    def attrs(self) -> dict[str, object]:
-        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in self.handle.attrs.items()}
 
     @property
     def fields(self) -> list[str]:

@@ -12,10 +12,11 @@ import numpy as np
 
 from vltools.errors import VLToolsError, first_line, require_file
 from vltools.io.atomic import DeferredWrites, binary_output, check_room
-from vltools.io.provenance import provenance
+from vltools.io.fields import TEXT, field
+from vltools.io.kinds import sniff
+from vltools.io.provenance import ids_digest, provenance
 
 FORMAT_VERSION = 1
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def string_dtype() -> h5py.Datatype:
@@ -28,13 +29,38 @@ def decode_strings(values: np.ndarray) -> list[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
 
 
+def digest_attribute(name: str) -> str:
+    """The attribute recording the digest of the string dataset `name` (`ids_digest` for /ids)."""
+    return f"{name}_digest"
+
+
+def write_strings(handle: h5py.Group, name: str, values: Sequence[str]) -> None:
+    """Write the string dataset `name` (ids, splits, words) and the digest of its values (`digest_attribute`):
+    strings cannot carry HDF5's checksum filter, so `read_strings` checks them against it instead."""
+    values = list(values)
+    handle.create_dataset(name, data=np.array(values, dtype=object), dtype=string_dtype())
+    handle.attrs[digest_attribute(name)] = ids_digest(values)
+
+
+def read_strings(handle: h5py.Group, name: str, digest: str | None = None) -> list[str]:
+    """The strings of dataset `name`, checked against the digest the file records for them (the attribute
+    `digest`, default `digest_attribute(name)`; a file without one is not checked): two ids swapped or one
+    renamed would otherwise name the wrong rows silently. The one way an id list of a vltools file is read."""
+    values = decode_strings(read(handle[name]))
+    key = digest or digest_attribute(name)
+    if key in handle.attrs:
+        path = handle.file.filename
+        saved = field({key: plain(handle.attrs[key])}, key, TEXT, path, REWRITE, what="attribute")
+        if saved != ids_digest(values):
+            raise VLToolsError(f"{path}: /{name} does not match its checksum (attribute {key!r}); the file was "
+                               f"edited or is corrupt, {REWRITE}")
+    return values
+
+
 def is_hdf5(path: str | os.PathLike) -> bool:
     """Whether `path` starts with the HDF5 signature (so stages taking HDF5 or JSONL can tell them apart);
     `-` (standard input) is never HDF5."""
-    if str(path) == "-":
-        return False
-    with open(require_file(path), "rb") as stream:  # a named pipe would block here: refused by name first
-        return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    return str(path) != "-" and sniff(path) == "hdf5"   # a named pipe would block: refused by name first
 
 
 REWRITE = "rerun the stage that wrote it, or restore the file from a copy"
@@ -221,6 +247,25 @@ class OutputFile(h5py.File):
             self.check()
 
 
+def plain(value: object) -> object:
+    """An attribute's value as plain Python: numpy scalars and arrays as numbers and lists, UTF-8 bytes as a string
+    (other bytes stay bytes, which no text field accepts)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, (np.generic, np.ndarray)):
+        return plain(value.item()) if isinstance(value, np.generic) else [plain(item) for item in value.tolist()]
+    return value
+
+
+def attributes(handle: h5py.File | h5py.Group) -> dict[str, object]:
+    """Every attribute of an open file (or group) as plain Python values (`plain`), for the readers to take each
+    through `vltools.io.fields.field` with its kind."""
+    return {key: plain(value) for key, value in handle.attrs.items()}
+
+
 def file_kind(handle: h5py.File) -> str | None:
     """The kind (`features`, `proxy`, ...) a file declares in its `format` attribute, if any."""
     fmt = handle.attrs.get("format")
@@ -327,12 +372,13 @@ def verify(handle: h5py.File, finite: tuple[str, ...] = (), block_bytes: int = 1
 
 def write_arrays(path: str | os.PathLike | None, kind: str, arrays: dict[str, object],
                  attrs: dict[str, object] | None = None) -> None:
-    """Write a small HDF5 file of whole arrays (string lists become id datasets), atomically or to stdout."""
+    """Write a small HDF5 file of whole arrays (string lists become id datasets with their digests: `write_strings`),
+    atomically or to stdout."""
     with binary_output(path) as target, OutputFile(target) as handle:
         handle.check_room(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray)))
         set_attrs(handle, kind, attrs or {})
         for name, value in arrays.items():
             if isinstance(value, list) and (not value or isinstance(value[0], str)):
-                handle.create_dataset(name, data=np.array(value, dtype=object), dtype=string_dtype())
+                write_strings(handle, name, value)
             else:
                 create_dataset(handle, name, data=np.asarray(value))

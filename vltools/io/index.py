@@ -18,9 +18,22 @@ import numpy as np
 
 from vltools.errors import input_error
 from vltools.io.atomic import binary_output
-from vltools.io.hdf5 import OutputFile, create_dataset, decode_strings, open_h5, read, set_attrs, string_dtype
+from vltools.io.fields import INTEGER, REQUIRED, TEXT, field, optional
+from vltools.io.hdf5 import (
+    OutputFile,
+    attributes,
+    create_dataset,
+    open_h5,
+    read,
+    read_strings,
+    set_attrs,
+    write_strings,
+)
 
 REBUILD = "rebuild it with vltools index"
+# the attributes a saved index is read with: (kind, default when absent)
+ATTRIBUTES = {"metric": (TEXT, REQUIRED), "factory": (TEXT, REQUIRED), "dims": (INTEGER, REQUIRED),
+              "count": (INTEGER, REQUIRED), "side": (TEXT, ""), "checkpoint_digest": (optional(TEXT), None)}
 CHUNK_BYTES = 1 << 20
 
 
@@ -46,7 +59,7 @@ def write_index(path: str | os.PathLike | None, ids: Sequence[str], data: np.nda
     with binary_output(path) as target, OutputFile(target) as handle:
         handle.check_room(data.nbytes)
         set_attrs(handle, "index", {**attrs, "count": len(ids)})
-        handle.create_dataset("ids", data=np.array(list(ids), dtype=object), dtype=string_dtype())
+        write_strings(handle, "ids", ids)
         create_dataset(handle, "index", data=data, chunks=(max(1, min(len(data), CHUNK_BYTES)),))
         handle.check()
 
@@ -57,17 +70,14 @@ def read_index(path: str | os.PathLike) -> IndexFile:
         for name in ("ids", "index"):
             if name not in handle:
                 raise input_error(path, None, f"index file lacks the /{name} dataset", REBUILD)
-        ids = decode_strings(read(handle["ids"]))
+        ids = read_strings(handle, "ids")
         data = read(handle["index"])
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
-                 for k, v in handle.attrs.items()}
-    missing = [key for key in ("metric", "factory", "dims", "count") if key not in attrs]
-    if missing:
-        raise input_error(path, None, f"index file lacks the {', '.join(missing)} attribute(s)", REBUILD)
-    if attrs["count"] != len(ids):
-        raise input_error(path, None, f"index file records {attrs['count']} rows but holds {len(ids)} ids", REBUILD)
+        attrs = attributes(handle)
+    typed = {key: field(attrs, key, kind, path, REBUILD, what="attribute", default=default)
+             for key, (kind, default) in ATTRIBUTES.items()}
+    if typed["count"] != len(ids):
+        raise input_error(path, None, f"index file records {typed['count']} rows but holds {len(ids)} ids", REBUILD)
     if data.dtype != np.uint8 or data.ndim != 1:
         raise input_error(path, None, f"/index is {data.dtype} of shape {data.shape}, not serialized bytes", REBUILD)
-    digest = attrs.get("checkpoint_digest")
-    return IndexFile(Path(path), ids, data, str(attrs["metric"]), str(attrs["factory"]), int(attrs["dims"]),
-                     str(attrs.get("side", "")), None if digest is None else str(digest), attrs)
+    return IndexFile(Path(path), ids, data, typed["metric"], typed["factory"], typed["dims"], typed["side"],
+                     typed["checkpoint_digest"], attrs)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vltools.errors import input_error
-from vltools.io.hdf5 import decode_strings, first_nonfinite, open_h5, write_arrays
+from vltools.io.hdf5 import first_nonfinite, open_h5, read_strings, write_arrays
 from vltools.io.sims import caption_image_index
 
 
@@ -44,9 +44,9 @@ def read_logp(path: str | os.PathLike) -> LogP:
                 raise input_error(path, None, f"no /{name} dataset", "self-retrieval needs /logp (n_captions x "
                                   "n_images), /image_ids and /caption_image_ids")
         logp = handle["logp"][()]
-        image_ids = decode_strings(handle["image_ids"][()])
+        image_ids = read_strings(handle, "image_ids")
         if "caption_image_ids" in handle:
-            index = caption_image_index(image_ids, decode_strings(handle["caption_image_ids"][()]), path,
+            index = caption_image_index(image_ids, read_strings(handle, "caption_image_ids"), path,
                                         every_image_captioned=False)
         elif "caption_image_index" in handle:
             index = handle["caption_image_index"][()].astype(np.int64)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 from vltools.io.provenance import input_digest
 from vltools.io.records import write_records
 
@@ -58,7 +59,7 @@ class PartialRecords:
         records: dict[str, dict] = {}
         for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines()):
             try:
-                record = json.loads(line)
+                record = parse_json(line)
             except json.JSONDecodeError:
                 continue          # the line the interrupted run was writing
             if number == 0 and isinstance(record, dict) and STATE in record:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ import numpy as np
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error
 from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
-from vltools.io.hdf5 import OutputFile, decode_strings, string_dtype
+from vltools.io.hdf5 import REWRITE, OutputFile, decode_strings, string_dtype
 from vltools.io.progress import log
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
@@ -32,6 +33,7 @@ BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed"
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
 MERGE_BLOCK = 256
+PART_NAME = re.compile(r"part-\d{6}\.h5(\.tmp)?")    # what a parts folder holds: parts, and one being written
 
 
 def is_provenance(key: str) -> bool:
@@ -48,7 +50,14 @@ def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
 def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str]]:
     """The provenance of one file to merge: its own (with its file name), or its parts' if it is a merge."""
     if "parts" in attrs:
-        return json.loads(str(attrs["parts"]))
+        try:
+            parts = json.loads(attrs["parts"])
+        except (ValueError, RecursionError):
+            parts = None
+        if not isinstance(parts, list) or not all(isinstance(part, dict) for part in parts):
+            raise VLToolsError(f"{path}: attribute 'parts' is not the JSON list of the merged files' provenance; "
+                               f"{REWRITE}")
+        return parts
     return [{"file": path.name, **{k: str(v) for k, v in attrs.items() if is_provenance(k)}}]
 
 
@@ -102,7 +111,7 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
                     first = readers[owner[image_id]].path
                     raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in {first}; merge each once")
                 owner[image_id] = number
-        dtype = str(readers[0].attrs.get("dtype", "float16"))
+        dtype = readers[0].attrs.get("dtype", "float16")
         kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
         with FeaturesWriter(target, kept, dtype=dtype) as writer:
             if order is None:
@@ -150,6 +159,14 @@ class PartsWriter:
         self.dtype = dtype
         self.commit_seconds = commit_seconds
         self.digests = digests or {}
+        if folder.exists() and not folder.is_dir():
+            raise VLToolsError(f"{folder}: is a file, not the folder of parts an interrupted vltools run leaves; "
+                               "move it away")
+        foreign = sorted(path.name for path in folder.iterdir() if not PART_NAME.fullmatch(path.name)) \
+            if folder.is_dir() else []
+        if foreign:
+            raise VLToolsError(f"{folder}: holds {foreign[0]}, which no vltools run wrote there (it holds only "
+                               "part-NNNNNN.h5 files), and the run would remove it with the folder; move it away")
         if folder.exists() and not resume:
             shutil.rmtree(folder)
         try:

@@ -5,7 +5,8 @@ Layout: `/ids` (N,), `/splits` (N,), `/tfidf/{data,indices,indptr,shape}` (CSR, 
 `/neighbor_sims` (N, k) float32 (NaN: none). `score semantic` reads `/ids` and `/tfidf` only.
 
 `/tfidf` holds whatever rows the proxy's `method` attribute names, each l2-normalised, relevance being their dot
-product: tf-idf of stems (`captions`) or of object synsets (`objects`), with `/vocab` the terms and `/idf` their idf;
+product: tf-idf of stems (`captions`) or of object synsets (`objects`), with `/vocab` the terms and `/idf` their idf
+(the `words` attribute says whether an image's term counted once, "distinct", or per occurrence, "occurrences");
 or Fisher vectors of word2vec vectors (`word2vec-fv`), with `/vocab` naming each column "mu:k:d" or "sigma:k:d"
 (the gradient for component k's mean or variance in dimension d) and `/idf` all ones. The method's settings are
 attributes beside it.
@@ -21,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import decode_strings, open_h5, refuse_nonfinite, write_arrays
+from vltools.io.hdf5 import open_h5, read_strings, refuse_nonfinite, write_arrays
 from vltools.io.records import read_records
 
 
@@ -61,8 +62,8 @@ def read_proxy_file(path: str | os.PathLike) -> ProxyFile:
         for name in ("splits", "vocab", "idf", "neighbors", "neighbor_sims"):
             if name not in handle:
                 raise input_error(path, None, f"proxy file lacks /{name}", "rebuild it with vltools tfidf-proxy")
-        splits = decode_strings(handle["splits"][()])
-        vocab = decode_strings(handle["vocab"][()])
+        splits = read_strings(handle, "splits")
+        vocab = read_strings(handle, "vocab")
         idf, neighbors, sims = handle["idf"][()], handle["neighbors"][()], handle["neighbor_sims"][()]
     n = len(scoring.ids)
     if len(splits) != n or neighbors.shape[0] != n or sims.shape != neighbors.shape or len(vocab) != len(idf) \
@@ -159,13 +160,20 @@ class Proxy:
         return csr_dot(self.tfidf.take(query_rows), self.tfidf.take(database_rows))
 
 
+def proxy_words(path: str | os.PathLike) -> str:
+    """How the proxy file counted each image's words: its `words` attribute ("distinct" or "occurrences"), or
+    "occurrences" for a file written before the attribute existed, when every occurrence counted."""
+    with open_h5(path, "proxy") as handle:
+        return str(handle.attrs.get("words", "occurrences"))
+
+
 def read_proxy(path: str | os.PathLike) -> Proxy:
     """Read the ids and the tf-idf CSR matrix of a proxy HDF5 file, checking the CSR structure."""
     with open_h5(path, "proxy") as handle:
         for name in ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "tfidf/shape"):
             if name not in handle:
                 raise input_error(path, None, f"proxy file lacks /{name}", "rebuild it with tfidf-proxy")
-        ids = decode_strings(handle["ids"][()])
+        ids = read_strings(handle, "ids")
         data, indices = handle["tfidf/data"][()], handle["tfidf/indices"][()].astype(np.int64)
         indptr, shape = handle["tfidf/indptr"][()].astype(np.int64), tuple(int(s) for s in handle["tfidf/shape"][()])
     valid = (len(shape) == 2 and shape[0] == len(ids) == len(indptr) - 1 and indptr[0] == 0

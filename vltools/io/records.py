@@ -19,6 +19,7 @@ import numpy as np
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
+from vltools.io.bounded import parse_json, text_lines
 from vltools.io.ids import id_problem
 from vltools.io.progress import log
 
@@ -172,22 +173,15 @@ def check_converted(record: dict, kind: str, source: object, where: str) -> dict
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-blank line of a UTF-8 file, or of standard input for `-`."""
+    """(line number, text) of each non-blank line of a UTF-8 file, or of standard input for `-` (bounded.text_lines:
+    a line too long or not UTF-8 is an error)."""
     if str(path) == "-":
-        stream = sys.stdin
-        yield from ((n, line) for n, line in enumerate(stream, 1) if line.strip())
+        yield from ((number, line) for number, line in text_lines(sys.stdin.buffer, "standard input") if line.strip())
         return
     if not Path(path).exists():
         raise VLToolsError(f"{path}: no such file")
     with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, 1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a leading BOM is accepted
-            except UnicodeDecodeError as exc:
-                raise input_error(path, f"line {number}", f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} "
-                                  "of the line)", "JSONL files must be UTF-8") from None
-            if line.strip():
-                yield number, line
+        yield from ((number, line) for number, line in text_lines(stream, path) if line.strip())
 
 
 def json_problem(exc: json.JSONDecodeError) -> str:
@@ -201,7 +195,7 @@ def iter_json_lines(path: str | os.PathLike, fix: str) -> Iterator[tuple[int, ob
     (for JSONL that is not one of the record kinds: training logs, per-item scores)."""
     for number, text in iter_lines(path):
         try:
-            yield number, json.loads(text)
+            yield number, parse_json(text)
         except json.JSONDecodeError as exc:
             raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
                               fix) from None
@@ -220,7 +214,7 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
     blank: list[int] = []
     for number, text in iter_lines(path):
         try:
-            record = json.loads(text)
+            record = parse_json(text)
         except json.JSONDecodeError as exc:
             raise input_error(path, f"line {number}", f"malformed JSON ({json_problem(exc)})",
                               "fix or remove that line") from None

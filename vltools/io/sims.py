@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import decode_strings, first_nonfinite, open_h5, write_arrays
+from vltools.io.hdf5 import first_nonfinite, open_h5, read_strings, write_arrays
 
 PRECOMP_CAPTIONS_PER_IMAGE = 5
 
@@ -63,10 +63,9 @@ def read_sims(path: str | os.PathLike) -> Sims:
             if name not in handle:
                 raise input_error(path, None, f"sims file lacks the /{name} dataset", "rewrite it with match --sims")
         sims = handle["sims"][()]
-        image_ids = decode_strings(handle["image_ids"][()])
-        caption_ids = decode_strings(handle["caption_ids"][()])
-        caption_image_ids = (decode_strings(handle["caption_image_ids"][()]) if "caption_image_ids" in handle
-                             else None)
+        image_ids = read_strings(handle, "image_ids")
+        caption_ids = read_strings(handle, "caption_ids")
+        caption_image_ids = read_strings(handle, "caption_image_ids") if "caption_image_ids" in handle else None
     if sims.ndim != 2 or sims.shape != (len(image_ids), len(caption_ids)):
         raise input_error(path, "/sims", f"shape {sims.shape} does not match {len(image_ids)} image ids x "
                           f"{len(caption_ids)} caption ids")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from vltools.errors import ArgumentError, input_error, require_file
+from vltools.io.bounded import parse_json, text_lines
 
 UNASSIGNED = "unassigned"
 # split lists: {split: file}, or (split, file) pairs (a repeatable option's values, where a split can come twice)
@@ -21,12 +23,7 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """
     path = require_file(path)
     with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, 1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise input_error(path, f"line {number}", f"not UTF-8 text ({exc.reason})",
-                                  "convert the file to UTF-8") from None
+        for number, text in text_lines(stream, path):
             yield number, text.rstrip("\r\n")
 
 
@@ -71,8 +68,7 @@ def load_json(path: str | os.PathLike) -> object:
     """Parse a JSON file; a syntax error names the line and column."""
     path = require_file(path)
     try:
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
+        return parse_json(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise input_error(path, f"line {exc.lineno} column {exc.colno}", f"malformed JSON ({exc.msg})",
                           "fix the file or download it again") from None

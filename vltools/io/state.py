@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 
 
 def read_state(path: str | os.PathLike, what: str, check: Callable[[object], str | None], repair: str) -> object:
@@ -18,7 +19,7 @@ def read_state(path: str | os.PathLike, what: str, check: Callable[[object], str
     is wrong with the decoded document, or None) accepts it; every problem ends with `repair`."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         problem: str | None = f"is not UTF-8 text ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:

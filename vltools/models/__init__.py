@@ -10,6 +10,7 @@ attribute `separable` (True when similarity is an inner product of [B, E] embedd
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import math
 import os
@@ -151,17 +152,33 @@ def build_model(name: str, config: dict, vocab_size: int) -> nn.Module:
 def schema_version(name: str) -> int:
     """The config schema version of model `name`, recorded in its checkpoints: 1 until one of its defaults changes
     meaning, when the model's class raises its `SCHEMA` and names in `FORMER_DEFAULTS` each such setting, as
-    (the schema that changed it, the value a checkpoint of an older schema without the setting meant)."""
+    (the schema that changed it, the value a checkpoint of an older schema without the setting meant). A change
+    older than recorded schemas is named with `since` 1 (checkpoints recording none read as UNRECORDED_SCHEMA) and,
+    when it landed before schemas were recorded, a third item: the UTC time it landed, from which a checkpoint
+    without a schema was created with today's meaning."""
     return int(getattr(_model_class(name), "SCHEMA", 1))
+
+
+UNRECORDED_SCHEMA = 0  # a checkpoint written before checkpoints recorded their schema (commit 2f20fbd)
+
+
+def _created_after(payload: dict, landed: str) -> bool:
+    """Whether the checkpoint's provenance says it was created at or after the UTC time `landed` (no readable
+    time: False, the older reading)."""
+    created = (payload.get("provenance") or {}).get("created")
+    try:
+        return datetime.datetime.fromisoformat(str(created)) >= datetime.datetime.fromisoformat(landed)
+    except (TypeError, ValueError):
+        return False
 
 
 def checkpoint_config(payload: dict, source: str = "checkpoint") -> dict:
     """The config a loaded checkpoint meant: a setting it lacks whose default changed meaning since its schema
-    (no schema recorded: 1) is read with the meaning it had then, never with today's default; a schema newer
-    than this vltools knows is refused, since what its settings mean cannot be known here."""
+    (no schema recorded: UNRECORDED_SCHEMA) is read with the meaning it had then, never with today's default; a
+    schema newer than this vltools knows is refused, since what its settings mean cannot be known here."""
     name, config = payload["model"], dict(payload["config"])
-    schema, current = payload.get(SCHEMA_KEY, 1), schema_version(name)
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+    schema, current = payload.get(SCHEMA_KEY, UNRECORDED_SCHEMA), schema_version(name)
+    if SCHEMA_KEY in payload and (isinstance(schema, bool) or not isinstance(schema, int) or schema < 1):
         raise VLToolsError(f"{source}: checkpoint's config schema {schema!r} is not a version; copy or train it "
                            "again")
     if schema > current:
@@ -169,8 +186,9 @@ def checkpoint_config(payload: dict, source: str = "checkpoint") -> dict:
         written = f"vltools {version}" if version else "a later vltools"
         raise VLToolsError(f"{source}: model {name!r} was saved with config schema {schema} by {written}; "
                            f"this vltools {__version__} reads its schema {current} at most: upgrade vltools")
-    for key, (since, meant) in getattr(_model_class(name), "FORMER_DEFAULTS", {}).items():
-        if key not in config and schema < since:
+    for key, (since, meant, *landed) in getattr(_model_class(name), "FORMER_DEFAULTS", {}).items():
+        created_since = bool(landed) and _created_after(payload, landed[0])
+        if key not in config and schema < since and not created_since:
             config[key] = meant
     return config
 

@@ -2,7 +2,9 @@
 
 phi(image): for each scale s, the image resized by s -> a torchvision ResNet cut after its last stage -> the R-MAC
 regions (max-pooled, l2-normalised) -> one PCA-whitening shared by all regions, as a linear layer initialised from
-data (`init_whitening`) -> l2-normalised; the region vectors of every scale summed -> l2-normalised.
+data (`init_whitening`) -> l2-normalised; the region vectors of every scale summed -> l2-normalised. `grid` is how
+the regions are placed (vltools.vision.pooling.RMAC_GRIDS): "floor", Tolias et al.'s reference, by default; a
+checkpoint from before the setting existed is read with the grid it was trained on (`FORMER_DEFAULTS`).
 theta(t) = l2norm(W^T t) for an l2-normalised tf-idf vector t (only when the model has a text branch).
 A query given as an image and a text is l2norm(phi + theta) (`joint`). Similarities are dot products.
 """
@@ -13,8 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vltools.errors import VLToolsError
 from vltools.vision.backbones import BACKBONES, build_backbone, normalize
-from vltools.vision.pooling import rmac_region_vectors
+from vltools.vision.pooling import RMAC_GRIDS, rmac_region_vectors
+
+# when issue 23's floored grid landed (commit 9422e6a): R-MAC checkpoints recorded neither their grid nor, until
+# 2f20fbd, a config schema, so one without a schema written before this time was trained on the rounded grid
+FLOOR_GRID_LANDED = "2026-11-24T18:35:10+00:00"
 
 
 def parse_scales(text: str) -> list[float]:
@@ -43,14 +50,23 @@ class RMAC(nn.Module):
     """The R-MAC embedding network (and, with `vocab_size` > 0 and `text`, the text branch)."""
 
     separable = True
-    DEFAULTS: dict = {"backbone": "resnet101", "levels": 3, "scales": "1.0,0.7071", "text": False, "frozen_bn": True}
+    DEFAULTS: dict = {"backbone": "resnet101", "levels": 3, "scales": "1.0,0.7071", "text": False, "frozen_bn": True,
+                      "grid": "floor"}
+    # config schema (vltools.models.checkpoint_config): a checkpoint without `grid` and without a recorded schema
+    # (written before 2f20fbd) meant the rounded grid unless it was created after the floored one landed; one with
+    # schema 1 recorded was written after both and meant today's "floor"
+    FORMER_DEFAULTS: dict[str, tuple[int, object] | tuple[int, object, str]] = {
+        "grid": (1, "round", FLOOR_GRID_LANDED)}
 
-    def __init__(self, vocab_size: int, backbone: str, levels: int, scales: str, text: bool, frozen_bn: bool) -> None:
+    def __init__(self, vocab_size: int, backbone: str, levels: int, scales: str, text: bool, frozen_bn: bool,
+                 grid: str = "floor") -> None:
         super().__init__()
         self.frozen_bn = frozen_bn
         if backbone not in BACKBONES:
             raise ValueError(f"unknown backbone {backbone!r}")
-        self.levels, self.scales = levels, parse_scales(scales)
+        if grid not in RMAC_GRIDS:
+            raise VLToolsError(f"model.grid must be one of {', '.join(RMAC_GRIDS)}, not {grid!r}")
+        self.levels, self.scales, self.grid = levels, parse_scales(scales), grid
         self.backbone = build_backbone(backbone, "none")[0]
         self.dim = BACKBONES[backbone].dim
         self.whiten = nn.Linear(self.dim, self.dim)
@@ -69,7 +85,7 @@ class RMAC(nn.Module):
 
     def scale_regions(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 (B, 3, H, W) images of one size -> (B, R, D) region vectors of every scale, before whitening."""
-        return torch.cat([rmac_region_vectors(self.backbone(self._scaled(images, scale)), self.levels)
+        return torch.cat([rmac_region_vectors(self.backbone(self._scaled(images, scale)), self.levels, self.grid)
                           for scale in self.scales], dim=1)
 
     def _scaled(self, images: torch.Tensor, scale: float) -> torch.Tensor:
@@ -86,7 +102,8 @@ class RMAC(nn.Module):
         for scale in self.scales:
             maps = self.backbone(self._scaled(images, scale))
             first = maps if first is None else first
-            total = total + F.normalize(self.whiten(rmac_region_vectors(maps, self.levels)), dim=2).sum(dim=1)
+            regions = rmac_region_vectors(maps, self.levels, self.grid)
+            total = total + F.normalize(self.whiten(regions), dim=2).sum(dim=1)
         return F.normalize(total, dim=1), first
 
     def embed_same_size(self, images: torch.Tensor) -> torch.Tensor:

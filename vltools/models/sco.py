@@ -20,15 +20,17 @@ the other generation rows have a generator F of their own, "non-shared"), `sampl
 sampled word instead of the ground truth with that probability at each step (scheduled sampling, "(S)").
 Generation is a training signal only: matching never runs the decoder.
 
-"ctx + sen" (`use_sentence`, Table 1's "sentence" row): the image is also represented by a sentence a captioner
-generated for it beforehand ("directly using the pre-generated sentences as image representations", section 4.3),
-encoded by a sentence encoder of its own (word embedding and LSTM; Table 1 marks the row "non-shared": its word
-embedding is not the query sentences' one). The generated sentence's vector s_g takes the concepts' place in
-Eq. 2: with the context, `fusion="sum"` gives v = l2norm(W_s s_g) + l2norm(W_g x) (W_s is the fusion's W_l). The
-sum is the recipe's choice: Table 1 marks neither "sum" nor "gate" for the row, section 4.2 defines both as ways of
-combining concepts with the context, and the gated unit is the paper's contribution, introduced only with the
-concepts; the sum combines two representations without it. `fusion="gate"` would gate s_g and x as Eq. 2 does.
-`encode_images` then takes the generated sentence's tokens and lengths after the context and (empty) concepts.
+"ctx + sen" (`use_sentence`, Table 1's "sentence" row): the image is represented by a sentence a captioner
+generated for it beforehand (section 4.2: "generate sentences from images and then regard the sentences as the
+image representations"; 4.3: "directly using the pre-generated sentences as image representations"), encoded by a
+sentence encoder of its own (word embedding and LSTM; Table 1 marks the row "non-shared": its word embedding is
+not the query sentences' one). The generated sentence's vector s_g takes the concepts' place in Eq. 2. With
+`use_context` false (the paper's reading, the examples' row) the image is the sentence alone, v = l2norm(W_s s_g)
+(W_s is the fusion's W_l), as "cnp" is l2norm(W_l p); the context is then only the captioner's input, which is
+what Table 1's "10-crop, context" marks. With the context, `fusion="sum"` gives v = l2norm(W_s s_g) + l2norm(W_g x),
+a variant vltools keeps (Table 1 marks neither "sum" nor "gate" for the row), and `fusion="gate"` gates s_g and x
+as Eq. 2 does. `encode_images` then takes the generated sentence's tokens and lengths after the context and
+(empty) concepts.
 """
 
 from __future__ import annotations
@@ -117,11 +119,10 @@ class SCO(nn.Module):
                  fusion: str, embed_size: int, word_dim: int, max_words: int, generation: bool,
                  shared_embedding: bool, sampling: float, gen_dropout: float, use_sentence: bool = False) -> None:
         super().__init__()
-        if use_sentence and (use_concepts or not use_context):
-            raise ValueError("use_sentence takes the concepts' place beside the context: set use_context true and "
-                             "use_concepts false")
-        if not (use_context or use_concepts):
-            raise ValueError("SCO needs use_context, use_concepts or both")
+        if use_sentence and use_concepts:
+            raise ValueError("use_sentence takes the concepts' place: set use_concepts false")
+        if not (use_context or use_concepts or use_sentence):
+            raise ValueError("SCO needs use_context, use_concepts, use_sentence or two of them")
         if not 0.0 <= sampling <= 1.0:
             raise ValueError(f"sampling is a probability, not {sampling}")
         self.use_context, self.use_concepts = use_context, use_concepts

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log
 
@@ -37,7 +38,7 @@ def _names(reader: FeaturesReader, key: str) -> list[str] | None:
     if value is None:
         return None
     try:
-        names = json.loads(value)
+        names = parse_json(value)
     except (TypeError, json.JSONDecodeError):
         names = None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

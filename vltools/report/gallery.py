@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error
+from vltools.io.bounded import parse_json
 from vltools.io.caption_files import CaptionFile, read_caption_file
 from vltools.io.describe import describe
 from vltools.io.proxy import read_proxy
@@ -250,7 +251,7 @@ def caption_section(path: str, item_scores: str | None, refs: References, wanted
 def read_scores(path: str) -> dict:
     """A metrics JSON file (what `score` prints), for the summary."""
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
+        value = parse_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise VLToolsError(f"{path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 from vltools.io.progress import log
 from vltools.text.tokenize import tokenize
 
@@ -180,7 +181,7 @@ class ConceptVocabulary:
         """Read a concepts file written by `vltools concepts`."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise VLToolsError(f"{path}: no such concepts file; build it with vltools concepts") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

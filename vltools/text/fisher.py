@@ -1,10 +1,15 @@
 """Fisher vectors of sets of word vectors under a diagonal Gaussian mixture (Gordo & Larlus Table 1, "word2vec + FV").
 
 The mixture (weights w_k, means mu_k, variances sigma_k^2 per dimension) is fitted by EM on weighted vectors (a
-word's weight: its number of occurrences, so fitting the distinct words equals fitting every token), started from
-`components` vectors drawn with a seed in proportion to their weights, with every variance floored at VARIANCE_FLOOR
-times the data's variance in that dimension. The "improved" Fisher vector of a set X = {x_1..x_N}
-(Perronnin, Sanchez & Mensink 2010), with gamma_t(k) the posterior of component k for x_t:
+word's weight: how many times it is counted, so fitting the distinct words equals fitting every counted token), with
+every variance floored at VARIANCE_FLOOR times the data's variance in that dimension. EM runs from `starts` starts,
+each a weighted k-means++ seeding (Arthur & Vassilvitskii 2007: the first mean drawn in proportion to the weights,
+each next one in proportion to weight x squared distance to the nearest mean already drawn) from one generator
+seeded by `seed`, and the mixture of highest likelihood is kept. Equal vectors are merged and the vectors sorted
+first, so the fit does not depend on the order in which they are given.
+
+The "improved" Fisher vector of a set X = {x_1..x_N} (Perronnin, Sanchez & Mensink 2010), with gamma_t(k) the
+posterior of component k for x_t:
 
     G_mu_k    = 1 / (N sqrt(w_k))   sum_t gamma_t(k) (x_t - mu_k) / sigma_k
     G_sigma_k = 1 / (N sqrt(2 w_k)) sum_t gamma_t(k) [(x_t - mu_k)^2 / sigma_k^2 - 1]
@@ -27,11 +32,13 @@ BLOCK_ROWS = 256
 @dataclass(frozen=True)
 class FisherSettings:
     """The mixture: 16 components by default (the paper does not say; the vector has 2 x 16 x 300 = 9600 values with
-    300-d words, and an image's few dozen words give most components no weight beyond that), EM iterations, seed."""
+    300-d words, and an image's few dozen words give most components no weight beyond that), EM iterations per
+    start, EM starts (the best likelihood kept), seed."""
 
     components: int = 16
     iterations: int = 100
     seed: int = 0
+    starts: int = 5
 
 
 @dataclass
@@ -53,6 +60,11 @@ class Gmm:
         """gamma_t(k), (N, K), each row summing to 1."""
         return np.exp(normalise_log(self.log_joint(np.asarray(x, dtype=np.float64)))[0])
 
+    def log_likelihood(self, x: np.ndarray, counts: np.ndarray) -> float:
+        """The mean log-likelihood of the rows of `x` weighted by `counts` (what EM increases)."""
+        counts = np.asarray(counts, dtype=np.float64)
+        return float(counts @ normalise_log(self.log_joint(np.asarray(x, dtype=np.float64)))[1] / counts.sum())
+
 
 def normalise_log(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(log posteriors, log likelihood of each row) of a row-wise log joint, stable (log-sum-exp)."""
@@ -61,23 +73,35 @@ def normalise_log(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return log_joint - log_total, log_total[:, 0]
 
 
-def fit_gmm(x: np.ndarray, counts: np.ndarray, settings: FisherSettings, tol: float = 1e-7) -> Gmm:
-    """EM of a diagonal mixture on the rows of `x` weighted by `counts`; fewer distinct rows than components is a
-    ValueError."""
-    x = np.asarray(x, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    k = settings.components
-    distinct = len(np.unique(x[counts > 0], axis=0))
-    if distinct < k:
-        raise ValueError(f"{distinct} distinct word vectors cannot fit {k} mixture components")
-    p = counts / counts.sum()
-    mean = p @ x
-    floor = VARIANCE_FLOOR * np.maximum(p @ (x - mean) ** 2, np.finfo(np.float64).tiny)
-    rng = np.random.default_rng(settings.seed)
-    start = rng.choice(len(x), size=k, replace=False, p=p)       # k rows of nonzero weight: there are >= k
-    gmm = Gmm(np.full(k, 1.0 / k), x[start].copy(), np.tile(np.maximum(p @ (x - mean) ** 2, floor), (k, 1)))
+def merged_rows(x: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `x` of nonzero total count, sorted, and their summed `counts`: the same whatever the
+    order of the rows."""
+    rows, inverse = np.unique(np.asarray(x, dtype=np.float64), axis=0, return_inverse=True)
+    totals = np.bincount(inverse.ravel(), weights=np.asarray(counts, dtype=np.float64), minlength=len(rows))
+    return rows[totals > 0], totals[totals > 0]
+
+
+def kmeans_pp(x: np.ndarray, p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k rows of `x` chosen by weighted k-means++ (weights `p`, at least k distinct rows of nonzero weight): the
+    first in proportion to p, each next in proportion to p x its squared distance to the nearest row chosen."""
+    chosen = [int(rng.choice(len(x), p=p))]
+    nearest = ((x - x[chosen[0]]) ** 2).sum(axis=1)
+    for _ in range(k - 1):
+        mass = p * nearest
+        chosen.append(int(rng.choice(len(x), p=mass / mass.sum())))
+        nearest = np.minimum(nearest, ((x - x[chosen[-1]]) ** 2).sum(axis=1))
+    return x[chosen].copy()
+
+
+def em(x: np.ndarray, p: np.ndarray, means: np.ndarray, floor: np.ndarray, iterations: int, tol: float) -> Gmm:
+    """EM of a diagonal mixture on the rows of `x` with shares `p`, from `means`, equal weights and the data's
+    variance; variances floored at `floor`, stopped after `iterations` or when the likelihood gains less than
+    `tol` of itself."""
+    k = len(means)
+    spread = np.maximum(p @ (x - p @ x) ** 2, floor)
+    gmm = Gmm(np.full(k, 1.0 / k), means, np.tile(spread, (k, 1)))
     previous = -np.inf
-    for _ in range(settings.iterations):
+    for _ in range(iterations):
         log_post, log_like = normalise_log(gmm.log_joint(x))
         resp = np.exp(log_post) * p[:, None]                # responsibilities weighted by the rows' shares
         mass = resp.sum(axis=0)
@@ -91,6 +115,24 @@ def fit_gmm(x: np.ndarray, counts: np.ndarray, settings: FisherSettings, tol: fl
             break
         previous = objective
     return gmm
+
+
+def fit_gmm(x: np.ndarray, counts: np.ndarray, settings: FisherSettings, tol: float = 1e-7) -> Gmm:
+    """EM of a diagonal mixture on the rows of `x` weighted by `counts`, from `settings.starts` k-means++ starts,
+    the mixture of highest likelihood kept; the same whatever the order of the rows. Fewer distinct rows than
+    components is a ValueError."""
+    x, counts = merged_rows(x, counts)
+    k = settings.components
+    if settings.starts < 1:
+        raise ValueError(f"EM needs at least one start, not {settings.starts}")
+    if len(x) < k:
+        raise ValueError(f"{len(x)} distinct word vectors cannot fit {k} mixture components")
+    p = counts / counts.sum()
+    floor = VARIANCE_FLOOR * np.maximum(p @ (x - p @ x) ** 2, np.finfo(np.float64).tiny)
+    rng = np.random.default_rng(settings.seed)
+    fits = [em(x, p, kmeans_pp(x, p, k, rng), floor, settings.iterations, tol) for _ in range(settings.starts)]
+    likelihoods = [gmm.log_likelihood(x, counts) for gmm in fits]
+    return fits[int(np.argmax(likelihoods))]
 
 
 def word_terms(x: np.ndarray, gmm: Gmm) -> np.ndarray:

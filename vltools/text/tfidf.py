@@ -3,9 +3,11 @@
 Every text of an image (its region or image captions, or its object names) is merged into one bag of words:
 lower case, runs of letters and digits (`[a-z0-9]+`, so "man's" gives "man" and "s"), each stemmed by NLTK's
 English Snowball stemmer. The vocabulary is the stems seen in the training split (sorted), the idf of a stem is
-ln(n_train / df_train) (a stem in every training image weighs 0, a stop word in effect), a term's weight is its raw
-count times its idf, and each row is l2-normalised; stems outside the vocabulary are dropped, and an image with no
-vocabulary stem gets the zero vector. Relevance between two images is the dot product of their rows.
+ln(n_train / df_train) (a stem in every training image weighs 0, a stop word in effect), a term's weight is its
+count in the image times its idf, and each row is l2-normalised; stems outside the vocabulary are dropped, and an
+image with no vocabulary stem gets the zero vector. Relevance between two images is the dot product of their rows.
+A term's count is 1 for every term the image has when its words are taken as a set ("distinct", the paper's "single
+set of words"), or its number of occurrences ("occurrences"): WORD_COUNTS, chosen by the caller.
 
 Neighbours: for every image, the k images of its own split with the largest dot products (ties to the lower row),
 itself excluded. The product runs in row blocks; the stems in more than DENSE_DF of a split's images go through a
@@ -23,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 WORD = re.compile(r"[a-z0-9]+")
+WORD_COUNTS = ("distinct", "occurrences")   # how often an image's term counts: once, or once per occurrence
 DENSE_DF = 0.05  # stems in more than this fraction of a split's images go to the dense part of the product
 BLOCK_ROWS = 512
 
@@ -56,8 +59,10 @@ class Stemmer:
         return [self.stem(word) for word in words(text)]
 
 
-def count_matrix(bags: Iterable[Sequence[str]], n_rows: int) -> tuple[sp.csr_matrix, list[str]]:
-    """Term counts (n_rows x n_terms, CSR) of each row's stems, and the terms in order of first appearance."""
+def count_matrix(bags: Iterable[Sequence[str]], n_rows: int,
+                 distinct: bool = False) -> tuple[sp.csr_matrix, list[str]]:
+    """Term counts (n_rows x n_terms, CSR) of each row's stems (1 for each term a row has with `distinct`), and
+    the terms in order of first appearance."""
     term_index: dict[str, int] = {}
     indptr = [0]
     columns: list[np.ndarray] = []
@@ -71,6 +76,8 @@ def count_matrix(bags: Iterable[Sequence[str]], n_rows: int) -> tuple[sp.csr_mat
     data = np.ones(len(indices), dtype=np.float64)
     matrix = sp.csr_matrix((data, indices, np.array(indptr)), shape=(n_rows, len(term_index)))
     matrix.sum_duplicates()
+    if distinct:
+        matrix.data[:] = 1.0
     return matrix, list(term_index)
 
 

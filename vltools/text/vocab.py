@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.bounded import parse_json
 from vltools.io.progress import log
 from vltools.text.tokenize import tokenize
 
@@ -23,6 +24,10 @@ MAX_TOKENS_VARIABLE = "VLTOOLS_MAX_CAPTION_TOKENS"
 # above this share of caption words outside a model's vocabulary, its scores of those captions are mostly about
 # <unk> and say little about the words: warn
 UNKNOWN_WARNING = 0.05
+# below this share of the training captions' words kept by a vocabulary built from them, a model trained on them
+# reads much of each caption as <unk> (a count threshold meant for COCO's 400,000 captions keeps a dozen words of a
+# few hundred): warn, naming the setting and the largest threshold that keeps this share
+KEPT_WARNING = 0.9
 
 
 def max_caption_tokens() -> int | None:
@@ -55,8 +60,37 @@ class Coverage:
         if self.share() > UNKNOWN_WARNING:
             examples = ", ".join(repr(word) for word, _ in self.unknown.most_common(3))
             log.warning("%.0f%% of the caption words are outside the vocabulary of %s (e.g. %s): it reads each as "
-                        "<unk>, so its scores of these captions probably mean little; use a model trained with "
-                        "captions like these", 100 * self.share(), model, examples)
+                        "<unk>, so its scores of these captions probably mean little; use a model whose vocabulary "
+                        "holds words like these (its training log says how much of its own captions it kept)",
+                        100 * self.share(), model, examples)
+
+
+def kept_words(counts: Counter, threshold: int) -> list[str]:
+    """The counted words seen at least `threshold` times, in order of first count, the specials left out."""
+    return [word for word, n in counts.items() if n >= threshold and word not in SPECIALS]
+
+
+def kept_share(counts: Counter, threshold: int) -> float:
+    """The share of the counted words (every occurrence) that are seen at least `threshold` times."""
+    total = sum(counts.values())
+    return sum(counts[word] for word in kept_words(counts, threshold)) / total if total else 1.0
+
+
+def report_kept(counts: Counter, threshold: int, setting: str) -> None:
+    """One info line with the size of a vocabulary built from captions whose words are `counts` (those seen at least
+    `threshold` times) and the share of the captions' words it keeps; below KEPT_WARNING, a warning naming
+    `setting` and the largest threshold that would keep that share (a threshold of 1 keeps every word)."""
+    share = kept_share(counts, threshold)
+    size = len(kept_words(counts, threshold))
+    log.info("vocabulary: %d of the %d distinct words of the training captions (those seen at least %d times, "
+             "%s), %.1f%% of their %d words", size, len(counts), threshold, setting, 100 * share, sum(counts.values()))
+    if share >= KEPT_WARNING:
+        return
+    lower = next((t for t in range(threshold - 1, 0, -1) if kept_share(counts, t) >= KEPT_WARNING), 1)
+    log.warning("the vocabulary keeps only %d of the %d distinct words of the training captions (those seen at least "
+                "%d times), %.0f%% of their words: the model will read the rest as <unk>; lower %s for data this "
+                "small, e.g. --set %s=%d keeps %.0f%%", size, len(counts), threshold, 100 * share, setting, setting,
+                lower, 100 * kept_share(counts, lower))
 
 
 class Vocabulary:
@@ -74,17 +108,19 @@ class Vocabulary:
 
     @classmethod
     def build(cls, captions: Iterable[str], threshold: int = 4,
-              tokenizer: Callable[[str], list[str]] = tokenize, setting: str = "the count threshold") -> Vocabulary:
+              tokenizer: Callable[[str], list[str]] = tokenize, setting: str = "task.vocab_threshold") -> Vocabulary:
         """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab). None (only the
-        specials: every caption would be `<unk>`, a model trained on nothing) is refused, naming `setting`."""
+        specials: every caption would be `<unk>`, a model trained on nothing) is refused, naming `setting` (the
+        training setting that gave `threshold`); what the vocabulary keeps is logged (`report_kept`)."""
         counts = Counter()
         for caption in captions:
             counts.update(tokenizer(caption))
-        words = [w for w, n in counts.items() if n >= threshold and w not in SPECIALS]
+        words = kept_words(counts, threshold)
         if not words:
             most = max(counts.values(), default=0)
             raise VLToolsError(f"the vocabulary built from the training captions holds no word seen at least "
                                f"{threshold} times (the most frequent is seen {most} times); lower {setting}")
+        report_kept(counts, threshold, setting)
         return cls([*SPECIALS, *words])
 
     def __len__(self) -> int:
@@ -135,7 +171,7 @@ class Vocabulary:
     def from_scan_json(cls, path: str | os.PathLike) -> Vocabulary:
         """Read a SCAN / SGRAF vocabulary JSON (`word2idx`, `idx2word`, `idx`), keeping every index."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = parse_json(Path(path).read_text(encoding="utf-8"))
             word2idx = data["word2idx"]
         except FileNotFoundError:
             raise VLToolsError(f"{path}: no such vocabulary file") from None

@@ -1,11 +1,16 @@
 """word2vec vectors of caption words trained here (Gordo & Larlus Table 1, "word2vec + FV").
 
-The paper uses the published GoogleNews vectors (Mikolov et al. 2013); they cannot be downloaded here, so the
-vectors are trained on the training split's captions with gensim's skip-gram (negative sampling, 5 noise words),
-the hyper-parameters of `Word2VecSettings`. Training is deterministic: one worker thread, a seed, and a word hash
-(CRC-32) that does not depend on PYTHONHASHSEED as Python's `hash` does (gensim 4 draws the initial vectors from the
-seed alone; the hash is its per-word seeding hook, given so that no gensim version depends on the hash seed).
-gensim is imported only when training runs.
+The paper computes the Fisher vector "of the word2vec [48] representations of the captions' words" (Mikolov et al.
+2013) and says that all learning in its caption representations is done on its Visual Genome training partition;
+it does not say which word vectors it used or what they were trained on. vltools trains them on the training
+split's captions with gensim's skip-gram (negative sampling, 5 noise words), the hyper-parameters of
+`Word2VecSettings`, or reads given ones (`vltools.io.word2vec`).
+
+Training is deterministic and does not depend on the order of the sentences: they are sorted, then shuffled by a
+permutation drawn from the seed, so that the same captions in any file order give the same vectors. One worker
+thread, the seed, and a word hash (CRC-32) that does not depend on PYTHONHASHSEED as Python's `hash` does (gensim 4
+draws the initial vectors from the seed alone; the hash is its per-word seeding hook, given so that no gensim
+version depends on the hash seed). gensim is imported only when training runs.
 """
 
 from __future__ import annotations
@@ -38,15 +43,17 @@ def stable_hash(word: str) -> int:
 
 
 def train_word2vec(sentences: Sequence[Sequence[str]], settings: Word2VecSettings) -> WordVectors:
-    """Skip-gram vectors of the words seen at least `min_count` times in `sentences` (lists of words); no such word
-    is a ValueError."""
+    """Skip-gram vectors of the words seen at least `min_count` times in `sentences` (lists of words), whatever
+    the sentences' order (see the module's docstring); no such word is a ValueError."""
     counts = Counter(word for sentence in sentences for word in sentence)
     if not counts or max(counts.values()) < settings.min_count:
         raise ValueError(f"no word occurs {settings.min_count} times in the {len(sentences)} training sentences "
                          f"(min count {settings.min_count})")
     from gensim.models import Word2Vec
 
-    model = Word2Vec(sentences=[list(s) for s in sentences], vector_size=settings.dim, window=settings.window,
+    ordered = sorted(list(s) for s in sentences)
+    shuffled = [ordered[i] for i in np.random.default_rng(settings.seed).permutation(len(ordered))]
+    model = Word2Vec(sentences=shuffled, vector_size=settings.dim, window=settings.window,
                      min_count=settings.min_count, epochs=settings.epochs, seed=settings.seed, sg=1, negative=5,
                      workers=1, hashfxn=stable_hash)
     return WordVectors(list(model.wv.index_to_key), np.array(model.wv.vectors, dtype=np.float32))

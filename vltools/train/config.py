@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import yaml
 
 from vltools.errors import VLToolsError, argument, require_file
+from vltools.infer.checks import MAX_INTEGER, MAX_SEED, shown
 
 # The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
 TRAIN_DEFAULTS: dict[str, object] = {
@@ -115,15 +116,24 @@ def _unknown(defaults: Mapping[str, Mapping[str, object]], key: str, source: str
     return VLToolsError(f"{source}: unknown config key {key!r}; {hint}")
 
 
-def read_yaml(path: str | os.PathLike) -> dict:
-    """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
-    path = require_file(path, "no such config file")
+def parse_yaml(text: str, source: str) -> object:
+    """`text` (of `source`, a config file or a --set) parsed as YAML; malformed or nested too deep for the parser
+    (a RecursionError) is one line naming `source`."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise VLToolsError(f"{path}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise VLToolsError(f"{source}: {where}not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except RecursionError:
+        raise VLToolsError(f"{source}: not valid YAML (nested too deeply); nest sections and values a few "
+                           "levels at most") from None
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    """The YAML file as a dict of sections (one-line errors for a missing or malformed file)."""
+    path = require_file(path, "no such config file")
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -163,7 +173,7 @@ def build_config(defaults: Mapping[str, Mapping[str, object]], config_file: str 
         key, value = parse_override(text)
         section, name = _locate(defaults, key, f"--set {text}")
         default = defaults[section][name]
-        parsed = yaml.safe_load(value) if default is None else value
+        parsed = parse_yaml(value, f"--set {text}") if default is None else value
         config[section][name] = checked(key, coerce(parsed, default, key, f"--set {text}"), f"--set {text}")
     for key, value in (options or {}).items():
         if value is not None:
@@ -181,7 +191,7 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
-    "seed": (0, True, 2**32 - 1, True),    # what numpy, torch and random all accept
+    "seed": (0, True, MAX_SEED, True),
 }
 
 
@@ -195,7 +205,9 @@ def checked(key: str, value: object, source: str) -> object:
 
 
 def check_range(key: str, value: object) -> None:
-    """Refuse a non-finite float or a value outside its key's range (RANGES) with one line naming the key."""
+    """Refuse a non-finite float or a value outside its key's range (RANGES; an integer without a highest there is
+    at most MAX_INTEGER; a model's settings have their schema, models.check_model_config) with one line naming
+    the key."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):
@@ -204,7 +216,9 @@ def check_range(key: str, value: object) -> None:
     if bounds is None:
         return
     low, low_ok, high, high_ok = bounds
+    if isinstance(value, int) and high is None and value > MAX_INTEGER:
+        raise VLToolsError(f"{key} must be at most {MAX_INTEGER}, not {shown(value)}")
     if value < low or (value == low and not low_ok) or (high is not None and (value > high or
                                                                             (value == high and not high_ok))):
-        shown = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
-        raise VLToolsError(f"{key} must be in {shown}, not {value}")
+        interval = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
+        raise VLToolsError(f"{key} must be in {interval}, not {shown(value)}")

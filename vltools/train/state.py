@@ -12,10 +12,21 @@ import torch
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path, output_error
+from vltools.io.fields import INTEGER, MAPPING, NUMBER, REQUIRED, Kind, field, optional
 from vltools.io.numbers import dumps
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
 RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
+NOT_RESUMABLE = ("it is not a resume file of vltools train (a finished checkpoint keeps no optimizer state); "
+                 "start again without --resume")
+RNG_STATES = Kind("a list of RNG states (one per process)", lambda value: isinstance(value, (list, tuple)) and all(
+    isinstance(state, dict) and isinstance(state.get("torch"), torch.Tensor) and state["torch"].dtype == torch.uint8
+    for state in value), list)
+# what --resume restores from the resume file's train_state: (kind, default when absent)
+RESUME_FIELDS = {"optimizer": (MAPPING, REQUIRED), "epoch": (INTEGER, REQUIRED), "step": (INTEGER, REQUIRED),
+                 "iteration": (INTEGER, REQUIRED), "rng": (RNG_STATES, REQUIRED), "log_lines": (INTEGER, REQUIRED),
+                 "config": (MAPPING, {}), "inputs": (optional(MAPPING), None), "scaler": (optional(MAPPING), None),
+                 "skipped_steps": (INTEGER, 0)}
 
 
 def seed_everything(seed: int) -> None:
@@ -64,10 +75,22 @@ def sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
+def resume_state(payload: dict, path: Path, metric: str) -> dict:
+    """What `--resume` restores from the resume file `path` (its loaded `payload`): the `RESUME_FIELDS` of its
+    train_state and `best` (its best `metric`), each checked for type, so that a finished checkpoint or a damaged
+    one is one line naming the field and not a KeyError halfway through restoring."""
+    state = {key: field(payload, f"train_state.{key}", kind, path, NOT_RESUMABLE, default=default)
+             for key, (kind, default) in RESUME_FIELDS.items()}
+    state["best"] = field(payload, f"train_state.best_{metric}", optional(NUMBER), path, NOT_RESUMABLE, default=None)
+    return state
+
+
 def check_resumable(saved: dict, config: dict, path: Path) -> None:
+    """Refuse to resume with other settings than the resume file's `saved` config (but `RESUMABLE_CHANGES`)."""
     for section, values in config.items():
+        recorded = field(saved, section, MAPPING, path, NOT_RESUMABLE, default={})
         for key, value in values.items():
-            old = saved.get(section, {}).get(key, value)
+            old = recorded.get(key, value)
             if old != value and key not in RESUMABLE_CHANGES:
                 raise VLToolsError(f"{path}: was written with {section}.{key}={old!r}, now {value!r}; resume with "
                                    "the same settings, or start again without --resume")

@@ -45,7 +45,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast, float32_mode
-from vltools.errors import ArgumentError, VLToolsError, argument
+from vltools.errors import ArgumentError, VLToolsError, argument, first_line
 from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import clean_numbers
@@ -61,6 +61,7 @@ from vltools.train.state import (
     check_inputs,
     check_resumable,
     deterministic,
+    resume_state,
     rng_state,
     seed_everything,
     set_rng_state,
@@ -334,16 +335,18 @@ class Trainer:
     def _resume(self) -> int:
         """Restore model, optimizer, RNG and position from PATH.last.pt; return the log lines to keep."""
         payload = load_checkpoint(self.last_path)
-        saved = payload["train_state"]
-        check_resumable(saved.get("config", {}), self.config, self.last_path)
-        check_inputs(saved.get("inputs") or {}, self._inputs(), self.last_path)
-        self.model.load_state_dict(payload["state_dict"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.state = {k: saved[k] for k in ("epoch", "step", "iteration")}
-        self.state["best"] = saved.get(f"best_{self.task.metric}")
-        self.state["skipped_steps"] = int(saved.get("skipped_steps", 0))
-        if saved.get("scaler"):   # fp16's loss scale where the interrupted run left it
-            self.scaler.load_state_dict(saved["scaler"])
+        saved = resume_state(payload, self.last_path, self.task.metric)
+        check_resumable(saved["config"], self.config, self.last_path)
+        check_inputs(saved["inputs"] or {}, self._inputs(), self.last_path)
+        try:
+            self.model.load_state_dict(payload["state_dict"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            if saved["scaler"]:   # fp16's loss scale where the interrupted run left it
+                self.scaler.load_state_dict(saved["scaler"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise VLToolsError(f"{self.last_path}: its model or optimizer state does not fit this run "
+                               f"({first_line(exc)}); start again without --resume") from None
+        self.state = {k: saved[k] for k in ("epoch", "step", "iteration", "best", "skipped_steps")}
         states: Sequence[dict] = saved["rng"]
         if len(states) == self.env.world_size:
             set_rng_state(states[self.env.rank], self.env.device)

@@ -22,6 +22,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vltools.errors import VLToolsError, input_error, require_file
+from vltools.io.bounded import member_bytes
 from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
@@ -244,16 +245,14 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _member_bytes(item: ImageItem) -> bytes:
-    """The bytes of a tar member image, read by one seek (safe in any DataLoader worker); a member whose header
-    claims more bytes than the archive holds after its start is a BadImage before anything is allocated."""
+    """The bytes of a tar member image (bounded.member_bytes: a header claiming more than the archive holds is a
+    BadImage before anything is allocated)."""
     member = item.member
     with open(item.path, "rb") as stream:
-        remaining = os.fstat(stream.fileno()).st_size - member.offset
-        if member.size > remaining:
-            raise BadImage(f"truncated tar archive: member {escaped_id(member.name)} claims {member.size:,} bytes "
-                           f"but the archive holds {max(remaining, 0):,} after its start")
-        stream.seek(member.offset)
-        return stream.read(member.size)
+        try:
+            return member_bytes(stream, escaped_id(member.name), member.offset, member.size)
+        except ValueError as exc:
+            raise BadImage(str(exc)) from None
 
 
 def check_max_pixels(max_pixels: int) -> None:

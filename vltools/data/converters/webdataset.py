@@ -4,7 +4,9 @@ that `extract-regions shard.tar`, `convert webdataset shard.tar` and `match` cha
 
 A caption belongs to the images of the same key (webdataset's rule: the member name up to the first dot of its
 file name); `.txt` is read first, else the `.json`'s "caption". An image without a caption is skipped and counted
-(an error with `strict`); so is one whose name is no usable id, which extract-regions cannot extract either.
+(an error with `strict`); so is one whose name is no usable id, which extract-regions cannot extract either. Two
+`.txt` (or two `.json`) members of one key (`k.txt` and `k.en.txt`, or a member appended twice) are an error
+naming both: which of them is the image's caption cannot be told.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from vltools.errors import VLToolsError, argument, input_error, require_file
+from vltools.io.bounded import member_bytes, parse_json
 from vltools.io.progress import log
 from vltools.io.records import check_converted
+from vltools.io.sources import record_unique
 from vltools.vision.images import list_inputs
 
 CAPTION_EXTENSIONS = (".txt", ".json")
+MAX_CAPTION_MEMBER_BYTES = 16 << 20    # a caption, or img2dataset's JSON of a caption and its metadata: kilobytes
 
 
 def member_key(name: str) -> str:
@@ -40,7 +45,7 @@ def _text(data: bytes, shard: Path, name: str) -> str:
 def _json_caption(data: bytes, shard: Path, name: str) -> str | None:
     """The "caption" of a member's JSON object (None when it has none, as img2dataset writes without captions)."""
     try:
-        document = json.loads(_text(data, shard, name))
+        document = parse_json(_text(data, shard, name))
     except json.JSONDecodeError as exc:
         raise input_error(shard, f"member {name}", f"not JSON ({exc.msg} at line {exc.lineno})",
                           "give img2dataset's KEY.json (an object with a \"caption\" field)") from None
@@ -57,15 +62,22 @@ def shard_captions(shard: str | os.PathLike) -> dict[str, str]:
     shard = require_file(shard, "no such file; give webdataset shards (.tar)", "a webdataset shard (.tar)")
     texts: dict[str, str] = {}
     jsons: dict[str, str] = {}
+    members: dict[str, dict[str, str]] = {suffix: {} for suffix in CAPTION_EXTENSIONS}   # key -> its member
     try:
-        with tarfile.open(shard, "r:") as tar:
+        with tarfile.open(shard, "r:") as tar, open(shard, "rb") as stream:
             for info in tar:
                 suffix = PurePosixPath(info.name).suffix.lower()
                 if info.isreg() and suffix in CAPTION_EXTENSIONS:
-                    data = tar.extractfile(info).read()
-                    if len(data) != info.size:
-                        raise tarfile.ReadError(f"member {info.name} is cut short")
+                    try:
+                        data = member_bytes(stream, info.name, info.offset_data, info.size,
+                                            MAX_CAPTION_MEMBER_BYTES)
+                    except ValueError as exc:
+                        raise input_error(shard, None, str(exc), "caption members (.txt, .json) hold at most "
+                                          f"{MAX_CAPTION_MEMBER_BYTES >> 20} MiB; download the shard again, or "
+                                          "remove the member") from None
                     key = member_key(info.name)
+                    record_unique(members[suffix], key, f"member {info.name}", shard, f"member {info.name}",
+                                  f"the {suffix} caption of key {key!r}", f"give each key one {suffix} caption")
                     caption = _text(data, shard, info.name) if suffix == ".txt" else _json_caption(data, shard,
                                                                                                   info.name)
                     if caption is not None and caption.strip():

@@ -7,7 +7,8 @@ of each matched sentence under the generator started from the fused image vector
 read. Inputs: `CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl`, or one features file and the captions when the model uses
 only the context (`model.use_concepts=false`) or only the concepts (`model.use_context=false`). "ctx + sen"
 (`model.use_sentence=true`) reads `CONTEXT.h5 GENERATED.jsonl CAPS.jsonl`: the generated sentences (one per image,
-`vltools caption` of every training and validation image) stand where the concept scores stand.
+`vltools caption` of every training and validation image) stand where the concept scores stand; with
+`model.use_context=false` (the sentence alone, the paper's reading) the context file only names the images.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def split_inputs(inputs: Sequence[str], model_config: dict) -> tuple[str | None,
     (`use_sentence`) the second is the generated sentences' path, see `sentence_inputs`."""
     use_context, use_concepts = bool(model_config["use_context"]), bool(model_config["use_concepts"])
     if model_config["use_sentence"]:
-        return sentence_inputs(inputs, use_context, use_concepts)
+        return sentence_inputs(inputs, use_concepts)
     if len(inputs) == 3:
         context, concepts, captions = inputs
         return (context if use_context else None), (concepts if use_concepts else None), captions
@@ -73,11 +74,12 @@ def split_inputs(inputs: Sequence[str], model_config: dict) -> tuple[str | None,
                        f"when model.use_context or model.use_concepts is false); got {len(inputs)} inputs")
 
 
-def sentence_inputs(inputs: Sequence[str], use_context: bool, use_concepts: bool) -> tuple[str, str, str]:
-    """(context path, generated sentences path, captions path) of a "ctx + sen" model, checked."""
-    if use_concepts or not use_context:
-        raise VLToolsError("model.use_sentence=true puts the generated sentence in the concepts' place beside the "
-                           "context: set model.use_context=true and model.use_concepts=false")
+def sentence_inputs(inputs: Sequence[str], use_concepts: bool) -> tuple[str, str, str]:
+    """(context path, generated sentences path, captions path) of a "ctx + sen" model, checked; the context file
+    names the images (the captioner read it) also when the model does not fuse it (`use_context` false)."""
+    if use_concepts:
+        raise VLToolsError("model.use_sentence=true puts the generated sentence in the concepts' place: set "
+                           "model.use_concepts=false")
     if len(inputs) != 3:
         raise VLToolsError(f"--model sco with model.use_sentence=true takes CONTEXT.h5 GENERATED.jsonl CAPS.jsonl "
                            f"(the generated sentences: `{SENTENCES_COMMAND}`); got {len(inputs)} inputs")

@@ -1,0 +1,60 @@
+"""What a file holds, told from its first bytes: the kinds, the inputs that take them, and peeking at a stream."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from vltools.errors import VLToolsError
+from vltools.io.kinds import accepts, kind_of, peek, sniff
+
+
+def test_real_files_of_each_kind_are_told_apart(tmp_path):
+    h5py.File(tmp_path / "a.h5", "w").close()
+    torch.save({"w": torch.zeros(2)}, tmp_path / "a.pt")
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    (tmp_path / "a.jsonl").write_text('\ufeff\n  {"image_id": "x"}\n', encoding="utf-8")
+    (tmp_path / "a.json").write_text('[{"image_id": 1}]')
+    (tmp_path / "empty.jsonl").write_text("\n \n")
+    (tmp_path / "list.txt").write_text("images/a.jpg\n")
+    found = {path.name: sniff(path) for path in sorted(tmp_path.iterdir())}
+    assert found == {"a.h5": "hdf5", "a.pt": "checkpoint", "a.npy": "npy", "a.jsonl": "json", "a.json": "json",
+                     "empty.jsonl": "empty", "list.txt": "text"}
+    assert sniff(tmp_path, folder_ok=True) == "folder"
+    with pytest.raises(VLToolsError, match="is a folder, not a file"):
+        sniff(tmp_path)
+    with pytest.raises(VLToolsError, match="absent.h5: no such file"):
+        sniff(tmp_path / "absent.h5")
+
+
+@pytest.mark.parametrize("head, kind", [
+    (b"\x80\x02\x8a\x0al\xfc\x9cF", "checkpoint"),     # the legacy torch format: a pickle
+    (b"\x1f\x8b\x08\x00", "gzip"), (b"\xff\xd8\xff\xe0", "image"), (b"\x89PNG\r\n", "image"),
+    (b"ustar\x00\x00", "binary"), (b"", "empty"), (b"image_id\tcaption", "text"),
+])
+def test_first_bytes(head, kind):
+    assert kind_of(head) == kind
+
+
+def test_what_an_input_takes():
+    assert accepts(("jsonl",), "json") and accepts(("jsonl",), "empty") and not accepts(("jsonl",), "hdf5")
+    assert accepts(("jsonl", "hdf5"), "hdf5") and not accepts(("hdf5",), "json")
+    assert not accepts(("json",), "empty") and accepts(("checkpoint",), "checkpoint")
+    assert accepts(("images",), "folder") and accepts(("images",), "text") and not accepts(("images",), "checkpoint")
+
+
+def test_peek_leaves_the_bytes_for_the_reader():
+    seekable = io.BytesIO(b"\x89HDF\r\n\x1a\nrest")
+    assert peek(seekable, 4) == b"\x89HDF" and seekable.read() == b"\x89HDF\r\n\x1a\nrest"
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"image_id": "a"}\n')
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:          # a pipe cannot seek: its buffer keeps what was peeked
+        assert peek(pipe, 1) == b"{"
+        assert pipe.read() == b'{"image_id": "a"}\n'
+    assert peek(None) == b""

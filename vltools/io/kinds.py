@@ -1,0 +1,73 @@
+"""What a file holds, told from its first bytes without parsing it: HDF5, a torch checkpoint, a NumPy array, JSON
+text, ... So that a stage refuses a file of the wrong kind, or two inputs given in each other's places, at once
+(before it loads torch or reads any data), and tells HDF5 on standard input from JSON lines.
+
+No numpy, no h5py: the command line checks its inputs with these before a stage's library is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from vltools.errors import require_file
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+HEAD_BYTES = 64   # how much of a file `sniff` reads
+# first bytes -> kind; a torch checkpoint is a zip archive (torch.save) or a pickle (the legacy format, the
+# released SCAN / SGRAF .pth.tar files)
+SIGNATURES = ((HDF5_SIGNATURE, "hdf5"), (b"PK\x03\x04", "checkpoint"), (b"PK\x05\x06", "checkpoint"),
+              (b"\x80", "checkpoint"), (b"\x93NUMPY", "npy"), (b"\x1f\x8b", "gzip"), (b"\xff\xd8\xff", "image"),
+              (b"\x89PNG", "image"))
+# what a file found to be of each kind is, in messages
+FOUND = {"hdf5": "HDF5", "checkpoint": "a torch checkpoint", "npy": "a NumPy .npy array", "json": "JSON text",
+         "empty": "empty", "gzip": "gzip-compressed (decompress it first)", "image": "an image",
+         "text": "plain text, not JSON", "binary": "binary data of an unknown kind", "folder": "a folder"}
+# what an input takes -> the kinds found that it accepts, and how messages name it (an empty JSON lines file is
+# left to its reader, which says what it expected)
+TAKES = {"hdf5": ({"hdf5"}, "HDF5"), "checkpoint": ({"checkpoint"}, "a torch checkpoint"),
+         "npy": ({"npy"}, "a NumPy .npy array"), "jsonl": ({"json", "empty"}, "JSON lines"),
+         "json": ({"json"}, "JSON"), "folder": ({"folder"}, "a folder"),
+         "images": ({"folder", "image", "text", "json", "binary"},
+                    "images (a folder, image files, a tar, a text list or an images JSONL)")}
+
+
+def kind_of(head: bytes) -> str:
+    """The kind (a key of FOUND) of data starting with `head`."""
+    for signature, kind in SIGNATURES:
+        if head.startswith(signature):
+            return kind
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text:
+        return "empty"
+    if text[:1] in (b"{", b"["):
+        return "json"
+    return "binary" if b"\x00" in head else "text"
+
+
+def sniff(path: str | os.PathLike, folder_ok: bool = False) -> str:
+    """The kind of file `path` ("folder" for a folder when `folder_ok`); anything else that is not a regular file
+    (missing, a named pipe, a device) is the one-line error of `require_file`."""
+    if folder_ok and Path(path).is_dir():
+        return "folder"
+    with open(require_file(path), "rb") as stream:
+        return kind_of(stream.read(HEAD_BYTES))
+
+
+def accepts(takes: tuple[str, ...], found: str) -> bool:
+    """Whether an input that takes any of `takes` (keys of TAKES) accepts a file of kind `found`."""
+    return any(found in TAKES[kind][0] for kind in takes)
+
+
+def peek(stream: BinaryIO | None, size: int = HEAD_BYTES) -> bytes:
+    """Up to `size` first bytes of `stream`, left unread for its reader: a buffered pipe's or file's own `peek` (one
+    read at most), else read and seek back; a missing stream (standard input closed) is empty."""
+    if stream is None:
+        return b""
+    if hasattr(stream, "peek"):
+        return stream.peek(size)[:size]
+    start = stream.tell()
+    head = stream.read(size)
+    stream.seek(start)
+    return head
