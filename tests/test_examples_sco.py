@@ -75,9 +75,11 @@ def test_real_recipe_prints_every_row(tmp_path, dataset, title, extra, rows):
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout
     assert title in table, table
-    printed = [line.split("  ")[0] for line in table.split("\nTable 3")[0].splitlines()[3:]
-               if line and not line.startswith(("paper", "  "))]
+    table2 = table[table.index(title):].split("\nTable 3")[0].splitlines()[3:]   # after make's commands and the head
+    printed = [line.split("  ")[0] for line in table2
+               if line and not line.startswith(("paper", "  ", "direction"))]
     assert sorted(printed) == sorted(rows), table
+    assert re.search(r"^direction: mR of ctx [\d.]+ against cnp \+ ctx [\d.]+", table, flags=re.M), table
     assert "Table 3 layout" in table and "\n0 " in table and "\n1 " in table
     if dataset == "coco":
         return
