@@ -36,10 +36,11 @@ from vltools.devices import resolve_device
                    "order `vltools match` uses (first mention), so that the result can be scored.")
 @click.option("--concepts", "concepts_path", type=InputFile("hdf5"),
               help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
-                   "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
+                   "features (ignored by a concepts-only model, as --concepts is by a context-only one; refused "
+                   "by the other models).")
 @click.option("--sentences", "sentences_path", type=InputFile("jsonl"), metavar="GENERATED.jsonl",
               help="For SCO \"ctx + sen\" models: one generated sentence per image (vltools caption of FEATS.h5); "
-                   "ignored by the other models.")
+                   "refused by the other models, which would not read it.")
 @batch_size_option(256)
 @precision_option()
 @device_option()
