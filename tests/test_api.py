@@ -471,7 +471,12 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"), "split must be a non-empty string, not None"),
+    (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"),
+     "split must be a split name (a non-empty string of printable characters), not None"),
+    (lambda p: vltools.convert("webdataset", [p / "s.tar"], split=""),
+     "split must be a split name (a non-empty string of printable characters), not ''"),
+    (lambda p: vltools.convert("cub", p / "text_c10", split_files={"te\x1bst": p / "a.txt"}),
+     r"split_files must be a split name (a non-empty string of printable characters), not 'te\x1bst'"),
     (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", split="test"),
      "captions must be a file path (str or pathlib.Path), not None"),
     (lambda p: vltools.convert("sgraf-checkpoint", p / "m.pth", p / "m.pt", trust=True),
@@ -494,7 +499,7 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
     (lambda p: vltools.convert("cub", p / "text_c10", split_files="test.txt"),
      "split_files must be a dict {split: file} or a list of (split, file) pairs, not 'test.txt'"),
     (lambda p: vltools.convert("karpathy", p / "d.json", only_splits="test"),
-     "only_splits must be a list of words, not 'test'"),
+     "only_splits must be a list of split names, not 'test'"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", fields=3),
      "fields must be a list of words, not 3"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", max_regions=0),

@@ -94,7 +94,7 @@ def _split_files(value: object, name: str) -> object:
         raise checks.ArgumentError(name, f"must be a dict {{split: file}} or a list of (split, file) pairs, not "
                                          f"{value!r}")
     for split, path in pairs:
-        checks.text(split, name)
+        checks.split(split, name)
         checks.path(path, name)
     return value
 
@@ -118,8 +118,8 @@ class Converter:
 CONVERTERS: dict[str, Converter] = {
     "karpathy": Converter(karpathy.read_karpathy, {
         "id_field": _one_of(karpathy.ID_FIELDS), "text_field": _one_of(karpathy.TEXT_FIELDS),
-        "restval_as": _optional(checks.text), "only_splits": _optional(checks.texts)}, records=True),
-    "coco": Converter(coco.read_coco, {"split": _optional(checks.text), "id_field": _one_of(coco.ID_FIELDS)},
+        "restval_as": _optional(checks.split), "only_splits": _optional(checks.splits)}, records=True),
+    "coco": Converter(coco.read_coco, {"split": _optional(checks.split), "id_field": _one_of(coco.ID_FIELDS)},
                       records=True),
     "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                         records=True),
@@ -127,17 +127,17 @@ CONVERTERS: dict[str, Converter] = {
                                 {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
     "cub": Converter(read_cub, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                      records=True),
-    "webdataset": Converter(read_webdataset, {"split": _optional(checks.text), "strict": checks.flag},
+    "webdataset": Converter(read_webdataset, {"split": _optional(checks.split), "strict": checks.flag},
                             records=True, sources=True),
     "visual-genome": Converter(visual_genome_records, {
         "image_data": _optional(checks.path), "splits": _optional(checks.path), "clip_boxes": checks.flag,
         "drop_unassigned": checks.flag}, records=True),
     "precomp": Converter(precomp.convert_precomp, {
-        "split": checks.text, "features": _optional(checks.path), "captions": _optional(checks.path),
+        "split": checks.split, "features": _optional(checks.path), "captions": _optional(checks.path),
         "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
         "dtype": _one_of(FEATURE_DTYPES)}),
     "to-precomp": Converter(precomp.write_precomp, {
-        "captions": checks.path, "split": checks.text, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
+        "captions": checks.path, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
         output="out_dir"),
     "to-coco-results": Converter(coco.write_coco_results, output="output"),
     "bottom-up": Converter(convert_bottom_up, {
@@ -221,7 +221,7 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     checks.path(first, "first")
     checks.path(second, "second")
     items = _model_items(model, "model")
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.optional_integer(rerank_k, "rerank_k", 1)
     if first_stage is not None and not isinstance(first_stage, LoadedModel):
         checks.path(first_stage, "first_stage")
@@ -252,7 +252,7 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: P
     checks.path(captions, "captions", optional=True)
     checks.choice(protocol, "protocol", PROTOCOLS)
     checks.integer(fold_size, "fold_size", 1)
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     if isinstance(scores, Matches):
         if scores.sims is None or scores.caption_image_ids is None:
             raise VLToolsError("these matches have no full similarity matrix with each caption's image (reranked, "
@@ -271,7 +271,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
         checks.path(model, "model")
     checks.path(features, "features")
     checks.path(captions, "captions", optional=True)
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.integer(beam, "beam", 1, checks.MAX_BEAM)
     checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
     checks.number(length_penalty, "length_penalty", 0)
@@ -314,7 +314,7 @@ def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: Pat
     checks.path(proxy, "proxy", optional=True)
     checks.path(triplets, "triplets", optional=True)
     r_values = checks.integers(r_values, "r_values", 1)
-    checks.text(split, "split")
+    checks.split(split, "split")
     checks.optional_integer(queries, "queries", 1)
     checks.path(plot, "plot", optional=True)
     return score_semantic_file(model, proxy, triplets, r_values, split, queries, plot)[0]
@@ -339,7 +339,7 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *,
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
     checks.path(output, "output")
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.path(captions, "captions", optional=True)
     checks.path(concepts, "concepts", optional=True)
     checks.path(sentences, "sentences", optional=True)
@@ -392,8 +392,8 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
     options = {**_flat(config if isinstance(config, dict) else None, "config"), **_flat(set, "set")}
     checks.flag(resume, "resume")
     checks.path(vocab, "vocab", optional=True)
-    checks.text(train_split, "train_split")
-    checks.text(val_split, "val_split")
+    checks.split(train_split, "train_split")
+    checks.split(val_split, "val_split")
     built = training_config(model, config_file, (), options)
     return run_training(model, inputs, output, built, resume, vocab, train_split, val_split)
 

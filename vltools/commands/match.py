@@ -6,6 +6,7 @@ import click
 
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
+    SPLIT,
     FiniteFloat,
     Integer,
     block_options,
@@ -37,8 +38,9 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
                    "Not used with two embeddings files.")
-@click.option("--split", help="Captions of this split are matched [test when the captions have a split field, else "
-              "every caption].")
+@click.option("--split", type=SPLIT,
+              help="Captions of this split are matched [test when the captions have a split field, else every "
+                   "caption].")
 @click.option("-k", "--top-k", type=Integer(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),

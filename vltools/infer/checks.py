@@ -14,7 +14,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from vltools.errors import ArgumentError
 
@@ -156,11 +156,33 @@ def integers(value: object, name: str, low: int | None = None, empty: bool = Tru
     return tuple(integer(item, name, low) for item in value)
 
 
+def split(value: object, name: str, optional: bool = False) -> str | None:
+    """`value` when it names a split: a non-empty string of printable characters (or None, when `optional`). A
+    split is written as given into records, file names ({split}_ims.npy) and messages: an empty one names nothing,
+    and one holding ESC, a newline or another control character is a name no one can see or type back."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ArgumentError(name, f"must be a split name (a non-empty string of printable characters"
+                                  f"{', or None' if optional else ''}), not {value!r}")
+    return value
+
+
+def _each(value: object, name: str, what: str, check: Callable[[object, str], str]) -> tuple[str, ...]:
+    """A list (or tuple) of `what`, each passing `check`, as a tuple."""
+    if not isinstance(value, list | tuple):
+        raise ArgumentError(name, f"must be a list of {what}, not {value!r}")
+    return tuple(check(item, name) for item in value)
+
+
 def texts(value: object, name: str) -> tuple[str, ...]:
     """A list (or tuple) of non-empty strings (words to add or subtract), as a tuple."""
-    if not isinstance(value, list | tuple):
-        raise ArgumentError(name, f"must be a list of words, not {value!r}")
-    return tuple(text(item, name) for item in value)
+    return _each(value, name, "words", text)
+
+
+def splits(value: object, name: str) -> tuple[str, ...]:
+    """A list (or tuple) of split names (`split`), as a tuple."""
+    return _each(value, name, "split names", split)
 
 
 def known(given: Iterable[str], accepted: Collection[str], function: str) -> None:
