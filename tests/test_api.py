@@ -560,6 +560,30 @@ def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call,
     assert list(tmp_path.iterdir()) == []
 
 
+RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beach at dusk, number {k}"}
+           for k in range(5000)]     # about 400 KB: a converted dataset given where a path was expected
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: vltools.score_caption(RECORDS, p / "refs.jsonl"),
+    lambda p: vltools.score_retrieval(RECORDS),
+    lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
+    lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
+    lambda p: vltools.convert(RECORDS, p / "x.json"),
+    lambda p: vltools.train("vse", RECORDS, p / "m.pt"),
+    lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
+    lambda p: vltools.search(RECORDS, p / "index.h5"),
+    lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path
+], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text"])
+def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
+    """The refusal of a records list once repeated all of it: a 'one-line' message of about 560 KB."""
+    with pytest.raises(VLToolsError) as error:
+        call(tmp_path)
+    message = str(error.value)
+    assert len(message) < 300 and "\n" not in message, message
+    assert "'caption': 'a man riding a horse" in message or "a text of 467780" in message, message
+
+
 def test_report_writes_the_cards_the_stage_writes(world, tmp_path):
     features, captions, _, vse = world
     run("match", "--model", vse, features, captions, "--device", "cpu", "-o", tmp_path / "r.jsonl")

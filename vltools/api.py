@@ -34,7 +34,7 @@ from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
 from vltools.data.semantic_scores import score_semantic_file
 from vltools.devices import PRECISIONS, autocast, resolve_device
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, shown
 from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
@@ -92,7 +92,7 @@ def _split_files(value: object, name: str) -> object:
     if not isinstance(pairs, list | tuple) or not all(isinstance(pair, list | tuple) and len(pair) == 2
                                                       for pair in pairs):
         raise checks.ArgumentError(name, f"must be a dict {{split: file}} or a list of (split, file) pairs, not "
-                                         f"{value!r}")
+                                         f"{shown(value)}")
     for split, path in pairs:
         checks.text(split, name)
         checks.path(path, name)
@@ -179,7 +179,7 @@ def _model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
                                                        (isinstance(item, LoadedModel) or os.fspath(item))
                                                        for item in items):
         raise checks.ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list "
-                                         f"of them, not {model!r}")
+                                         f"of them, not {shown(model)}")
     return list(items)
 
 
@@ -366,7 +366,7 @@ def _flat(config: object, name: str) -> dict[str, object]:
     if config is None:
         return {}
     if not isinstance(config, dict) or not all(isinstance(key, str) and key for key in config):
-        raise checks.ArgumentError(name, f"must be a dict of config sections or KEY: value, not {config!r}")
+        raise checks.ArgumentError(name, f"must be a dict of config sections or KEY: value, not {shown(config)}")
     flat: dict[str, object] = {}
     for key, value in config.items():
         if isinstance(value, dict):
