@@ -297,6 +297,7 @@ def test_search_queries_a_saved_index_like_match_index_file(tmp_path):
     run("index", tmp_path / "imgs.h5", "-o", tmp_path / "g.h5")
     found = vltools.search(tmp_path / "caps.h5", tmp_path / "g.h5", top_k=4)
     assert "search" in vltools.__all__ and found.direction == "t2i"
+    assert repr(found) == "Matches(t2i, 6 captions x 50 images, top 4, no sims)"    # once "6 images x 50 captions"
     assert (found.row_ids, found.column_ids) == ([f"c{k}" for k in range(6)], [f"i{k}" for k in range(50)])
     np.testing.assert_array_equal(found.forward[1], np.argsort(-(captions @ images.T), axis=1)[:, :4])
     assert list(found.rankings()) == [json.loads(line) for line in
