@@ -261,7 +261,7 @@ def test_library_errors_name_python_arguments_where_they_named_force_r_device_an
     calls = {
         lambda: vltools.report(tmp_path / "out", scores=tmp_path / "s.json"): "give a new folder, or force=True to",
         lambda: vltools.score_semantic("s.h5", "p.h5", r_values=[10, 1]): "r_values 10,1: give increasing positive",
-        lambda: vltools.match("a.h5", "b.h5", device="gpu0"): "device=.gpu0. is not a device",
+        lambda: vltools.match("a.h5", "b.h5", device="gpu0"): "device must be auto, cpu, cuda or cuda:K",
     }
     for call, message in calls.items():
         with pytest.raises(VLToolsError, match=message) as error:
@@ -269,7 +269,10 @@ def test_library_errors_name_python_arguments_where_they_named_force_r_device_an
         assert "--" not in str(error.value)
     with pytest.raises(VLToolsError, match=r"^precision='fp64': use fp32, tf32, bf16, fp16$"):
         check_precision("fp64")
-    result = CliRunner().invoke(cli, ["score", "semantic", "s.h5", "--proxy", "p.h5", "--R", "10,1"])
+    for name in ("s.h5", "p.h5"):    # HDF5 files, which the input check passes before the library checks --R
+        h5py.File(tmp_path / name, "w").close()
+    result = CliRunner().invoke(cli, ["score", "semantic", str(tmp_path / "s.h5"), "--proxy", str(tmp_path / "p.h5"),
+                                      "--R", "10,1"])
     assert str(result.exception).startswith("--R 10,1: give increasing positive integers")
 
 
