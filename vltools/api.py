@@ -43,6 +43,7 @@ from vltools.infer.encode import encode_file
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_files, match_index
+from vltools.infer.query import checked_queries, search_queries
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.rmac import QueryOptions
@@ -235,13 +236,32 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     return match_files(first, second, models, split, options, rerank_k is None, rerank_k, stage)
 
 
-def search(queries: PathLike, index_file: PathLike, top_k: int = 10, nprobe: int = 16) -> Matches:
-    """`vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools index`) for every
-    query of an embeddings file encoded by the same checkpoint, without rebuilding it. Returns a `Matches` whose
-    `.forward` holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
-    checks.path(queries, "queries")
+def search(queries: PathLike | Sequence[PathLike], index_file: PathLike, top_k: int = 10, nprobe: int = 16, *,
+           model: PathLike | LoadedModel | None = None, batch_size: int = 256, device: str = "auto",
+           precision: str = "fp32") -> Matches:
+    """Without `model`, `vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools
+    index`) for every query of an embeddings file encoded by the same checkpoint, without rebuilding it. With
+    `model`, `vltools search INDEX --model MODEL --query ...`: `queries` are texts (a string or a list; a vse or sco
+    model) or image files and folders (an rmac model), encoded by `model`, which must be the checkpoint that
+    encoded INDEX, a saved index or an image embeddings file (`vltools encode`), e.g.
+    search(["a red cube", "two dogs"], "images.index.h5", model="vse.pt"). Returns a `Matches` whose `.forward`
+    holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
     checks.path(index_file, "index_file")
-    return match_index(queries, index_file, Search(top_k=top_k, nprobe=nprobe))
+    options = Search(top_k=top_k, nprobe=nprobe, device=resolve_device(checks.device(device, "device")),
+                     precision=precision)
+    if model is None:
+        if isinstance(queries, list | tuple):
+            raise checks.ArgumentError("queries", f"is a list ({shown(queries)}): query texts and images are "
+                                                  "encoded by model=CHECKPOINT, the one that encoded index_file")
+        checks.path(queries, "queries")
+        return match_index(queries, index_file, options)
+    given = checks.queries(queries, "queries")
+    if not isinstance(model, LoadedModel):
+        checks.path(model, "model")
+    checks.integer(batch_size, "batch_size", 1)
+    given = checked_queries(given)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+    return search_queries(loaded, given, index_file, options, batch_size)
 
 
 def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: PathLike | None = None, *,

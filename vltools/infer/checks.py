@@ -145,6 +145,16 @@ def paths(value: object, name: str) -> list[str | os.PathLike]:
     return [path(item, name) for item in value]
 
 
+def queries(value: object, name: str) -> list[str]:
+    """One query (a text, or an image path) or a non-empty list (or tuple) of them, as a list of strings."""
+    items = [value] if isinstance(value, str | os.PathLike) else value
+    if not isinstance(items, list | tuple) or not items or not all(isinstance(item, str | os.PathLike)
+                                                                     for item in items):
+        raise ArgumentError(name, f"must be a query (a text or an image path) or a non-empty list of them, not "
+                                  f"{shown(value)}")
+    return [os.fsdecode(item) for item in items]
+
+
 def integers(value: object, name: str, low: int | None = None, empty: bool = True) -> tuple[int, ...]:
     """A list (or tuple) of integers, each at least `low` (R values, top-K cut-offs), as a tuple."""
     if isinstance(value, str) or not isinstance(value, list | tuple) or (not value and not empty):
