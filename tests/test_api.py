@@ -101,6 +101,8 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(vltools.score_retrieval(tmp_path / "s.h5")) == from_stage
     ranked = json.loads(run("score", "retrieval", tmp_path / "r.jsonl", "--captions", captions))
     assert printed(vltools.score_retrieval(tmp_path / "r.jsonl", captions)) == ranked
+    records = [json.loads(line) for line in captions.read_text().splitlines()]
+    assert printed(vltools.score_retrieval(list(found.rankings()), records)) == ranked     # in memory
     one_fold = vltools.score_retrieval(found, protocol="coco1k", fold_size=7)
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
 
@@ -319,6 +321,27 @@ def test_score_caption_gives_what_the_stage_prints(tmp_path):
     printed_by_stage = json.loads(run("score", "caption", predictions, "--refs", refs, "--no-spice", "--no-meteor"))
     assert printed(found) == printed_by_stage
     assert set(found) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr"} and found["Bleu_1"] > 0
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    references = [{**json.loads(line), "image_id": int(json.loads(line)["image_id"])}    # as convert("coco") gives
+                  for line in refs.read_text().splitlines()]
+    assert vltools.score_caption(records, references, spice=False, meteor=False) == found
+    coco = {"images": [{"id": 1}, {"id": 2}], "annotations": [{"id": k, **record} for k, record in
+                                                              enumerate(references)]}
+    assert vltools.score_caption(tuple(records), coco, spice=False, meteor=False) == found
+
+
+def test_records_in_memory_are_checked_as_their_file_and_named_by_their_index(tmp_path):
+    refs = [{"image_id": "1", "caption": "a dog"}, {"image_id": "2", "caption": "two cats"}]
+    with pytest.raises(VLToolsError) as error:
+        vltools.score_caption([{"image_id": "1", "caption": "a dog"}, {"caption": "a cat"}], refs)
+    assert str(error.value) == ("predictions[1]: no 'image_id' or 'pair_id' field; each caption needs the id it "
+                                "describes")
+    with pytest.raises(VLToolsError, match=r"^refs \[1\] cannot be written as JSON \(Object of type int64 is not JSON "
+                                           r"serializable\); give plain str, int, float, list and dict values$"):
+        vltools.score_caption(refs, [refs[0], {"image_id": np.int64(2), "caption": "two cats"}])
+    with pytest.raises(VLToolsError, match=r"^refs must be a file path or records in memory \(a non-empty list of "
+                                           r"dicts\), not \[\]$"):
+        vltools.score_caption(refs, [])
 
 
 def test_encode_writes_what_the_stage_writes(world, tmp_path):
@@ -526,7 +549,8 @@ def test_convert_messages_spell_options_as_python_keywords(tmp_path):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path (str or pathlib.Path), not 5"),
+    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path or records in memory (a "
+                                                        "non-empty list of dicts), not 5"),
     (lambda p: vltools.score_caption(p / "p.jsonl", p / "r.jsonl", spice="no"), "spice must be True or False, "
                                                                                  "not 'no'"),
     (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", None), "output must be a file path (str or "
@@ -569,8 +593,8 @@ RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beac
 
 
 @pytest.mark.parametrize("call", [
-    lambda p: vltools.score_caption(RECORDS, p / "refs.jsonl"),
-    lambda p: vltools.score_retrieval(RECORDS),
+    lambda p: vltools.score_caption([*RECORDS, {"image_id": "x"}], RECORDS),
+    lambda p: vltools.score_retrieval(RECORDS, [*RECORDS, 5]),
     lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
     lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
     lambda p: vltools.convert(RECORDS, p / "x.json"),
@@ -585,7 +609,8 @@ def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
         call(tmp_path)
     message = str(error.value)
     assert len(message) < 300 and "\n" not in message, message
-    assert "'caption': 'a man riding a horse" in message or "a text of 467780" in message, message
+    assert ("'caption': 'a man riding a horse" in message or "a text of 467780" in message   # what it was
+            or message.startswith("predictions[5000]: no string 'caption'")), message        # which record
 
 
 def test_report_writes_the_cards_the_stage_writes(world, tmp_path):

@@ -53,12 +53,14 @@ from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
+from vltools.io.spooled import in_memory, spooled
 from vltools.report.site import ReportInputs
 from vltools.report.site import build_report as write_report_folder
 from vltools.train import TASKS
 from vltools.train.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
+Records = Sequence[dict] | dict     # records in memory, read as the file they would be (vltools.io.spooled)
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
 __all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
@@ -264,12 +266,15 @@ def search(queries: PathLike | Sequence[PathLike], index_file: PathLike, top_k: 
     return search_queries(loaded, given, index_file, options, batch_size)
 
 
-def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: PathLike | None = None, *,
-                    protocol: str = "full", fold_size: int = 1000, split: str | None = None) -> dict:
+def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
+                    captions: PathLike | Records | None = None, *, protocol: str = "full", fold_size: int = 1000,
+                    split: str | None = None) -> dict:
     """`vltools score retrieval`: R@1/5/10 both ways, medr, meanr, rsum and mR of a `Matches` with its full
     matrix, or of files (sims HDF5 / .npy matrices, averaged when several, or one rankings JSONL with
-    `captions`)."""
-    checks.path(captions, "captions", optional=True)
+    `captions`); rankings and captions may be records in memory too (lists of dicts, as `.rankings()` and
+    `vltools.convert` give them)."""
+    if captions is not None:
+        checks.records(captions, "captions")
     checks.choice(protocol, "protocol", PROTOCOLS)
     checks.integer(fold_size, "fold_size", 1)
     checks.text(split, "split", optional=True)
@@ -279,7 +284,12 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: P
                                "or images ranked for images); score the rankings written by match -o instead")
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
-    return score_files(checks.paths(scores, "scores"), captions, protocol, fold_size, split)
+    ranked = isinstance(scores, list | tuple) and in_memory(scores)    # rankings records (a dict is no scores)
+    with spooled({"scores": scores if ranked else checks.paths(scores, "scores"),
+                  "captions": captions}) as files:
+        scores = files["scores"]
+        return score_files(scores if isinstance(scores, list) else [scores], files["captions"], protocol, fold_size,
+                           split)
 
 
 def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLike | None = None, *,
@@ -312,16 +322,19 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     return found
 
 
-def score_caption(predictions: PathLike, refs: PathLike, *, tokenized: bool = False, spice: bool = True,
-                  meteor: bool = True, strict: bool = False) -> dict[str, float]:
+def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, tokenized: bool = False,
+                  spice: bool = True, meteor: bool = True, strict: bool = False) -> dict[str, float]:
     """`vltools score caption PREDICTIONS --refs REFS`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE when its
     models are installed) of one caption per image or pair, as the COCO evaluation server computes them (needs
-    Java). `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
-    checks.path(predictions, "predictions")
-    checks.path(refs, "refs")
+    Java). Each is a file (captions or pairs JSONL, COCO JSON) or records in memory: a list of {"image_id" (or
+    "pair_id"), "caption"} dicts such as `vltools.caption` and `vltools.convert` return, or a COCO annotations
+    dict. `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
+    checks.records(predictions, "predictions")
+    checks.records(refs, "refs")
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
-    return score_caption_files(predictions, refs, tokenized, spice, meteor, strict)[0].metrics
+    with spooled({"predictions": predictions, "refs": refs}) as files:
+        return score_caption_files(files["predictions"], files["refs"], tokenized, spice, meteor, strict)[0].metrics
 
 
 def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: PathLike | None = None, *,

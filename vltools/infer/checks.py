@@ -17,6 +17,7 @@ import re
 from collections.abc import Collection, Iterable
 
 from vltools.errors import ArgumentError, shown
+from vltools.io.spooled import in_memory
 
 # Upper bounds of sizes: work whose memory grows with a size must not start from a typing slip (an image side of
 # 100000 asks for terabytes; a caption of a million words decodes for hours; a beam of 10**9 allocates as much)
@@ -143,6 +144,17 @@ def paths(value: object, name: str) -> list[str | os.PathLike]:
     if not isinstance(value, list | tuple) or not value:
         raise ArgumentError(name, f"must be a file path or a non-empty list of paths, not {shown(value)}")
     return [path(item, name) for item in value]
+
+
+def records(value: object, name: str) -> object:
+    """A file path, or records in memory (`vltools.io.spooled.in_memory`: a non-empty list of dicts, or a dict)
+    that the reader of the file takes through a temporary file (`vltools.io.spooled.spooled`)."""
+    if in_memory(value):
+        return value
+    if isinstance(value, str | os.PathLike):
+        return path(value, name)
+    raise ArgumentError(name, f"must be a file path or records in memory (a non-empty list of dicts), not "
+                              f"{shown(value)}")
 
 
 def queries(value: object, name: str) -> list[str]:
