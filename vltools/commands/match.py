@@ -82,7 +82,7 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
     from vltools.infer.loader import load_model, load_models
-    from vltools.infer.match import Search, input_kind, match_files
+    from vltools.infer.match import SIDES, Search, input_kind, match_files
     from vltools.io.model_store import resolve_models
     from vltools.io.records import write_records
     from vltools.io.sims import write_sims
@@ -109,6 +109,5 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
                    attrs=matches.attrs)
     write_records(output, matches.rankings())
     what = " + ".join(i.name for i in loaded) or kind
-    rows, columns = {"i2i": ("query images", "images"), "t2i": ("captions", "images")}.get(matches.direction,
-                                                                                          ("images", "captions"))
+    rows, columns = SIDES[matches.direction]
     log.info("matched %d %s x %d %s with %s", len(matches.row_ids), rows, len(matches.column_ids), columns, what)
