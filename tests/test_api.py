@@ -101,6 +101,8 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(vltools.score_retrieval(tmp_path / "s.h5")) == from_stage
     ranked = json.loads(run("score", "retrieval", tmp_path / "r.jsonl", "--captions", captions))
     assert printed(vltools.score_retrieval(tmp_path / "r.jsonl", captions)) == ranked
+    records = [json.loads(line) for line in captions.read_text().splitlines()]
+    assert printed(vltools.score_retrieval(list(found.rankings()), records)) == ranked     # in memory
     one_fold = vltools.score_retrieval(found, protocol="coco1k", fold_size=7)
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
 
@@ -300,6 +302,7 @@ def test_search_queries_a_saved_index_like_match_index_file(tmp_path):
     run("index", tmp_path / "imgs.h5", "-o", tmp_path / "g.h5")
     found = vltools.search(tmp_path / "caps.h5", tmp_path / "g.h5", top_k=4)
     assert "search" in vltools.__all__ and found.direction == "t2i"
+    assert repr(found) == "Matches(t2i, 6 captions x 50 images, top 4, no sims)"    # once "6 images x 50 captions"
     assert (found.row_ids, found.column_ids) == ([f"c{k}" for k in range(6)], [f"i{k}" for k in range(50)])
     np.testing.assert_array_equal(found.forward[1], np.argsort(-(captions @ images.T), axis=1)[:, :4])
     assert list(found.rankings()) == [json.loads(line) for line in
@@ -318,6 +321,27 @@ def test_score_caption_gives_what_the_stage_prints(tmp_path):
     printed_by_stage = json.loads(run("score", "caption", predictions, "--refs", refs, "--no-spice", "--no-meteor"))
     assert printed(found) == printed_by_stage
     assert set(found) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr"} and found["Bleu_1"] > 0
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    references = [{**json.loads(line), "image_id": int(json.loads(line)["image_id"])}    # as convert("coco") gives
+                  for line in refs.read_text().splitlines()]
+    assert vltools.score_caption(records, references, spice=False, meteor=False) == found
+    coco = {"images": [{"id": 1}, {"id": 2}], "annotations": [{"id": k, **record} for k, record in
+                                                              enumerate(references)]}
+    assert vltools.score_caption(tuple(records), coco, spice=False, meteor=False) == found
+
+
+def test_records_in_memory_are_checked_as_their_file_and_named_by_their_index(tmp_path):
+    refs = [{"image_id": "1", "caption": "a dog"}, {"image_id": "2", "caption": "two cats"}]
+    with pytest.raises(VLToolsError) as error:
+        vltools.score_caption([{"image_id": "1", "caption": "a dog"}, {"caption": "a cat"}], refs)
+    assert str(error.value) == ("predictions[1]: no 'image_id' or 'pair_id' field; each caption needs the id it "
+                                "describes")
+    with pytest.raises(VLToolsError, match=r"^refs \[1\] cannot be written as JSON \(Object of type int64 is not JSON "
+                                           r"serializable\); give plain str, int, float, list and dict values$"):
+        vltools.score_caption(refs, [refs[0], {"image_id": np.int64(2), "caption": "two cats"}])
+    with pytest.raises(VLToolsError, match=r"^refs must be a file path or records in memory \(a non-empty list of "
+                                           r"dicts\), not \[\]$"):
+        vltools.score_caption(refs, [])
 
 
 def test_encode_writes_what_the_stage_writes(world, tmp_path):
@@ -471,7 +495,12 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"), "split must be a non-empty string, not None"),
+    (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"),
+     "split must be a split name (a non-empty string of printable characters), not None"),
+    (lambda p: vltools.convert("webdataset", [p / "s.tar"], split=""),
+     "split must be a split name (a non-empty string of printable characters), not ''"),
+    (lambda p: vltools.convert("cub", p / "text_c10", split_files={"te\x1bst": p / "a.txt"}),
+     r"split_files must be a split name (a non-empty string of printable characters), not 'te\x1bst'"),
     (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", split="test"),
      "captions must be a file path (str or pathlib.Path), not None"),
     (lambda p: vltools.convert("sgraf-checkpoint", p / "m.pth", p / "m.pt", trust=True),
@@ -494,7 +523,7 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
     (lambda p: vltools.convert("cub", p / "text_c10", split_files="test.txt"),
      "split_files must be a dict {split: file} or a list of (split, file) pairs, not 'test.txt'"),
     (lambda p: vltools.convert("karpathy", p / "d.json", only_splits="test"),
-     "only_splits must be a list of words, not 'test'"),
+     "only_splits must be a list of split names, not 'test'"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", fields=3),
      "fields must be a list of words, not 3"),
     (lambda p: vltools.convert("bottom-up", [p / "x.tsv"], p / "f.h5", max_regions=0),
@@ -525,7 +554,8 @@ def test_convert_messages_spell_options_as_python_keywords(tmp_path):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path (str or pathlib.Path), not 5"),
+    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path or records in memory (a "
+                                                        "non-empty list of dicts), not 5"),
     (lambda p: vltools.score_caption(p / "p.jsonl", p / "r.jsonl", spice="no"), "spice must be True or False, "
                                                                                  "not 'no'"),
     (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", None), "output must be a file path (str or "
@@ -561,6 +591,31 @@ def test_the_new_functions_check_their_arguments_before_any_work(tmp_path, call,
         call(tmp_path)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
     assert list(tmp_path.iterdir()) == []
+
+
+RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beach at dusk, number {k}"}
+           for k in range(5000)]     # about 400 KB: a converted dataset given where a path was expected
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: vltools.score_caption([*RECORDS, {"image_id": "x"}], RECORDS),
+    lambda p: vltools.score_retrieval(RECORDS, [*RECORDS, 5]),
+    lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
+    lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
+    lambda p: vltools.convert(RECORDS, p / "x.json"),
+    lambda p: vltools.train("vse", RECORDS, p / "m.pt"),
+    lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
+    lambda p: vltools.search(RECORDS, p / "index.h5"),
+    lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path
+], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text"])
+def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
+    """The refusal of a records list once repeated all of it: a 'one-line' message of about 560 KB."""
+    with pytest.raises(VLToolsError) as error:
+        call(tmp_path)
+    message = str(error.value)
+    assert len(message) < 300 and "\n" not in message, message
+    assert ("'caption': 'a man riding a horse" in message or "a text of 467780" in message   # what it was
+            or message.startswith("predictions[5000]: no string 'caption'")), message        # which record
 
 
 def test_report_writes_the_cards_the_stage_writes(world, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from vltools.cli import STAGES, cli, main
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer
+from vltools.commands.options import SEED_RANGE, SPLIT, FiniteFloat, Integer
 from vltools.infer import checks
 
 
@@ -98,3 +98,42 @@ def test_huge_numbers_are_refused_in_one_line():
         checks.integer(10**5000, "top_k", 1)
     assert checks.integer(2**31 - 1, "top_k", 1) == 2**31 - 1
     assert checks.integer(2**32 - 1, "seed", 0, checks.MAX_SEED) == 2**32 - 1
+
+
+@pytest.mark.parametrize("args", [
+    ["convert", "webdataset", "--split", "", "shard.tar"],
+    ["convert", "coco", "--split", "\x1b[31mtest", "c.json"],
+    ["convert", "to-precomp", "--split", "te\nst", "f.h5", "c.jsonl", "out"],
+    ["convert", "karpathy", "--only-split", "", "d.json"],
+    ["convert", "cub", "--split-list", "\x1b", "list.txt", "text_c10"],
+    ["match", "--split", "", "a.h5", "b.jsonl"],
+    ["train", "--val-split", "v\ta", "--model", "vse", "f.h5", "c.jsonl", "-o", "m.pt"],
+    ["tfidf-proxy", "--train-split", "", "c.jsonl"],
+])
+def test_split_names_are_refused_when_empty_or_holding_control_characters(tmp_path, monkeypatch, capsys, args):
+    """`--split ''` and a split holding ESC were written into records and file names as given."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    option = next(a for a in args if a.startswith("--") and "split" in a)
+    assert exit_info.value.code == 2 and f"Invalid value for '{option}'" in err
+    assert "must be a split name (a non-empty string of printable characters)" in err and "\x1b" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_option_naming_a_split_is_checked_as_one():
+    """Each option that names a split (--split, --train-split, --only-split, --split-list's SPLIT, ...) is of the
+    SPLIT type, so that no stage writes a split the others refuse."""
+    seen = 0
+    for stage in STAGES:
+        for names, command in _leaves(cli.get_command(None, stage), (stage,)):
+            for param in command.params:
+                where = f"{' '.join(names)} {param.human_readable_name}"
+                if param.name in ("split", "train_split", "val_split", "only_splits", "restval_as"):
+                    assert param.type is SPLIT, where
+                    seen += 1
+                elif param.name == "split_files":
+                    assert param.type.types[0] is SPLIT, where
+                    seen += 1
+    assert seen >= 19

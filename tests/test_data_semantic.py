@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from vltools.data.semantic import build_fisher_proxy, build_proxy, image_texts, oracle_sims
+from vltools.data.semantic import build_fisher_proxy, build_proxy, image_texts, oracle_sims, same_words
 from vltools.errors import VLToolsError
 from vltools.synth.grammar import image_captions
 from vltools.synth.scene import sample_scene
@@ -251,3 +251,30 @@ def test_the_word2vec_proxy_takes_an_image_s_words_as_a_set_unless_told_to_count
     r_alone, _ = build_fisher_proxy(ids, splits, [*texts[:2], ["cat dog"], texts[3]], "train", 1, *small)
     np.testing.assert_array_equal(as_sets.tfidf[2].toarray(), r_alone.tfidf[2].toarray())
     assert not np.allclose(counted.tfidf[2].toarray(), as_sets.tfidf[2].toarray())
+
+
+def test_images_of_the_same_words_are_warned_about_as_sharing_their_fisher_vector(caplog):
+    """Captions of 'a' and 'the' alone gave every such image the same Fisher vector, without a word."""
+    ids, splits = ["p", "q", "r", "s", "t", "u"], ["train", "train", "train", "test", "test", "test"]
+    texts = [["a red dog", "the blue cat"], ["a red cat", "the dog"], ["a blue dog"], ["the a"], ["a", "the"],
+             ["a cat"]]
+    small = (FisherSettings(components=2), Word2VecSettings(dim=4, min_count=1, epochs=2))
+    with caplog.at_level(logging.WARNING, logger="vltools"):
+        proxy, _ = build_fisher_proxy(ids, splits, texts, "train", 1, *small)
+    np.testing.assert_array_equal(proxy.tfidf[3].toarray(), proxy.tfidf[4].toarray())
+    assert proxy.tfidf[3].nnz > 0 and (proxy.tfidf[3] != proxy.tfidf[5]).nnz > 0
+    warned = [r.getMessage() for r in caplog.records if "share their Fisher vector" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("2 images share their Fisher vector with another image")
+    assert "(the largest group: 's', 't', with 'a', 'the')" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vltools"):
+        build_fisher_proxy(ids, splits, [*texts[:4], ["a red the"], texts[5]], "train", 1, *small)
+    assert not [r for r in caplog.records if "share their Fisher vector" in r.getMessage()]
+
+
+def test_same_words_groups_rows_of_the_same_words_in_the_same_proportions():
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(np.array([[1, 1, 0], [2, 2, 0], [1, 2, 0], [0, 0, 0], [0, 0, 0], [0, 2, 4], [0, 1, 2]]))
+    assert same_words(counts) == [[0, 1], [5, 6]]
+    assert same_words(sp.csr_matrix(np.eye(3))) == []

@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 from pipeline_fixtures import one_and_two_processes, same_but_created
 
+import vltools
 from vltools.cli import cli
+from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesWriter
 from vltools.io.hdf5 import decode_strings
@@ -168,6 +170,29 @@ def test_an_image_without_a_generated_sentence_is_refused_naming_it(ctx_sen, cap
     assert f"{folder / 'short.jsonl'}: has no generated sentence of image_id 'img0' named by " \
            f"{folder / 'context.h5'} (2 image(s) missing)" in err
     assert err.count("\n") == 1 and not (folder / "short.h5").exists()
+
+
+def test_sentences_or_concepts_a_model_does_not_read_are_refused(world, ctx_sen, capsys):
+    """A vse model given --sentences encoded the features alone, exit 0, as if the sentences had been used."""
+    folder, features, captions, vse, _ = world
+    generated = ctx_sen[0] / "generated.jsonl"
+    err = fails(capsys, "encode", "--model", str(vse), str(features), "--sentences", str(generated), "-o",
+                str(folder / "sen.h5"))
+    assert f"--sentences: the vse model {vse} reads no generated sentences (only an SCO \"ctx + sen\" model, " \
+           "trained with model.use_sentence, encoding features does); leave it out" in err
+    err = fails(capsys, "encode", "--model", str(vse), str(captions), "--concepts", str(features), "-o",
+                str(folder / "sen.h5"))
+    assert f"--concepts: the vse model {vse} encoding captions reads no concept scores" in err
+    context_only = {**CTX_SEN, "use_sentence": False}
+    save_checkpoint(folder / "ctx.pt", "sco", {**default_config("sco"), **context_only},
+                    build_model("sco", context_only, len(VOCAB)).state_dict(), vocab=VOCAB, schema=1)
+    err = fails(capsys, "encode", str(ctx_sen[0] / "context.h5"), "--sentences", str(generated), "--model",
+                str(folder / "ctx.pt"), "-o", str(folder / "sen.h5"))
+    assert f"--sentences: the sco model {folder / 'ctx.pt'} reads no generated sentences" in err
+    assert err.count("\n") == 1 and not (folder / "sen.h5").exists()
+    with pytest.raises(VLToolsError, match="^sentences: the vse model .* leave it out$"):
+        vltools.encode(features, vse, folder / "sen.h5", sentences=generated, device="cpu")
+    assert not (folder / "sen.h5").exists()
 
 
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vltools.errors import VLToolsError, first_line, input_error, require_file, shown_ids
+from vltools.errors import VLToolsError, first_line, input_error, require_file, shown, shown_ids
 
 
 def test_vltools_error_is_an_ordinary_exception_carrying_its_message():
@@ -86,3 +86,12 @@ def test_require_file_says_what_a_path_that_is_not_a_file_is(tmp_path):
         require_file(tmp_path, give="a JSONL")
     with pytest.raises(VLToolsError, match=r"missing.txt: no such config file$"):
         require_file(tmp_path / "missing.txt", "no such config file")
+
+
+def test_shown_quotes_a_value_whole_when_short_and_a_prefix_of_one_however_large():
+    assert [shown(value) for value in (None, -1, True, "a.h5", ["a", "b"], {"k": 1})] == \
+        ["None", "-1", "True", "'a.h5'", "['a', 'b']", "{'k': 1}"]
+    records = [{"image_id": str(k), "caption": "a dog " * 50} for k in range(100_000)]
+    assert shown(records).startswith("a list of 100000 items, [{'caption': 'a dog a dog ")
+    assert len(shown(records)) < 100 and len(shown("x" * 10**6)) <= 60 and len(shown(list(range(10**6)))) < 100
+    assert shown(10**5000) == "an integer of about 5000 digits"

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from kill_helpers import kill, wait_until
 
 from vltools.errors import VLToolsError
 from vltools.eval.caption import (
@@ -192,3 +197,58 @@ def test_meteor_pairs_equal_pycocoevalcaps_meteor_of_each_pair_alone(caplog):
     assert len(scores) == len(pairs) - 1
     assert scores[pairs[12]] != scores[pairs[13]]    # the argument order matters: hypothesis, then reference
     assert "METEOR: 16 sentence pairs, 15 distinct" in caplog.text
+
+
+def stand_in_java(folder: Path, script: str) -> Path:
+    """A `java` on PATH that runs the shell `script` instead of METEOR's jar."""
+    java = folder / "java"
+    java.write_text(f"#!/bin/sh\n{script}\n")
+    java.chmod(0o755)
+    return java
+
+
+@pytest.mark.parametrize(("error", "advice"), [
+    ("Error: could not find libjava.so", "install a Java runtime: apt-get install"),
+    ("Error: Could not reserve enough space for 2097152KB object heap", "METEOR asks for 2 GB of memory"),
+])
+def test_a_java_that_ends_at_once_is_reported_as_it_ended(tmp_path, monkeypatch, error, advice):
+    """Every failure of METEOR's java was put down to its 2 GB, also a java that could not start at all."""
+    java = stand_in_java(tmp_path, f'echo "{error}" >&2; exit 3')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(VLToolsError) as failed:
+        meteor_pairs([("a dog", "a cat")])
+    message = str(failed.value)
+    assert message.startswith(f"METEOR's java process ({java}) ended with exit status 3 before scoring: {error}; "
+                              f"{advice}")
+    assert ("2 GB" in message) == ("memory" in advice) and "\n" not in message
+
+
+def test_meteor_s_java_process_dies_with_a_killed_stage(tmp_path):
+    """The jar reads nothing while it loads its tables, so the end of its input did not end it: a killed stage
+    left it running (here a java that never reads its input, as the jar while it loads)."""
+    started = tmp_path / "java.pid"
+    stand_in_java(tmp_path, f'echo $$ > "{started}"; exec "{sys.executable}" -c "import signal; signal.pause()"')
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    stage = subprocess.Popen([sys.executable, "-c", "from vltools.eval.caption import meteor_pairs; "
+                                                    "meteor_pairs([('a dog', 'a cat')])"],
+                             env=env, stderr=subprocess.PIPE)
+    wait_until(stage, lambda: started.exists() and started.read_text().strip() != "")
+    java = int(started.read_text())
+    kill(stage)
+    try:
+        deadline = time.monotonic() + 30
+        while running(java) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not running(java)
+    finally:
+        if running(java):
+            os.kill(java, 9)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -44,6 +44,27 @@ def test_truncated_file_names_the_record(tmp_path):
     assert "truncated" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("dim", [1, 2, 4, 5])
+def test_a_header_that_lies_about_the_dimension_is_named(tmp_path, dim):
+    """Vectors of 3 values under a header of `dim`: a smaller one found only the first word and the mixture was
+    blamed ("1 distinct word vectors cannot fit 2 components"), a larger one called the file truncated."""
+    write_binary(tmp_path / "v.bin", header=f"{len(WORDS)} {dim}\n".encode())
+    with pytest.raises(VLToolsError) as error:
+        read_word2vec_binary(tmp_path / "v.bin", ["dog", "cat"])
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'v.bin'}: record 2 of 4 (byte ")
+    assert message.endswith(f"is not a word (empty, or holding a line break or tab); the header's dimension {dim} "
+                            "is not its vectors' (each record is a word, a space and D float32), or the file is "
+                            "corrupt") and "\n" not in message
+
+
+def test_a_file_ending_inside_a_record_may_be_a_header_that_overstates_it(tmp_path):
+    write_binary(tmp_path / "v.bin", newlines=False, header=f"{len(WORDS)} 4\n".encode())
+    with pytest.raises(VLToolsError, match="truncated \\(download it again\\), or its header '4 4' is not what it "
+                                           "holds$"):
+        read_word2vec_binary(tmp_path / "v.bin", ["dog"])
+
+
 def test_header_that_is_not_word_count_and_dimensions(tmp_path):
     write_binary(tmp_path / "v.bin", header=b"dog 0.5 1.0\n")
     with pytest.raises(VLToolsError, match=r"v\.bin: line 1: header .* is not 'N D'"):

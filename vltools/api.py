@@ -34,7 +34,7 @@ from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
 from vltools.data.semantic_scores import score_semantic_file
 from vltools.devices import PRECISIONS, autocast, resolve_device
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, shown
 from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
@@ -43,6 +43,7 @@ from vltools.infer.encode import encode_file
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_files, match_index
+from vltools.infer.query import checked_queries, search_queries
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.rmac import QueryOptions
@@ -52,12 +53,14 @@ from vltools.io.features import FeaturesReader
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
+from vltools.io.spooled import in_memory, spooled
 from vltools.report.site import ReportInputs
 from vltools.report.site import build_report as write_report_folder
 from vltools.train import TASKS
 from vltools.train.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
+Records = Sequence[dict] | dict     # records in memory, read as the file they would be (vltools.io.spooled)
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
 __all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
@@ -92,9 +95,9 @@ def _split_files(value: object, name: str) -> object:
     if not isinstance(pairs, list | tuple) or not all(isinstance(pair, list | tuple) and len(pair) == 2
                                                       for pair in pairs):
         raise checks.ArgumentError(name, f"must be a dict {{split: file}} or a list of (split, file) pairs, not "
-                                         f"{value!r}")
+                                         f"{shown(value)}")
     for split, path in pairs:
-        checks.text(split, name)
+        checks.split(split, name)
         checks.path(path, name)
     return value
 
@@ -118,8 +121,8 @@ class Converter:
 CONVERTERS: dict[str, Converter] = {
     "karpathy": Converter(karpathy.read_karpathy, {
         "id_field": _one_of(karpathy.ID_FIELDS), "text_field": _one_of(karpathy.TEXT_FIELDS),
-        "restval_as": _optional(checks.text), "only_splits": _optional(checks.texts)}, records=True),
-    "coco": Converter(coco.read_coco, {"split": _optional(checks.text), "id_field": _one_of(coco.ID_FIELDS)},
+        "restval_as": _optional(checks.split), "only_splits": _optional(checks.splits)}, records=True),
+    "coco": Converter(coco.read_coco, {"split": _optional(checks.split), "id_field": _one_of(coco.ID_FIELDS)},
                       records=True),
     "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                         records=True),
@@ -127,17 +130,17 @@ CONVERTERS: dict[str, Converter] = {
                                 {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
     "cub": Converter(read_cub, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
                      records=True),
-    "webdataset": Converter(read_webdataset, {"split": _optional(checks.text), "strict": checks.flag},
+    "webdataset": Converter(read_webdataset, {"split": _optional(checks.split), "strict": checks.flag},
                             records=True, sources=True),
     "visual-genome": Converter(visual_genome_records, {
         "image_data": _optional(checks.path), "splits": _optional(checks.path), "clip_boxes": checks.flag,
         "drop_unassigned": checks.flag}, records=True),
     "precomp": Converter(precomp.convert_precomp, {
-        "split": checks.text, "features": _optional(checks.path), "captions": _optional(checks.path),
+        "split": checks.split, "features": _optional(checks.path), "captions": _optional(checks.path),
         "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
         "dtype": _one_of(FEATURE_DTYPES)}),
     "to-precomp": Converter(precomp.write_precomp, {
-        "captions": checks.path, "split": checks.text, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
+        "captions": checks.path, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
         output="out_dir"),
     "to-coco-results": Converter(coco.write_coco_results, output="output"),
     "bottom-up": Converter(convert_bottom_up, {
@@ -179,7 +182,7 @@ def _model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
                                                        (isinstance(item, LoadedModel) or os.fspath(item))
                                                        for item in items):
         raise checks.ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list "
-                                         f"of them, not {model!r}")
+                                         f"of them, not {shown(model)}")
     return list(items)
 
 
@@ -221,7 +224,7 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     checks.path(first, "first")
     checks.path(second, "second")
     items = _model_items(model, "model")
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.optional_integer(rerank_k, "rerank_k", 1)
     if first_stage is not None and not isinstance(first_stage, LoadedModel):
         checks.path(first_stage, "first_stage")
@@ -235,31 +238,58 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     return match_files(first, second, models, split, options, rerank_k is None, rerank_k, stage)
 
 
-def search(queries: PathLike, index_file: PathLike, top_k: int = 10, nprobe: int = 16) -> Matches:
-    """`vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools index`) for every
-    query of an embeddings file encoded by the same checkpoint, without rebuilding it. Returns a `Matches` whose
-    `.forward` holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
-    checks.path(queries, "queries")
+def search(queries: PathLike | Sequence[PathLike], index_file: PathLike, top_k: int = 10, nprobe: int = 16, *,
+           model: PathLike | LoadedModel | None = None, batch_size: int = 256, device: str = "auto",
+           precision: str = "fp32") -> Matches:
+    """Without `model`, `vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools
+    index`) for every query of an embeddings file encoded by the same checkpoint, without rebuilding it. With
+    `model`, `vltools search INDEX --model MODEL --query ...`: `queries` are texts (a string or a list; a vse or sco
+    model) or image files and folders (an rmac model), encoded by `model`, which must be the checkpoint that
+    encoded INDEX, a saved index or an image embeddings file (`vltools encode`), e.g.
+    search(["a red cube", "two dogs"], "images.index.h5", model="vse.pt"). Returns a `Matches` whose `.forward`
+    holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
     checks.path(index_file, "index_file")
-    return match_index(queries, index_file, Search(top_k=top_k, nprobe=nprobe))
+    options = Search(top_k=top_k, nprobe=nprobe, device=resolve_device(checks.device(device, "device")),
+                     precision=precision)
+    if model is None:
+        if isinstance(queries, list | tuple):
+            raise checks.ArgumentError("queries", f"is a list ({shown(queries)}): query texts and images are "
+                                                  "encoded by model=CHECKPOINT, the one that encoded index_file")
+        checks.path(queries, "queries")
+        return match_index(queries, index_file, options)
+    given = checks.queries(queries, "queries")
+    if not isinstance(model, LoadedModel):
+        checks.path(model, "model")
+    checks.integer(batch_size, "batch_size", 1)
+    given = checked_queries(given)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+    return search_queries(loaded, given, index_file, options, batch_size)
 
 
-def score_retrieval(scores: Matches | PathLike | Sequence[PathLike], captions: PathLike | None = None, *,
-                    protocol: str = "full", fold_size: int = 1000, split: str | None = None) -> dict:
+def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
+                    captions: PathLike | Records | None = None, *, protocol: str = "full", fold_size: int = 1000,
+                    split: str | None = None) -> dict:
     """`vltools score retrieval`: R@1/5/10 both ways, medr, meanr, rsum and mR of a `Matches` with its full
     matrix, or of files (sims HDF5 / .npy matrices, averaged when several, or one rankings JSONL with
-    `captions`)."""
-    checks.path(captions, "captions", optional=True)
+    `captions`); rankings and captions may be records in memory too (lists of dicts, as `.rankings()` and
+    `vltools.convert` give them)."""
+    if captions is not None:
+        checks.records(captions, "captions")
     checks.choice(protocol, "protocol", PROTOCOLS)
     checks.integer(fold_size, "fold_size", 1)
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     if isinstance(scores, Matches):
         if scores.sims is None or scores.caption_image_ids is None:
             raise VLToolsError("these matches have no full similarity matrix with each caption's image (reranked, "
                                "or images ranked for images); score the rankings written by match -o instead")
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
-    return score_files(checks.paths(scores, "scores"), captions, protocol, fold_size, split)
+    ranked = isinstance(scores, list | tuple) and in_memory(scores)    # rankings records (a dict is no scores)
+    with spooled({"scores": scores if ranked else checks.paths(scores, "scores"),
+                  "captions": captions}) as files:
+        scores = files["scores"]
+        return score_files(scores if isinstance(scores, list) else [scores], files["captions"], protocol, fold_size,
+                           split)
 
 
 def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLike | None = None, *,
@@ -271,7 +301,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
         checks.path(model, "model")
     checks.path(features, "features")
     checks.path(captions, "captions", optional=True)
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.integer(beam, "beam", 1, checks.MAX_BEAM)
     checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
     checks.number(length_penalty, "length_penalty", 0)
@@ -292,16 +322,19 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     return found
 
 
-def score_caption(predictions: PathLike, refs: PathLike, *, tokenized: bool = False, spice: bool = True,
-                  meteor: bool = True, strict: bool = False) -> dict[str, float]:
+def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, tokenized: bool = False,
+                  spice: bool = True, meteor: bool = True, strict: bool = False) -> dict[str, float]:
     """`vltools score caption PREDICTIONS --refs REFS`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE when its
     models are installed) of one caption per image or pair, as the COCO evaluation server computes them (needs
-    Java). `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
-    checks.path(predictions, "predictions")
-    checks.path(refs, "refs")
+    Java). Each is a file (captions or pairs JSONL, COCO JSON) or records in memory: a list of {"image_id" (or
+    "pair_id"), "caption"} dicts such as `vltools.caption` and `vltools.convert` return, or a COCO annotations
+    dict. `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
+    checks.records(predictions, "predictions")
+    checks.records(refs, "refs")
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
-    return score_caption_files(predictions, refs, tokenized, spice, meteor, strict)[0].metrics
+    with spooled({"predictions": predictions, "refs": refs}) as files:
+        return score_caption_files(files["predictions"], files["refs"], tokenized, spice, meteor, strict)[0].metrics
 
 
 def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: PathLike | None = None, *,
@@ -314,7 +347,7 @@ def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: Pat
     checks.path(proxy, "proxy", optional=True)
     checks.path(triplets, "triplets", optional=True)
     r_values = checks.integers(r_values, "r_values", 1)
-    checks.text(split, "split")
+    checks.split(split, "split")
     checks.optional_integer(queries, "queries", 1)
     checks.path(plot, "plot", optional=True)
     return score_semantic_file(model, proxy, triplets, r_values, split, queries, plot)[0]
@@ -339,7 +372,7 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *,
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
     checks.path(output, "output")
-    checks.text(split, "split", optional=True)
+    checks.split(split, "split", optional=True)
     checks.path(captions, "captions", optional=True)
     checks.path(concepts, "concepts", optional=True)
     checks.path(sentences, "sentences", optional=True)
@@ -366,7 +399,7 @@ def _flat(config: object, name: str) -> dict[str, object]:
     if config is None:
         return {}
     if not isinstance(config, dict) or not all(isinstance(key, str) and key for key in config):
-        raise checks.ArgumentError(name, f"must be a dict of config sections or KEY: value, not {config!r}")
+        raise checks.ArgumentError(name, f"must be a dict of config sections or KEY: value, not {shown(config)}")
     flat: dict[str, object] = {}
     for key, value in config.items():
         if isinstance(value, dict):
@@ -392,8 +425,8 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
     options = {**_flat(config if isinstance(config, dict) else None, "config"), **_flat(set, "set")}
     checks.flag(resume, "resume")
     checks.path(vocab, "vocab", optional=True)
-    checks.text(train_split, "train_split")
-    checks.text(val_split, "val_split")
+    checks.split(train_split, "train_split")
+    checks.split(val_split, "val_split")
     built = training_config(model, config_file, (), options)
     return run_training(model, inputs, output, built, resume, vocab, train_split, val_split)
 

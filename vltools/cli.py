@@ -43,6 +43,7 @@ STAGES = {
     "train": ("train", f"Train a model ({', '.join(TASKS)}) and keep the best checkpoint."),
     "encode": ("encode", "Embeddings of images or captions with a separable model."),
     "index": ("index", "A FAISS index of embeddings, saved with its provenance (match --index-file)."),
+    "search": ("search", "Images of a saved index or embeddings for query texts or images (rankings JSONL)."),
     "match": ("match", "Rank captions for images and images for captions (rankings JSONL, sims HDF5)."),
     "report": ("report", "A static HTML gallery of rankings, captions, scores and provenance."),
     "plot": ("plot", "Training loss and validation curves of one or more training logs (PNG)."),
@@ -81,6 +82,7 @@ EXAMPLES = {
     "index": "vltools encode feats.h5 --model vse.pt -o image_emb.h5\n"
              "vltools index image_emb.h5 -o images.index.h5\n"
              "vltools match caption_emb.h5 --index-file images.index.h5 -k 5 -o t2i.jsonl",
+    "search": "vltools search images.index.h5 --model vse.pt --query \"a red circle\" -k 5 -o found.jsonl",
     "score": "vltools score retrieval ranks.jsonl --captions world/captions.jsonl",
     "report": "vltools report site --rankings ranks.jsonl --captions world/captions.jsonl --images world/images.jsonl",
     "plot": "vltools plot vse.pt.log.jsonl -o curves.png",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
+import reprlib
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +66,38 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (at most 160 characters), or its class name when it is empty."""
     lines = str(exc).strip().splitlines()
     return lines[0][:160] if lines else exc.__class__.__name__
+
+
+SHOWN_CHARS = 60     # at most, of a value a message quotes
+
+
+def short_repr() -> reprlib.Repr:
+    """A repr that cuts a value short as it builds it (a 5,000-record list is never printed whole): two levels,
+    the first two items of a container, 60 characters of a string or any other value, 40 digits."""
+    short = reprlib.Repr()
+    for limit in ("maxlevel", "maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
+        setattr(short, limit, 2)
+    short.maxstring = short.maxother = 60
+    short.maxlong = 40
+    return short
+
+
+SHORT = short_repr()
+
+
+def shown(value: object) -> str:
+    """`value` as a message quotes it, short whatever its size (an argument may be a list of thousands of records
+    given where a path was expected): its repr cut to a prefix (a string to its first and last characters, a
+    container to its first items, with how many it holds; at most SHOWN_CHARS characters), or an integer's size
+    when it has too many digits to print (Python refuses to print one of more than 4300 digits)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) > 10**30:
+        return f"an integer of about {int(value).bit_length() * math.log10(2):.0f} digits"
+    text = SHORT.repr(value)
+    if len(text) > SHOWN_CHARS:
+        text = f"{text[:SHOWN_CHARS - 3]}..."
+    if isinstance(value, list | tuple | dict | set | frozenset) and len(value) > SHORT.maxlist:
+        return f"a {type(value).__name__} of {len(value)} items, {text}"
+    return text
 
 
 def shown_ids(ids: list[str], limit: int = 5) -> str:

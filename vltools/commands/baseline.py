@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import SEED_RANGE, primary_output
+from vltools.commands.options import SEED_RANGE, SPLIT, primary_output
 from vltools.io.progress import log
 from vltools.text.baselines import BASELINES, baseline_descriptions
 
@@ -15,8 +15,8 @@ from vltools.text.baselines import BASELINES, baseline_descriptions
 @click.command("baseline")
 @click.argument("kind", type=click.Choice(BASELINES))
 @click.argument("pairs_path", metavar="PAIRS", type=InputFile("jsonl", stdin=True))
-@click.option("--split", help="Describe the pairs of this split (default: all pairs).")
-@click.option("--train-split", default="train", show_default=True,
+@click.option("--split", type=SPLIT, help="Describe the pairs of this split (default: all pairs).")
+@click.option("--train-split", type=SPLIT, default="train", show_default=True,
               help="Split whose descriptions the baseline draws from.")
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of text-only sampling.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Pair descriptions JSONL (default: stdout).")

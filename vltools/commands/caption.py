@@ -12,6 +12,7 @@ from vltools.commands.options import (
     BEAMS,
     CAPTION_WORDS,
     SEED_RANGE,
+    SPLIT,
     FiniteFloat,
     batch_size_option,
     block_options,
@@ -38,7 +39,7 @@ from vltools.io.progress import log
                    "{pair_id, caption} line per pair, in input order.")
 @click.argument("features", type=InputFile("hdf5"))
 @click.argument("captions", required=False, type=InputFile("jsonl", stdin=True))
-@click.option("--split", help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
+@click.option("--split", type=SPLIT, help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
 @output_option("-o", "--output", type=click.Path(dir_okay=False),
                binary=lambda values: "HDF5" if values["logp"] else None,
                help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")

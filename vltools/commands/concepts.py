@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import Integer, primary_output
+from vltools.commands.options import SPLIT, Integer, primary_output
 from vltools.io.progress import log
 from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 
@@ -17,8 +17,9 @@ from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
               help="Concepts JSON (default: standard output).")
 @click.option("-k", "--k", "k", type=Integer(min=1), default=256, show_default=True,
               help="Vocabulary size K (the most frequent concepts).")
-@click.option("--split", help="Build from the captions of this split [train when the captions have a split field, "
-              "else every caption].")
+@click.option("--split", type=SPLIT,
+              help="Build from the captions of this split [train when the captions have a split field, else every "
+                   "caption].")
 @click.option("--tagger", type=click.Choice(TAGGERS), default="auto", show_default=True,
               help="nltk: NLTK's POS tagger (its data must be installed); stopwords: the offline function-word "
                    "filter; auto: nltk when installed, else stopwords (with a warning).")

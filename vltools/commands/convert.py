@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from vltools.commands.options import Integer, output_option, primary_output
+from vltools.commands.options import SPLIT, Integer, output_option, primary_output
 from vltools.data.converters import birds_to_words, bottom_up, karpathy, precomp
 from vltools.io import coco
 from vltools.io.progress import log
@@ -37,7 +37,7 @@ def _wrote(count: int, what: str, output: str | None) -> None:
 @primary_output()
 @command.command("precomp")
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--split", required=True, help="Split name: reads {split}_ims.npy, {split}_caps.txt.")
+@click.option("--split", type=SPLIT, required=True, help="Split name: reads {split}_ims.npy, {split}_caps.txt.")
 @output_option("--features", "features_out", type=click.Path(dir_okay=False), binary="HDF5",
                help="Features HDF5 to write.")
 @click.option("--captions", "captions_out", type=click.Path(dir_okay=False), help="Captions JSONL to write.")
@@ -63,7 +63,8 @@ def precomp_command(directory: str, split: str, features_out: str | None, captio
 @click.argument("features", type=click.Path(dir_okay=False))
 @click.argument("captions", type=click.Path(dir_okay=False, allow_dash=True))
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--split", required=True, help="Split name of the files written: {split}_ims.npy, _caps.txt, _ids.txt.")
+@click.option("--split", type=SPLIT, required=True,
+              help="Split name of the files written: {split}_ims.npy, _caps.txt, _ids.txt.")
 @click.option("--field", type=click.Choice(precomp.EXPORT_FIELDS),
               help="Features dataset to export (default: regions if present, else global).")
 def to_precomp_command(features: str, captions: str, out_dir: str, split: str, field: str | None) -> None:
@@ -80,8 +81,8 @@ def to_precomp_command(features: str, captions: str, out_dir: str, split: str, f
               help="Image id: file name, COCO id, Karpathy imgid, or filepath/filename.")
 @click.option("--text", "text_field", type=click.Choice(karpathy.TEXT_FIELDS), default="raw", show_default=True,
               help="Caption text: the raw sentence or its tokens joined by spaces.")
-@click.option("--restval-as", help="Rename the restval split (e.g. train); default: keep 'restval'.")
-@click.option("--only-split", "only_splits", multiple=True, help="Keep only this split (repeatable).")
+@click.option("--restval-as", type=SPLIT, help="Rename the restval split (e.g. train); default: keep 'restval'.")
+@click.option("--only-split", "only_splits", type=SPLIT, multiple=True, help="Keep only this split (repeatable).")
 def karpathy_command(dataset: str, output: str | None, id_field: str, text_field: str, restval_as: str | None,
                      only_splits: tuple[str, ...]) -> None:
     """Karpathy dataset_{coco,flickr8k,flickr30k}.json -> captions JSONL (caption_id = sentid)."""
@@ -95,7 +96,7 @@ def karpathy_command(dataset: str, output: str | None, id_field: str, text_field
 @command.command("coco")
 @click.argument("coco_json", type=click.Path(dir_okay=False))
 @OUTPUT
-@click.option("--split", help="Split field of every record (default: none).")
+@click.option("--split", type=SPLIT, help="Split field of every record (default: none).")
 @click.option("--id", "id_field", type=click.Choice(coco.ID_FIELDS), default="id", show_default=True,
               help="Image id of an annotations file: the numeric id or the image file_name.")
 def coco_command(coco_json: str, output: str | None, split: str | None, id_field: str) -> None:
@@ -171,7 +172,7 @@ def birds_to_words_command(tsv: str, output: str | None, image_names: str) -> No
 @command.command("cub")
 @click.argument("text_dir", type=click.Path(file_okay=False))
 @OUTPUT
-@click.option("--split-list", "split_files", nargs=2, multiple=True, metavar="SPLIT FILE",
+@click.option("--split-list", "split_files", type=(SPLIT, str), multiple=True, metavar="SPLIT FILE",
               help="FILE lists image ids (<class>/<image>) or class names of SPLIT; repeatable.")
 @DROP_UNASSIGNED
 def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str, str], ...],
@@ -188,7 +189,7 @@ def cub_command(text_dir: str, output: str | None, split_files: tuple[tuple[str,
 @command.command("webdataset")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @OUTPUT
-@click.option("--split", help="Split field of every record (default: none).")
+@click.option("--split", type=SPLIT, help="Split field of every record (default: none).")
 @click.option("--strict", is_flag=True, help="Stop with an error at the first image without a caption (exit 1, no "
                                              "output) instead of skipping and counting it.")
 def webdataset_command(shards: tuple[str, ...], output: str | None, split: str | None, strict: bool) -> None:

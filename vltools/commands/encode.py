@@ -6,6 +6,7 @@ import click
 
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
+    SPLIT,
     Integer,
     batch_size_option,
     device_option,
@@ -27,17 +28,19 @@ from vltools.devices import resolve_device
                    "or list).")
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Embeddings HDF5 (default: standard output, never a terminal).")
-@click.option("--split", help="For captions: encode this split [test when the captions have a split field, else "
-              "every caption]; for rmac with --proxy: the images of this split [test].")
+@click.option("--split", type=SPLIT,
+              help="For captions: encode this split [test when the captions have a split field, else every "
+                   "caption]; for rmac with --proxy: the images of this split [test].")
 @click.option("--captions", "captions_path", type=InputFile("jsonl"),
               help="For images: encode only the images that the --split captions of this JSONL name, in the "
                    "order `vltools match` uses (first mention), so that the result can be scored.")
 @click.option("--concepts", "concepts_path", type=InputFile("hdf5"),
               help="For SCO models: the concept scores (vltools concept-scores); FEATS.h5 is then the context "
-                   "features (ignored by a concepts-only model, as --concepts is by a context-only one).")
+                   "features (ignored by a concepts-only model, as --concepts is by a context-only one; refused "
+                   "by the other models).")
 @click.option("--sentences", "sentences_path", type=InputFile("jsonl"), metavar="GENERATED.jsonl",
               help="For SCO \"ctx + sen\" models: one generated sentence per image (vltools caption of FEATS.h5); "
-                   "ignored by the other models.")
+                   "refused by the other models, which would not read it.")
 @batch_size_option(256)
 @precision_option()
 @device_option()

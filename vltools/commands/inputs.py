@@ -20,7 +20,7 @@ import click
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error, spool_folder
-from vltools.io.kinds import FOUND, TAKES, accepts, kind_of, peek, sniff
+from vltools.io.kinds import FOUND, LINE_KINDS, TAKES, accepts, kind_of, peek, sniff
 from vltools.io.progress import log
 
 STDIN = "standard input (-)"
@@ -28,8 +28,8 @@ STDIN = "standard input (-)"
 
 class InputFile(click.Path):
     """The type of every input file of a stage: a path to a file of one of `kinds` (keys of vltools.io.kinds.TAKES;
-    "folder" and "images" accept a folder). `-` is standard input where HDF5 is taken, and where JSON lines are when
-    `stdin` (the stage reads them from a pipe); `names`: a value that is no file may name a stored model
+    "folder" and "images" accept a folder). `-` is standard input where HDF5 is taken, and where JSON or text lines
+    are when `stdin` (the stage reads them from a pipe); `names`: a value that is no file may name a stored model
     (`--model NAME`), left to the stage."""
 
     def __init__(self, *kinds: str, stdin: bool = False, names: bool = False) -> None:
@@ -41,8 +41,13 @@ class InputFile(click.Path):
         return " or ".join(TAKES[kind][1] for kind in self.kinds)
 
     def reads_stdin(self) -> bool:
-        """Whether `-` (standard input) is taken: HDF5 always (spooled), JSON lines where the stage reads a pipe."""
-        return "hdf5" in self.kinds or (self.stdin and "jsonl" in self.kinds)
+        """Whether `-` (standard input) is taken: HDF5 always (spooled), JSON or text lines where the stage reads a
+        pipe."""
+        return "hdf5" in self.kinds or (self.stdin and self.reads_lines())
+
+    def reads_lines(self) -> bool:
+        """Whether the input is read a line at a time (JSON lines, text lines), so that a terminal can type it."""
+        return any(kind in LINE_KINDS for kind in self.kinds)
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
         if value == "-" and not self.reads_stdin():
@@ -131,7 +136,7 @@ def take_stdin(params: list[click.Parameter], values: dict[str, object], given: 
     if dash is None:
         return values
     stream = getattr(sys.stdin, "buffer", sys.stdin)
-    if "jsonl" not in dash.type.kinds and stream is not None and stream.isatty():
+    if not dash.type.reads_lines() and stream is not None and stream.isatty():
         raise VLToolsError(f"{STDIN} is a terminal; pipe or redirect {dash.type.takes()} into it")
     piped = Given(dash, "-", kind_of(peek(stream)))
     _refuse_wrong_kinds([piped, *given], stage)

@@ -6,6 +6,7 @@ import click
 
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
+    SPLIT,
     FiniteFloat,
     Integer,
     block_options,
@@ -37,8 +38,9 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
               help="Matching checkpoint, or a name from `vltools models list` (all its checkpoints); repeat for an "
                    "ensemble (SGRAF = --model sgr.pt --model saf.pt, or --model sgraf: mean of their similarities). "
                    "Not used with two embeddings files.")
-@click.option("--split", help="Captions of this split are matched [test when the captions have a split field, else "
-              "every caption].")
+@click.option("--split", type=SPLIT,
+              help="Captions of this split are matched [test when the captions have a split field, else every "
+                   "caption].")
 @click.option("-k", "--top-k", type=Integer(min=1), default=10, show_default=True,
               help="Results kept per query in the rankings.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
@@ -80,7 +82,7 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
     from vltools.infer.loader import load_model, load_models
-    from vltools.infer.match import Search, input_kind, match_files
+    from vltools.infer.match import SIDES, Search, input_kind, match_files
     from vltools.io.model_store import resolve_models
     from vltools.io.records import write_records
     from vltools.io.sims import write_sims
@@ -107,6 +109,5 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
                    attrs=matches.attrs)
     write_records(output, matches.rankings())
     what = " + ".join(i.name for i in loaded) or kind
-    rows, columns = {"i2i": ("query images", "images"), "t2i": ("captions", "images")}.get(matches.direction,
-                                                                                          ("images", "captions"))
+    rows, columns = SIDES[matches.direction]
     log.info("matched %d %s x %d %s with %s", len(matches.row_ids), rows, len(matches.column_ids), columns, what)

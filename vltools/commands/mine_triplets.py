@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import SEED_RANGE, FiniteFloat, Integer, primary_output, threads_option
+from vltools.commands.options import SEED_RANGE, SPLIT, FiniteFloat, Integer, primary_output, threads_option
 from vltools.errors import VLToolsError, shown_ids
 from vltools.io.progress import log
 
@@ -18,7 +18,7 @@ from vltools.io.progress import log
                    "Without it, irrelevant images are drawn at random.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Triplets JSONL {query, positive, negative} (default: standard output).")
-@click.option("--split", default="train", show_default=True, help="Mine among the images of this split.")
+@click.option("--split", type=SPLIT, default="train", show_default=True, help="Mine among the images of this split.")
 @click.option("--queries", type=Integer(min=1), default=500, show_default=True, help="N queries a round.")
 @click.option("--relevant", type=Integer(min=1), default=9, show_default=True,
               help="Relevant images drawn per query (among its k proxy neighbours).")

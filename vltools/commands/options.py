@@ -288,15 +288,18 @@ class FiniteFloat(click.FloatRange):
             self.fail(exc.problem, param, ctx)
 
 
-class Device(click.ParamType):
-    """The type of every --device: `vltools.infer.checks.device`, so that a misspelt device (`gpu`) is a usage error
-    (exit 2) at once, not after torch has loaded."""
+class Checked(click.ParamType):
+    """The type of options whose values one validator of `vltools.infer.checks` takes, the one the Python API calls
+    too: a value it refuses is a usage error (exit 2) naming the option, before any work (a misspelt --device such
+    as gpu at once instead of after torch has loaded; an empty --split, or one holding ESC, before it is written
+    into records and file names)."""
 
-    name = "device"
+    def __init__(self, name: str, check: Callable[[object, str], str]) -> None:
+        self.name, self.check = name, check
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         try:
-            return checks.device(value, param.name if param else "device")
+            return self.check(value, param.name if param else self.name)
         except checks.ArgumentError as exc:
             self.fail(exc.problem, param, ctx)
 
@@ -309,4 +312,5 @@ def image_side(min_side: int = 16) -> Integer:
 CAPTION_WORDS = Integer(1, MAX_CAPTION_WORDS)   # the type of every --max-len
 BEAMS = Integer(1, MAX_BEAM)                    # the type of every --beam
 SEED_RANGE = Integer(0, MAX_SEED)               # the type of every --seed: what numpy, torch and random all accept
-DEVICE = Device()                               # the type of every --device
+DEVICE = Checked("device", checks.device)       # the type of every --device
+SPLIT = Checked("split", checks.split)          # the type of every option naming a split (--split, --train-split...)

@@ -8,7 +8,7 @@ import math
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import Integer, output_option, primary_output
+from vltools.commands.options import SPLIT, Integer, output_option, primary_output
 from vltools.eval import self_retrieval as self_retrieval_eval
 from vltools.eval import semantic as semantic_eval
 from vltools.io.numbers import dumps
@@ -107,9 +107,10 @@ def _retrieval_rows(result: dict) -> list[tuple[str, ...]]:
                    "--fold-size images and their captions, in file order.")
 @click.option("--fold-size", type=Integer(min=1), default=1000, show_default=True,
               help="Images per fold for --protocol coco1k.")
-@click.option("--split", help="With --captions: score only the captions of this split [for rankings and sims, the "
-              "split whose captions match ranked; else every caption]. A .npy matrix in the precomp layout names "
-              "its images {split}_{i}, as `convert precomp` does.")
+@click.option("--split", type=SPLIT,
+              help="With --captions: score only the captions of this split [for rankings and sims, the split "
+                   "whose captions match ranked; else every caption]. A .npy matrix in the precomp layout names its "
+                   "images {split}_{i}, as `convert precomp` does.")
 def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold_size: int,
               split: str | None) -> None:
     """R@1/5/10 both ways, medr, meanr, rsum and mR (rsum / 6) from SCORES: a sims HDF5 file, a plain .npy
@@ -144,7 +145,7 @@ def retrieval(scores: tuple[str, ...], captions: str | None, protocol: str, fold
               help="User-study triplets JSONL {query, a, b, o1, o2, o3} for the user-agreement score (o1 / o2: "
                    "annotators who chose a / b, o3: neither).")
 @output_option("--plot", type=click.Path(dir_okay=False), help="Draw the NDCG@R and PCC@R curves to this PNG file.")
-@click.option("--split", default="test", show_default=True,
+@click.option("--split", type=SPLIT, default="test", show_default=True,
               help="When MODEL is a proxy file (the text oracle): rank the images of this split.")
 @click.option("--queries", type=Integer(min=1),
               help="When MODEL is a proxy file: the first N images of the split are the queries [all].")

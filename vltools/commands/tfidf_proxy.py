@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import SEED_RANGE, Integer, output_option, primary_output, threads_option
+from vltools.commands.options import SEED_RANGE, SPLIT, Integer, output_option, primary_output, threads_option
 from vltools.infer.checks import MAX_EM_STARTS, MAX_MIXTURE_COMPONENTS, MAX_WORD_DIM
 from vltools.io.progress import log
 from vltools.text.fisher import FisherSettings
@@ -69,7 +69,7 @@ def check_method(ctx: click.Context, method: str) -> None:
               help="word2vec-fv: seed of the word2vec training (its sentence order) and of the mixture's starts.")
 @click.option("--k", type=Integer(min=1), default=32, show_default=True,
               help="Nearest images kept per image, within its split (the relevant set of triplet mining).")
-@click.option("--train-split", default="train", show_default=True,
+@click.option("--train-split", type=SPLIT, default="train", show_default=True,
               help="The vocabulary and the idf (word2vec-fv: the trained word vectors and the mixture) are fitted "
                    "on this split only.")
 @threads_option()

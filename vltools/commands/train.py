@@ -7,6 +7,7 @@ import click
 from vltools.commands.options import (
     DEVICE,
     SEED_RANGE,
+    SPLIT,
     FiniteFloat,
     Integer,
     precision_option,
@@ -49,8 +50,9 @@ from vltools.train import TASKS
 @click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, vltools vocabulary file, JSON word list or "
               "checkpoint; default: built from the training captions (--set task.vocab_splits=train+val: training "
               "and validation captions, as the released SGRAF vocabularies).")
-@click.option("--train-split", default="train", show_default=True, help="Split of the captions to train on.")
-@click.option("--val-split", default="val", show_default=True, help="Split of the captions to validate on.")
+@click.option("--train-split", type=SPLIT, default="train", show_default=True,
+              help="Split of the captions to train on.")
+@click.option("--val-split", type=SPLIT, default="val", show_default=True, help="Split of the captions to validate on.")
 @click.option("--objective", help="Training objective (task.objective), e.g. for captioners mle, cl, cl-p, cl-n, il.")
 @click.option("--reference", type=click.Path(dir_okay=False),
               help="Frozen reference checkpoint of contrastive objectives (task.reference).")

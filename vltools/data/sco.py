@@ -181,9 +181,9 @@ def model_vectors(config: dict, source: str | os.PathLike, concepts: str | os.Pa
     """The image vectors a trained SCO model (its `config`) reads: SOURCE is the context file and `concepts` the
     concept scores; a context-only model ignores `concepts`, a concepts-only model reads `concepts` (or SOURCE
     when `concepts` is not given). A "ctx + sen" model (`use_sentence`) reads the generated `sentences` (encoded
-    with the model's `vocab`), which the others ignore; SOURCE names its images also when it represents them by
-    the sentence alone (`use_context` false, its context vectors then unused). Widths are checked against the
-    model's."""
+    with the model's `vocab`; vltools.infer.encode refuses them for the others); SOURCE names its images also when
+    it represents them by the sentence alone (`use_context` false, its context vectors then unused). Widths are
+    checked against the model's."""
     use_context, use_concepts = bool(config["use_context"]), bool(config["use_concepts"])
     if use_context and use_concepts and concepts is None:
         raise VLToolsError(f"{source}: this SCO model fuses context and concepts; give the concept scores with "

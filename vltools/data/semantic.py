@@ -144,6 +144,14 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
     if len(empty):
         log.warning("%d images have no word with a word vector and get the zero vector: %s", len(empty),
                     shown_ids([ids[i] for i in empty]))
+    shared = same_words(counts)
+    if shared:
+        largest = max(shared, key=len)
+        log.warning("%d images share their Fisher vector with another image, having the same words with a vector, "
+                    "and tie as each other's neighbours (the largest group: %s, with %s); captions of a few common "
+                    "words (such as 'a' and 'the' alone) give this", sum(map(len, shared)),
+                    shown_ids([ids[i] for i in largest]),
+                    ", ".join(sorted(repr(terms[known[c]]) for c in counts[largest[0]].indices)))
     neighbors, sims = split_neighbors(matrix, splits, k)
     columns = fisher_columns(fisher.components, word_vectors.dim)
     proxy = ProxyFile(list(ids), list(splits), matrix, columns, np.ones(len(columns)), neighbors, sims)
@@ -155,6 +163,20 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
                    "gmm_log_likelihood": gmm.log_likelihood(train_vectors, train_weights), "seed": fisher.seed,
                    "words_with_vectors": len(known), "words_without_vectors": len(terms) - len(known),
                    "images_without_words": len(empty)}
+
+
+def same_words(counts: sp.csr_matrix) -> list[list[int]]:
+    """The groups (two rows or more, in row order) of the rows of `counts` (images x words) that hold the same
+    words in the same proportions, empty rows left out: their Fisher vectors are equal."""
+    counts = counts.tocsr(copy=True)
+    counts.sort_indices()
+    groups: dict[bytes, list[int]] = {}
+    for row in range(counts.shape[0]):
+        start, end = counts.indptr[row], counts.indptr[row + 1]
+        if start < end:
+            share = counts.data[start:end] / counts.data[start:end].sum()
+            groups.setdefault(counts.indices[start:end].tobytes() + share.tobytes(), []).append(row)
+    return [rows for rows in groups.values() if len(rows) > 1]
 
 
 def oracle_sims(proxy: ProxyFile, split: str, queries: int | None = None) -> Sims:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,13 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
-from vltools.errors import VLToolsError, input_error, shown_ids
+from vltools.children import dies_with_parent
+from vltools.errors import VLToolsError, first_line, input_error, shown_ids
 from vltools.io.caption_files import CaptionFile
 from vltools.io.progress import log, quiet_children
 from vltools.text.tokenize import tokenize
 
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 JAVA_FIX = "install a Java runtime: apt-get install default-jre-headless (or put `java` on PATH)"
+# how pycocoevalcap runs METEOR 1.5's jar (the same options, so that the scores are its): java's options, then the
+# jar's (standard input and output, English, normalised)
+METEOR_JAVA = ("-Xmx2G", "-jar")
+METEOR_ARGS = ("-", "-", "-stdio", "-l", "en", "-norm")
+# what a JVM prints when it cannot have the memory it asks for
+JAVA_MEMORY_ERRORS = ("OutOfMemoryError", "Could not reserve enough space", "insufficient memory",
+                      "Cannot allocate memory")
 SPICE_CORENLP = "stanford-corenlp-3.6.0"
 # sentence pairs meteor_pairs sends before reading their statistics back: 256 lines of at most 23 numbers stay
 # under the 64 KiB pipe buffer, so java never blocks on a full stdout while it still has input to read
@@ -138,19 +148,22 @@ def treebank_tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
 
 @contextlib.contextmanager
 def _meteor() -> Iterator[object]:
-    """pycocoevalcap's METEOR scorer, whose java process is always closed (it would otherwise linger)."""
-    from pycocoevalcap.meteor.meteor import Meteor
+    """pycocoevalcap's METEOR scorer, its java process started by vltools to die with this process (`Meteor()`
+    starts one that outlives a killed stage while it loads) and always closed (it would otherwise linger)."""
+    from pycocoevalcap.meteor import meteor
 
-    scorer = Meteor()
-    process = scorer.meteor_p
+    scorer = meteor.Meteor.__new__(meteor.Meteor)
+    scorer.meteor_cmd = [java_path(), *METEOR_JAVA, meteor.METEOR_JAR, *METEOR_ARGS]
+    scorer.meteor_p = process = subprocess.Popen(scorer.meteor_cmd, cwd=Path(meteor.__file__).parent,
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, preexec_fn=dies_with_parent())
+    scorer.lock = threading.Lock()
     try:
         yield scorer
     except (ValueError, BrokenPipeError) as exc:
-        last = ""
-        if process.poll() is not None:
-            lines = process.stderr.read().decode(errors="replace").strip().splitlines()
-            last = f": {lines[-1]}" if lines else ""
-        raise VLToolsError(f"METEOR's java process failed{last}; it needs about 2 GB of memory") from exc
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)     # a java that closed its pipes is ending: its status says why
+        raise meteor_error(process, exc) from exc
     finally:
         if scorer.lock.locked():  # a failed read leaves it held, and Meteor.__del__ would then wait forever
             scorer.lock.release()
@@ -163,6 +176,21 @@ def _meteor() -> Iterator[object]:
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+def meteor_error(process: subprocess.Popen, exc: Exception) -> VLToolsError:
+    """Why METEOR's java `process` gave no score, in one line: it ended (its exit status or signal and its last
+    line on standard error; memory is named only when that says memory ran short, or a SIGKILL, as the kernel's
+    out-of-memory killer sends, ended it), or it answered something other than a score (`exc`)."""
+    java, status, check = process.args[0], process.returncode, JAVA_FIX
+    if status is None:
+        return VLToolsError(f"METEOR's java process ({java}) answered no score ({first_line(exc)}); {check}")
+    text = process.stderr.read().decode(errors="replace").strip()
+    ended = f"was killed by signal {-status}" if status < 0 else f"ended with exit status {status}"
+    if status == -signal.SIGKILL or any(words in text for words in JAVA_MEMORY_ERRORS):
+        check = "METEOR asks for 2 GB of memory (java -Xmx2G): free some, or score on a larger machine"
+    return VLToolsError(f"METEOR's java process ({java}) {ended} before scoring: "
+                        f"{text.splitlines()[-1] if text else 'nothing on standard error'}; {check}")
 
 
 def meteor_field(text: str) -> str:

@@ -14,9 +14,10 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
-from vltools.errors import ArgumentError
+from vltools.errors import ArgumentError, shown
+from vltools.io.spooled import in_memory
 
 # Upper bounds of sizes: work whose memory grows with a size must not start from a typing slip (an image side of
 # 100000 asks for terabytes; a caption of a million words decodes for hours; a beam of 10**9 allocates as much)
@@ -28,6 +29,7 @@ MAX_SEED = 2**32 - 1         # what numpy, torch and random all accept
 MAX_WORD_DIM = 1000          # dimensions of a word vector: the field's are 50 to 1000 (word2vec's GoogleNews 300)
 MAX_MIXTURE_COMPONENTS = 256  # Gaussians of a Fisher vector's mixture: the field uses 16 to 256
 MAX_EM_STARTS = 100          # EM starts of a mixture: each costs a whole EM run
+MAX_PATH_BYTES = 4096        # Linux's PATH_MAX: a longer "path" names no file (a file's text given in its place)
 # every other integer (a count, a size, an index): the largest C int, which the libraries below take (gensim's
 # window and epochs, FAISS's nprobe, HDF5's sizes); a larger one is a slip that would end in their OverflowError
 MAX_INTEGER = 2**31 - 1
@@ -50,14 +52,6 @@ def _bounds(kind: str, low: float | None, high: float | None, low_open: bool = F
         return f"{article} {kind} {'<' if high_open else '<='} {high}"
     return (f"{article} {kind} from {low}{' (excluded)' if low_open else ''} to {high}"
             f"{' (excluded)' if high_open else ''}")
-
-
-def shown(value: object) -> str:
-    """`value` as an error shows it: its repr, or an integer's size when it has too many digits to print (Python
-    refuses to print one of more than 4300 digits)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) > 10**30:
-        return f"an integer of about {int(value).bit_length() * math.log10(2):.0f} digits"
-    return repr(value)
 
 
 def integer(value: object, name: str, low: int | None = None, high: int | None = None) -> int:
@@ -87,7 +81,7 @@ def number(value: object, name: str, low: float | None = None, high: float | Non
         raise ArgumentError(name, f"must be {wanted}, not {shown(value)}") from None
     if (not math.isfinite(value) or (low is not None and (value <= low if low_open else value < low))
             or (high is not None and (value >= high if high_open else value > high))):
-        raise ArgumentError(name, f"must be {wanted}, not {value!r}")
+        raise ArgumentError(name, f"must be {wanted}, not {shown(value)}")
     return value
 
 
@@ -100,13 +94,13 @@ def choice(value: object, name: str, choices: Collection[object]) -> object:
     """`value` when it is one of `choices`."""
     if isinstance(value, str | int | type(None)) and value in choices:
         return value
-    raise ArgumentError(name, f"must be one of {', '.join(map(str, choices))}, not {value!r}")
+    raise ArgumentError(name, f"must be one of {', '.join(map(str, choices))}, not {shown(value)}")
 
 
 def flag(value: object, name: str) -> bool:
     """`value` when it is True or False."""
     if not isinstance(value, bool):
-        raise ArgumentError(name, f"must be True or False, not {value!r}")
+        raise ArgumentError(name, f"must be True or False, not {shown(value)}")
     return value
 
 
@@ -115,7 +109,7 @@ def text(value: object, name: str, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
-        raise ArgumentError(name, f"must be a non-empty string{' or None' if optional else ''}, not {value!r}")
+        raise ArgumentError(name, f"must be a non-empty string{' or None' if optional else ''}, not {shown(value)}")
     return value
 
 
@@ -123,7 +117,7 @@ def device(value: object, name: str) -> str:
     """`value` when it names a device (DEVICES): auto, cpu, cuda, cuda:K or mps; whether it is there is known only
     when torch looks (devices.resolve_device), but a misspelling (`gpu`, `cuda0`) is refused at once."""
     if not isinstance(value, str) or not DEVICES.fullmatch(value):
-        raise ArgumentError(name, f"must be auto, cpu, cuda or cuda:K (K: a GPU's index), not {value!r}")
+        raise ArgumentError(name, f"must be auto, cpu, cuda or cuda:K (K: a GPU's index), not {shown(value)}")
     return value
 
 
@@ -134,9 +128,12 @@ def path(value: object, name: str, optional: bool = False) -> str | os.PathLike 
         return None
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise ArgumentError(name, f"must be a file path (str or pathlib.Path){' or None' if optional else ''}, "
-                                  f"not {value!r}")
+                                  f"not {shown(value)}")
+    if len(os.fsencode(value)) > MAX_PATH_BYTES:
+        raise ArgumentError(name, f"must be a file path, not a text of {len(os.fspath(value))} characters "
+                                  f"({shown(value)})")
     if "\0" in os.fsdecode(value):    # no file name holds one: the OS calls would fail with "embedded null byte"
-        raise ArgumentError(name, f"must be a file path without a NUL character, not {value!r}")
+        raise ArgumentError(name, f"must be a file path without a NUL character, not {shown(value)}")
     return value
 
 
@@ -145,22 +142,65 @@ def paths(value: object, name: str) -> list[str | os.PathLike]:
     if isinstance(value, str | os.PathLike):
         return [path(value, name)]
     if not isinstance(value, list | tuple) or not value:
-        raise ArgumentError(name, f"must be a file path or a non-empty list of paths, not {value!r}")
+        raise ArgumentError(name, f"must be a file path or a non-empty list of paths, not {shown(value)}")
     return [path(item, name) for item in value]
+
+
+def records(value: object, name: str) -> object:
+    """A file path, or records in memory (`vltools.io.spooled.in_memory`: a non-empty list of dicts, or a dict)
+    that the reader of the file takes through a temporary file (`vltools.io.spooled.spooled`)."""
+    if in_memory(value):
+        return value
+    if isinstance(value, str | os.PathLike):
+        return path(value, name)
+    raise ArgumentError(name, f"must be a file path or records in memory (a non-empty list of dicts), not "
+                              f"{shown(value)}")
+
+
+def queries(value: object, name: str) -> list[str]:
+    """One query (a text, or an image path) or a non-empty list (or tuple) of them, as a list of strings."""
+    items = [value] if isinstance(value, str | os.PathLike) else value
+    if not isinstance(items, list | tuple) or not items or not all(isinstance(item, str | os.PathLike)
+                                                                     for item in items):
+        raise ArgumentError(name, f"must be a query (a text or an image path) or a non-empty list of them, not "
+                                  f"{shown(value)}")
+    return [os.fsdecode(item) for item in items]
 
 
 def integers(value: object, name: str, low: int | None = None, empty: bool = True) -> tuple[int, ...]:
     """A list (or tuple) of integers, each at least `low` (R values, top-K cut-offs), as a tuple."""
     if isinstance(value, str) or not isinstance(value, list | tuple) or (not value and not empty):
-        raise ArgumentError(name, f"must be a {'' if empty else 'non-empty '}list of integers, not {value!r}")
+        raise ArgumentError(name, f"must be a {'' if empty else 'non-empty '}list of integers, not {shown(value)}")
     return tuple(integer(item, name, low) for item in value)
+
+
+def split(value: object, name: str, optional: bool = False) -> str | None:
+    """`value` when it names a split: a non-empty string of printable characters (or None, when `optional`). A
+    split is written as given into records, file names ({split}_ims.npy) and messages: an empty one names nothing,
+    and one holding ESC, a newline or another control character is a name no one can see or type back."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ArgumentError(name, f"must be a split name (a non-empty string of printable characters"
+                                  f"{', or None' if optional else ''}), not {shown(value)}")
+    return value
+
+
+def _each(value: object, name: str, what: str, check: Callable[[object, str], str]) -> tuple[str, ...]:
+    """A list (or tuple) of `what`, each passing `check`, as a tuple."""
+    if not isinstance(value, list | tuple):
+        raise ArgumentError(name, f"must be a list of {what}, not {shown(value)}")
+    return tuple(check(item, name) for item in value)
 
 
 def texts(value: object, name: str) -> tuple[str, ...]:
     """A list (or tuple) of non-empty strings (words to add or subtract), as a tuple."""
-    if not isinstance(value, list | tuple):
-        raise ArgumentError(name, f"must be a list of words, not {value!r}")
-    return tuple(text(item, name) for item in value)
+    return _each(value, name, "words", text)
+
+
+def splits(value: object, name: str) -> tuple[str, ...]:
+    """A list (or tuple) of split names (`split`), as a tuple."""
+    return _each(value, name, "split names", split)
 
 
 def known(given: Iterable[str], accepted: Collection[str], function: str) -> None:

@@ -15,6 +15,7 @@ from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.distributed import place
+from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_shared, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, encode_rmac
@@ -37,6 +38,9 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     batch size are `split` and `batch_size`). An SCO model reads its concept scores from `concepts` and ("ctx +
     sen") its generated sentences from `sentences`."""
     checkpoint = str(loaded.path)
+    vectors_in = (loaded.name != "rmac" and hdf5_kind(source) is not None
+                  and getattr(loaded.model, "inputs", "regions") == "global")
+    _refuse_unread(loaded, source, vectors_in, concepts, sentences)
     if loaded.name == "rmac":
         query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
         ids, emb, attrs = encode_rmac(loaded, source, query, device)
@@ -51,7 +55,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     loaded.model.to(device)
     attrs = {"model": loaded.name, "checkpoint": checkpoint, "checkpoint_digest": loaded.digest,
              "source": str(source), "precision": precision}
-    if hdf5_kind(source) is not None and getattr(loaded.model, "inputs", "regions") == "global":
+    if vectors_in:
         vectors = model_vectors(loaded.config, source, concepts, sentences, loaded.vocab)
         ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
         if captions is not None:
@@ -94,6 +98,24 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         count, side = len(chosen.caption_ids), "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
+
+
+def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, concepts: PathLike | None,
+                   sentences: PathLike | None) -> None:
+    """Refuse concept scores or generated sentences that `loaded` would not read (they were ignored without a
+    word: a vse model given --sentences encoded the features alone): only an SCO model encoding a features file
+    (`vectors_in`) reads concepts (a context-only one passes over them, as the SCO recipe gives them to every
+    variant), and only one trained with model.use_sentence ("ctx + sen") reads sentences."""
+    if concepts is None and sentences is None:
+        return
+    captions_in = loaded.name != "rmac" and hdf5_kind(source) is None
+    what = f"{loaded.name} model {loaded.path}{' encoding captions' if captions_in else ''}"
+    if concepts is not None and not vectors_in:
+        raise VLToolsError(f"{argument('concepts')}: the {what} reads no concept scores (only an SCO model "
+                           f"encoding features does); leave it out")
+    if sentences is not None and not (vectors_in and loaded.config.get("use_sentence")):
+        raise VLToolsError(f"{argument('sentences')}: the {what} reads no generated sentences (only an SCO \"ctx + "
+                           f"sen\" model, trained with model.use_sentence, encoding features does); leave it out")
 
 
 def _write(output: PathLike | None, ids: Sequence[str], embeddings: Iterator[np.ndarray], attrs: dict[str, object],

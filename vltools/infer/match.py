@@ -46,6 +46,8 @@ from vltools.io.sims import average_sims, read_sims
 from vltools.text.vocab import Coverage
 
 PathLike = str | os.PathLike
+# what the rows and the columns of a Matches are, by its direction (i2t: images x captions)
+SIDES = {"i2t": ("images", "captions"), "t2i": ("captions", "images"), "i2i": ("query images", "images")}
 
 
 @dataclass
@@ -90,7 +92,7 @@ class Matches:
 
     def __repr__(self) -> str:
         """Sizes and ids counts, not arrays: `Matches(i2t, 7 images x 21 captions, top 10, sims 7 x 21)`."""
-        rows, columns = ("query images", "images") if self.direction == "i2i" else ("images", "captions")
+        rows, columns = SIDES[self.direction]
         sims = "no sims" if self.sims is None else f"sims {' x '.join(map(str, self.sims.shape))}"
         return (f"Matches({self.direction}{'' if self.backward is None else ' + t2i'}, {len(self.row_ids)} {rows} x "
                 f"{len(self.column_ids)} {columns}, top {self.forward[1].shape[-1]}, {sims})")

@@ -50,9 +50,10 @@ def _words(model, vocab: list[str], words: Sequence[str], option: str, checkpoin
     return model.encode_texts(torch.eye(len(vocab))[columns]).sum(dim=0)
 
 
-def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: QueryOptions,
-                device: torch.device) -> tuple[list[str], np.ndarray | None, dict]:
-    """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES (all of them, or those of
+def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike | Sequence[str | os.PathLike],
+                options: QueryOptions, device: torch.device) -> tuple[list[str], np.ndarray | None, dict]:
+    """(ids, l2-normalised embeddings, attributes to record) of the images of IMAGES, one input or a list of them
+    (`list_inputs`: folders, image files, lists, an images JSONL; all their images, or those of
     `options.split` in the proxy, the first `first`), as database images or as queries with text. Under torchrun
     the processes share the batches and the first gets every embedding (the others None and no attributes)."""
     model, checkpoint, vocab = loaded.model.to(device), loaded.path, loaded.words
@@ -62,7 +63,8 @@ def encode_rmac(loaded: LoadedModel, images_path: str | os.PathLike, options: Qu
                            "--with-text / --add / --subtract; train it with task.loss=vt")
     if options.with_text and options.proxy is None:
         raise VLToolsError("--with-text embeds each image's captions: give --proxy PROXY.h5 (their tf-idf rows)")
-    items = {item.image_id: item for item in list_inputs([images_path])}
+    inputs = [images_path] if isinstance(images_path, str | os.PathLike) else list(images_path)
+    items = {item.image_id: item for item in list_inputs(inputs)}
     proxy = read_proxy_file(options.proxy) if options.proxy else None
     if proxy is not None:
         if proxy.vocab != vocab:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vltools.errors import VLToolsError
-
-SHOWN_CHARACTERS = 40
+from vltools.errors import shown as quoted
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,9 @@ def optional(kind: Kind) -> Kind:
 
 
 def shown(value: object) -> str:
-    """A field's value for a message, on one line and short: `'32x' (str)`, `None`, `[1, 2] (list)`."""
-    if value is None:
-        return "None"
-    text = repr(value)
-    if len(text) > SHOWN_CHARACTERS:
-        text = f"{text[:SHOWN_CHARACTERS]}..."
-    return f"{text} ({type(value).__name__})"
+    """A field's value for a message, on one line and short (`vltools.errors.shown`), with its type: `'32x' (str)`,
+    `None`, `[1, 2] (list)`."""
+    return "None" if value is None else f"{quoted(value)} ({type(value).__name__})"
 
 
 REQUIRED = object()    # `field`'s default: the field must be there

@@ -9,6 +9,7 @@ it is asked for, compared as bytes (no decoding of the other 3 million).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ from vltools.errors import VLToolsError, input_error, require_file
 CHUNK_BYTES = 1 << 24
 MAX_WORD_BYTES = 1000        # longer than any real word: the file is not word2vec's binary format
 GIVE = "give word2vec's binary format (e.g. GoogleNews-vectors-negative300.bin)"
+# bytes no word holds (the C tool splits its text on them): one in a word read means the records were misread, as
+# a header with the wrong dimension makes them (found within a few records where each ends with a newline)
+NOT_IN_WORDS = re.compile(rb"[\t\n\r]")
 
 
 @dataclass
@@ -49,12 +53,16 @@ def truncated(path: str | os.PathLike, number: int, n_words: int, offset: int, r
     shown = word[:80].decode("utf-8", "replace")
     present = f"{len(vector)} of the vector's {record} bytes" if space else "no space after the word"
     return input_error(path, f"record {number} of {n_words} (byte {offset + start}, word {shown!r})",
-                       f"the file ends inside the record ({present})", "the file is truncated: download it again")
+                       f"the file ends inside the record ({present})",
+                       f"the file is truncated (download it again), or its header '{n_words} {record // 4}' is not "
+                       "what it holds")
 
 
 def read_word2vec_binary(path: str | os.PathLike, wanted: Iterable[str]) -> WordVectors:
     """The vectors of the `wanted` words found in a word2vec binary file, in file order; a truncated or malformed
-    file is an error naming it and the record (number, word and byte offset) where it breaks."""
+    file is an error naming it and the record (number, word and byte offset) where it breaks, and so is a header
+    whose dimension is not the vectors', once the misread records show it: a word read holding a line break (soon,
+    where each record ends with a newline, as the C tool and gensim write them) or the file ending inside a record."""
     keys = {word.encode("utf-8") for word in wanted}
     found: dict[bytes, np.ndarray] = {}
     try:
@@ -76,6 +84,11 @@ def read_word2vec_binary(path: str | os.PathLike, wanted: Iterable[str]) -> Word
                         raise truncated(path, number, n_words, offset + pos, buffer[pos:], record)
                     buffer, offset, pos = buffer[pos:] + more, offset + pos, 0
                 word = buffer[pos:space].lstrip(b"\n")
+                if not word or NOT_IN_WORDS.search(word):
+                    raise input_error(path, f"record {number} of {n_words} (byte {offset + pos})",
+                                      f"{word[:40]!r} is not a word (empty, or holding a line break or tab)",
+                                      f"the header's dimension {dim} is not its vectors' (each record is a word, a "
+                                      "space and D float32), or the file is corrupt")
                 if word in keys:
                     vector = np.frombuffer(buffer, dtype="<f4", count=dim, offset=space + 1).copy()
                     if not np.isfinite(vector).all():

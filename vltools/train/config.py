@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from vltools.errors import VLToolsError, argument, require_file
-from vltools.infer.checks import MAX_INTEGER, MAX_SEED, shown
+from vltools.errors import VLToolsError, argument, require_file, shown
+from vltools.infer.checks import MAX_INTEGER, MAX_SEED
 
 # The generic loop's options; defaults are the official SGRAF ones (Paranioar/SGRAF opts.py).
 TRAIN_DEFAULTS: dict[str, object] = {
@@ -80,14 +80,14 @@ def coerce(value: object, default: object, key: str, source: str) -> object:
                 pass
     elif expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    raise VLToolsError(f"{source}: {key} must be {_type_name(default)}, not {value!r}")
+    raise VLToolsError(f"{source}: {key} must be {_type_name(default)}, not {shown(value)}")
 
 
 def check_choice(key: str, value: object, allowed: Iterable[str]) -> None:
     """A string option must be one of `allowed`; otherwise a one-line error naming them."""
     allowed = tuple(allowed)
     if value not in allowed:
-        raise VLToolsError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+        raise VLToolsError(f"{key} must be one of {', '.join(allowed)}, not {shown(value)}")
 
 
 def _locate(defaults: Mapping[str, Mapping[str, object]], key: str, source: str) -> tuple[str, str]:

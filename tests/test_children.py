@@ -1,0 +1,23 @@
+"""vltools.children: a process started with `dies_with_parent()` carries Linux's parent-death signal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vltools.children import dies_with_parent
+
+# the child reads its own parent-death signal back: prctl(PR_GET_PDEATHSIG, &signal)
+READ_BACK = "import ctypes; s = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_child_started_with_it_is_killed_when_its_parent_ends():
+    def child_signal(**popen: object) -> str:
+        return subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True, check=True,
+                              **popen).stdout.strip()
+
+    assert child_signal(preexec_fn=dies_with_parent()) == "9"    # SIGKILL
+    assert child_signal() == "0"                                 # none without it
