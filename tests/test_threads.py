@@ -59,7 +59,7 @@ def test_use_threads_sets_the_variable_and_a_loaded_torch(monkeypatch):
 
 
 COMPUTING = {"extract-regions", "segment-pool", "concept-scores", "encode", "match", "caption", "train", "index",
-             "tfidf-proxy", "explain", "synth-backbone", "mine-triplets"}
+             "tfidf-proxy", "explain", "synth-backbone", "mine-triplets", "search"}
 
 
 def test_every_computing_stage_takes_threads():
