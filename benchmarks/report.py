@@ -28,8 +28,8 @@ from machine import cpu_model
 
 from vltools.io.progress import configure
 from vltools.io.records import caption_ids, read_records, write_records
-from vltools.report.gallery import ranking_sections, read_references
-from vltools.report.site import Header, write_report
+from vltools.reporting.gallery import ranking_sections, read_references
+from vltools.reporting.site import Header, write_report
 from vltools.synth.world import WorldOptions, write_world
 from vltools.vision.images import list_inputs
 

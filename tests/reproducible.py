@@ -8,9 +8,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from vltools.train.distributed import distributed
-from vltools.train.state import seed_everything
-from vltools.train.trainer import train
+from vltools.training.distributed import distributed
+from vltools.training.state import seed_everything
+from vltools.training.trainer import train
 
 
 def step_losses(build: Callable[[dict], object], config: dict, output: Path, seed: int, workers: int,

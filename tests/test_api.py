@@ -51,14 +51,14 @@ def test_importing_vltools_does_not_import_torch():
     assert out == ["False", "True"]
 
 
-def test_train_and_report_are_callable_although_they_are_also_packages():
+def test_train_and_report_are_plain_functions_beside_their_packages():
     code = ("import sys, inspect, vltools; print('torch' in sys.modules); "
-            "import vltools.train.trainer, vltools.report.site; "
-            "print(callable(vltools.train), callable(vltools.report), vltools.train.trainer.__name__, "
-            "list(inspect.signature(vltools.train).parameters)[:3])")
+            "import vltools.training.trainer, vltools.reporting.site; "
+            "print(inspect.isfunction(vltools.train), inspect.isfunction(vltools.report), "
+            "vltools.training.trainer.__name__, list(inspect.signature(vltools.train).parameters)[:3])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     out = out.split(maxsplit=4)
-    assert out == ["False", "True", "True", "vltools.train.trainer", "['model', 'inputs', 'output']\n"]
+    assert out == ["False", "True", "True", "vltools.training.trainer", "['model', 'inputs', 'output']\n"]
     with pytest.raises(VLToolsError, match="model must be one of"):
         vltools.train("bogus", ["f.h5"], "m.pt")
     with pytest.raises(VLToolsError, match="top_k must be"):
@@ -69,6 +69,7 @@ def test_the_api_is_discoverable_with_dir_and_help():
     api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
            "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
     assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
+    assert not [name for name in dir(vltools) if not name.startswith("__") and name not in api]   # no stray imports
     shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
     for name in api:     # in the module's docstring with its one line, and documented below it
         assert f"    {name}" in shown

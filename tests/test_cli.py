@@ -460,7 +460,7 @@ def _help(*names: str) -> str:
 
 
 def test_top_level_help_lists_every_trainable_model():
-    from vltools.train import TASKS
+    from vltools.training import TASKS
 
     listed = " ".join(_help().split())
     assert all(f"{name}," in listed or f"{name})" in listed for name in TASKS)

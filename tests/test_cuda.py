@@ -38,10 +38,10 @@ from vltools.io.features import FeaturesReader
 from vltools.io.sims import read_sims
 from vltools.models import build_model
 from vltools.models.concepts import build_concept_cnn
-from vltools.train import config_defaults
-from vltools.train.config import build_config
-from vltools.train.tasks.captioning import build_task as captioning_task
-from vltools.train.tasks.matching import build_task as matching_task
+from vltools.training import config_defaults
+from vltools.training.config import build_config
+from vltools.training.tasks.captioning import build_task as captioning_task
+from vltools.training.tasks.matching import build_task as matching_task
 
 pytestmark = pytest.mark.cuda
 

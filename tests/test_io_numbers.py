@@ -38,7 +38,7 @@ def test_structure_ints_bools_strings_and_non_finite_are_kept():
 def test_score_json_and_the_training_log_print_clean_numbers(tmp_path, vltools_cmd):
     from vltools.eval.retrieval import retrieval_metrics
     from vltools.io.hdf5 import write_arrays
-    from vltools.train.state import JsonLog
+    from vltools.training.state import JsonLog
 
     # 3 images, 1 caption each: recalls are thirds, whose float sums carry noise (e.g. 33.33...36 + 66.66...67)
     rng = np.random.default_rng(5)

@@ -10,7 +10,7 @@ import pytest
 from vltools.errors import VLToolsError
 from vltools.io.describe import describe
 from vltools.io.state import read_sidecar, read_state
-from vltools.report.gallery import file_summary
+from vltools.reporting.gallery import file_summary
 
 
 def test_read_state_names_the_file_the_problem_and_the_repair(tmp_path):

@@ -11,8 +11,8 @@ from PIL import Image
 
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
-from vltools.report.boxes import Box, draw_boxes, read_boxes
-from vltools.report.thumbs import Thumbnails
+from vltools.reporting.boxes import Box, draw_boxes, read_boxes
+from vltools.reporting.thumbs import Thumbnails
 from vltools.vision.images import ImageItem
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vltools.report.curves import default_metrics, draw_curves, read_training_log
-from vltools.train.state import JsonLog
+from vltools.reporting.curves import default_metrics, draw_curves, read_training_log
+from vltools.training.state import JsonLog
 
 
 def write_log(path, losses, rsums, every=10):

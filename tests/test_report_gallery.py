@@ -10,7 +10,7 @@ import pytest
 from vltools.errors import VLToolsError
 from vltools.io.hdf5 import write_arrays
 from vltools.io.records import write_records
-from vltools.report.gallery import (
+from vltools.reporting.gallery import (
     caption_section,
     choose,
     parse_queries,

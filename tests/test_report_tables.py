@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from vltools.report.tables import WIDTH, SpreadColumn, read_spread
+from vltools.reporting.tables import WIDTH, SpreadColumn, read_spread
 
 
 def write_captions(path, captions, key="image_id"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from vltools.report.thumbs import Thumbnails
+from vltools.reporting.thumbs import Thumbnails
 from vltools.vision.images import ImageItem
 
 

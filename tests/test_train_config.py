@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.train import config_defaults
-from vltools.train.config import TRAIN_DEFAULTS, build_config, coerce
+from vltools.training import config_defaults
+from vltools.training.config import TRAIN_DEFAULTS, build_config, coerce
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "sgraf" / "configs"
 DEFAULTS = {"train": {"epochs": 40, "lr": 2e-4, "max_violation": True, "device": "auto"},

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.train.distributed import distributed
+from vltools.training.distributed import distributed
 
 
 def test_without_torchrun_one_main_process_on_the_chosen_device(monkeypatch):

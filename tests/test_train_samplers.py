@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.train.samplers import AuxiliaryBatches, GlobalBatchSampler
+from vltools.training.samplers import AuxiliaryBatches, GlobalBatchSampler
 
 
 def test_sampler_splits_each_global_batch_into_shares():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.train.state import JsonLog, check_inputs, check_resumable, deterministic, rng_state, set_rng_state
+from vltools.training.state import JsonLog, check_inputs, check_resumable, deterministic, rng_state, set_rng_state
 
 
 def test_rng_state_round_trip_repeats_the_draws():

@@ -18,7 +18,7 @@ from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records
 from vltools.synth.labels import INDEX, LABELS
 from vltools.synth.world import WorldOptions, write_world
-from vltools.train.synth_backbone import (
+from vltools.training.synth_backbone import (
     WorldObjects,
     attribute_accuracy,
     box_lists,

@@ -19,9 +19,9 @@ from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.records import read_records, write_records
 from vltools.models import build_model
-from vltools.train import config_defaults
-from vltools.train.config import build_config
-from vltools.train.tasks.captioning import build_task
+from vltools.training import config_defaults
+from vltools.training.config import build_config
+from vltools.training.tasks.captioning import build_task
 
 AA = "adaptive-attention"
 

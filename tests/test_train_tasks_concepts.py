@@ -17,8 +17,8 @@ from reproducible import assert_same_losses_for_the_same_seed
 
 from vltools.errors import VLToolsError
 from vltools.text.concepts import FALLBACK_TAGGER, ConceptVocabulary
-from vltools.train import config_defaults
-from vltools.train.tasks.concepts import (
+from vltools.training import config_defaults
+from vltools.training.tasks.concepts import (
     CONCEPT_TRAIN_DEFAULTS,
     MODEL_DEFAULTS,
     TASK_DEFAULTS,

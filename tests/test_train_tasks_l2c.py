@@ -17,10 +17,10 @@ from vltools.io.checkpoints import load_checkpoint
 from vltools.losses import sequence_cross_entropy
 from vltools.models import model_from_checkpoint
 from vltools.models.l2c import total_variation
-from vltools.train import config_defaults
-from vltools.train.config import build_config
-from vltools.train.samplers import fetch
-from vltools.train.tasks.l2c import build_task
+from vltools.training import config_defaults
+from vltools.training.config import build_config
+from vltools.training.samplers import fetch
+from vltools.training.tasks.l2c import build_task
 
 
 @pytest.fixture(scope="module")

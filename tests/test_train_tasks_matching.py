@@ -13,9 +13,9 @@ from tiny_matching import make_world
 from vltools.errors import VLToolsError
 from vltools.io.progress import log as vltools_log
 from vltools.text.tokenize import tokenizer_name
-from vltools.train import config_defaults
-from vltools.train.config import build_config
-from vltools.train.tasks.matching import build_task
+from vltools.training import config_defaults
+from vltools.training.config import build_config
+from vltools.training.tasks.matching import build_task
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from reproducible import assert_same_losses_for_the_same_seed
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
 from vltools.losses import sample_negatives
-from vltools.train import config_defaults
-from vltools.train.tasks.sco import build_task
+from vltools.training import config_defaults
+from vltools.training.tasks.sco import build_task
 
 WORDS = ["red", "blue", "circle", "square", "big", "small"]
 

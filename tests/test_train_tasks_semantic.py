@@ -17,9 +17,9 @@ from reproducible import assert_same_losses_for_the_same_seed
 from vltools.cli import cli
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import load_checkpoint
-from vltools.train import config_defaults
-from vltools.train.config import build_config
-from vltools.train.tasks.semantic import build_task
+from vltools.training import config_defaults
+from vltools.training.config import build_config
+from vltools.training.tasks.semantic import build_task
 
 WORDS = ["red", "blue", "green", "dog", "cat", "tree"]
 OPTIONS = ["--set", "model.backbone=resnet18", "--set", "model.scales=1.0", "--set", "task.weights=none",

@@ -26,9 +26,9 @@ from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.models import model_from_checkpoint
 from vltools.text.vocab import Vocabulary
-from vltools.train.config import TRAIN_DEFAULTS, build_config
-from vltools.train.distributed import distributed
-from vltools.train.trainer import learning_rate, train
+from vltools.training.config import TRAIN_DEFAULTS, build_config
+from vltools.training.distributed import distributed
+from vltools.training.trainer import learning_rate, train
 
 # 25 training images x 5 captions, batch 16: 8 steps an epoch
 BASE = [*TINY, "--batch-size", "16", "--lr", "2e-3", "--val-every", "4", "--set", "train.save_every=2",

@@ -21,43 +21,18 @@ Functions (each checks every argument before any work; errors are one-line `vlto
     found = vltools.match("feats.h5", "caps.jsonl", model="sgraf", top_k=10)
     vltools.score_retrieval(found)["rsum"]
 
-help(vltools.match) and the others say more (help(vltools.api.train) and help(vltools.api.report) for the two
-that are also subpackages); every stage is also `vltools STAGE --help` on the command line.
+help(vltools.match) and the others say more; every stage is also `vltools STAGE --help` on the command line.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-from types import ModuleType
 
 __version__ = "0.1.0"
 
 API = ("Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
        "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train")
 __all__ = ["__version__", *API]
-CALLABLE_PACKAGES = ("report", "train")   # subpackages whose names are also API functions
-
-
-class _CallablePackage(ModuleType):
-    """A subpackage named like an API function: `vltools.train(...)` calls `vltools.api.train`, while
-    `vltools.train.trainer` stays the package's module (the import system binds the package to the name, so a
-    plain function of that name would be replaced by the package at the first `import vltools.train...`)."""
-
-    def api_function(self) -> object:
-        """The API function of this package's name (imports vltools.api, and so torch, on first use)."""
-        return getattr(importlib.import_module("vltools.api"), self.__name__.rpartition(".")[2])
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        return self.api_function()(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(self.api_function())
-
-
-for _package in CALLABLE_PACKAGES:
-    importlib.import_module(f"vltools.{_package}").__class__ = _CallablePackage
 
 
 def __getattr__(name: str) -> object:
@@ -67,5 +42,6 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    """The API's names with the module's own, so that dir(vltools) and tab completion show the functions."""
-    return sorted({*globals(), *API})
+    """The API's names and the module's dunders, so that dir(vltools) and tab completion show the functions and
+    nothing this module merely imports."""
+    return sorted({*(name for name in globals() if name.startswith("__")), *API})

@@ -54,10 +54,10 @@ from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
 from vltools.io.spooled import in_memory, spooled
-from vltools.report.site import ReportInputs
-from vltools.report.site import build_report as write_report_folder
-from vltools.train import TASKS
-from vltools.train.trainer import run_training, training_config
+from vltools.reporting.site import ReportInputs
+from vltools.reporting.site import build_report as write_report_folder
+from vltools.training import TASKS
+from vltools.training.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
 Records = Sequence[dict] | dict     # records in memory, read as the file they would be (vltools.io.spooled)
@@ -413,7 +413,7 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
           config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
           resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
           val_split: str = "val") -> dict:
-    """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.train(...)` (the training package
+    """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.training(...)` (the training package
     is callable): train with the shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and
     OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
     `config`: a YAML file or a dict of sections ({"train": {"epochs": 2}, "model": {"embed_size": 64}});
@@ -482,7 +482,7 @@ def report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
            boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
            top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
            force: bool = False, max_boxes: int = 10) -> dict[str, int]:
-    """`vltools report OUT`, also called as `vltools.report(...)` (the report package is callable): the static
+    """`vltools report OUT`, also called as `vltools.reporting(...)` (the report package is callable): the static
     HTML report folder OUT (open OUT/index.html) of rankings, generated captions (with their per-item scores),
     metrics, training logs and figures, with thumbnails of `images`; returns the counts of cards, thumbnails and
     broken images."""

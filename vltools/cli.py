@@ -27,7 +27,7 @@ from vltools.io.atomic import (
     refuse_terminal,
 )
 from vltools.io.progress import configure, log
-from vltools.train import TASKS
+from vltools.training import TASKS
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
 # exists. The help is here so that `vltools --help` need not import every stage (and torch).

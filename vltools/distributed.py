@@ -1,7 +1,7 @@
 """This process's place in a torchrun job, and what the processes of an inference stage exchange.
 
 torchrun starts one process per GPU (or CPU share) with WORLD_SIZE, RANK and LOCAL_RANK in its environment; a
-process started without it is a whole job of one. Training joins its own process group (vltools.train.distributed);
+process started without it is a whole job of one. Training joins its own process group (vltools.training.distributed);
 an inference stage joins a gloo group the first time its processes exchange anything (they exchange CPU arrays
 and records, which gloo carries for CUDA and CPU runs alike) and leaves it when the process exits.
 

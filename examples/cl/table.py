@@ -6,7 +6,7 @@ self-retrieval). Methods: mostfreq (the most frequent training caption for every
 aa_il, aa_clp, aa_cln, aa_cl (CL, AA target and reference), nt_cl (NT/NT), nt_claa (NT target, AA reference),
 aa_cl2 (run 2: the reference replaced by run 1's best target). A missing file prints as "-". Table 1's chance
 row is exact for a uniformly random ranking of the n test images: R@K = min(K, n) / n.
-Every captioning row ends with its number of distinct test captions (M.caps.jsonl; vltools.report.tables): one
+Every captioning row ends with its number of distinct test captions (M.caps.jsonl; vltools.reporting.tables): one
 caption for half of the images or more prints as COLLAPSED, and a note under the tables names the model (M.pt).
 The paper's MSCOCO rows follow each table for comparison; the toy numbers prove the machinery, not the paper.
 """
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
 
 CAPTION = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 CAPTION_HEAD = ("B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE_L", "CIDEr")

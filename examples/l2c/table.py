@@ -4,7 +4,7 @@ validation) from `vltools score caption` JSON files, beside the paper's Birds-to
 Usage: python table.py TITLE DIR   (DIR holds <row>_val.json and <row>_test.json for every row below, scores of
 the descriptions <row>_val.jsonl and <row>_test.jsonl, written by <row>.pt)
 Scores are x100 as in the paper. Each split's block ends with its number of distinct descriptions
-(vltools.report.tables): one description for half of the pairs or more prints as COLLAPSED, with a note after
+(vltools.reporting.tables): one description for half of the pairs or more prints as COLLAPSED, with a note after
 the tables naming the model. Human is '-': a leave-one-out human score would compare one description
 with the remaining ones, i.e. against fewer references than the models get, so it is not comparable. A direction
 line says whether L2C's test ROUGE-L is above each baseline's, as the paper's Table 1 has it.
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
 
 METRICS = ("Bleu_4", "ROUGE_L", "CIDEr")
 BASELINES = ("most_frequent", "text_only")

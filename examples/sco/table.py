@@ -7,7 +7,7 @@ paper's definition). The chance row is exact for a uniformly random ranking of t
 image has c = n_captions / n_images captions, so i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K), and a
 caption has one image: t2i R@K = K / n_images (per 1000-image fold under the coco1k protocol).
 The "ctx + sen" rows, whose image side is the captioner's generated sentences (--sentences, written by
---captioner), end with their number of distinct sentences (vltools.report.tables): one sentence for half of the
+--captioner), end with their number of distinct sentences (vltools.reporting.tables): one sentence for half of the
 images or more prints as COLLAPSED, with a note after the table naming the captioner. "ctx + sen" (ctx_sen) is the
 paper's reading, the sentence alone; "ctx + sen (sum)" (ctx_sen_sum) is vltools' variant with the context summed in;
 a note after the table says which were printed. A direction line says whether the concept + context rows are above
@@ -20,7 +20,7 @@ import json
 import sys
 from math import comb
 
-from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
 
 KS = (1, 5, 10)
 # the rows whose images are generated sentences, and what represents an image in each

@@ -7,7 +7,7 @@ Usage: python table.py TITLE oracle=J baseline=J wsabie=J v=J vt=J vtt=J [object
 With --triplets, Table 1 needs the four proxy rows (objects, meteor, word2vec, generated: `score semantic` JSON with
 user_agreement). A row named several times (word2vec=J once per seed) prints the mean and standard deviation of its
 files, and its label says how many. The generated-captions row ends with the number of distinct captions in
---generated (written by --captioner; vltools.report.tables): one caption for half of the images or more prints as
+--generated (written by --captioner; vltools.reporting.tables): one caption for half of the images or more prints as
 COLLAPSED, with a note naming the captioner. The Random row is measured here: five rankings by uniformly random scores
 (seeds 0-4) of the same queries and database, scored by vltools' own functions; mean and standard deviation. A last
 line says how --proxy (the caption tf-idf) counted each image's words. Direction lines say whether the human
@@ -27,7 +27,7 @@ from vltools.eval import semantic
 from vltools.io import proxy as proxy_io
 from vltools.io.proxy import proxy_words, read_proxy_file
 from vltools.io.sims import Sims
-from vltools.report.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
 
 ROWS = (("oracle", "Text oracle: caption tf-idf"), ("random", "Random (x5)"), ("baseline", "Visual baseline (V, V)"),
         ("wsabie", "WSABIE (V+T, V)"), ("v", "Proposed (V, V)"), ("vt", "Proposed (V+T, V)"),

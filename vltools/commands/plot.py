@@ -19,7 +19,7 @@ from vltools.io.progress import log
 def command(logs: tuple[str, ...], output: str, metrics: tuple[str, ...]) -> None:
     """Draw training loss and validation metrics against iterations from LOGS (PATH.log.jsonl files written by
     `vltools train`); several logs share the figure, one colour per run, to compare them."""
-    from vltools.report.curves import default_metrics, draw_curves, read_training_log, save_figure
+    from vltools.reporting.curves import default_metrics, draw_curves, read_training_log, save_figure
 
     runs = [read_training_log(path) for path in logs]
     chosen = list(metrics) or default_metrics(runs)

@@ -58,7 +58,7 @@ def command(out: str, rankings: tuple[str, ...], generated: tuple[str, ...], ite
     """Write OUT/, a static HTML report that opens from file:// or any web server (open OUT/index.html): the
     ranked results of sampled queries with the ground truth marked, generated captions beside their references,
     the scores, training curves and the provenance of every input. Images become thumbnails inside OUT."""
-    from vltools.report.site import ReportInputs, build_report
+    from vltools.reporting.site import ReportInputs, build_report
 
     inputs = ReportInputs(rankings, generated, item_scores, images, captions, pairs, scores, proxy, heatmaps, logs,
                           figures, boxes_path)

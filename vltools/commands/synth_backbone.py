@@ -16,7 +16,7 @@ from vltools.commands.options import (
 )
 from vltools.infer.settings import BACKBONE_NAMES
 from vltools.io.progress import log
-from vltools.train.config import BACKBONE
+from vltools.training.config import BACKBONE
 
 
 @primary_output("output")
@@ -47,7 +47,7 @@ def command(world: str, output: str, backbone: str, image_size: int, epochs: int
     weights do for photos (a random network's barely tell the colours apart). Trains on the train split of every
     image set of WORLD, keeps the epoch with the best accuracy on the val split; about a minute on a 2-core CPU
     for a world of 1,000 images."""
-    from vltools.train.synth_backbone import train_synth_backbone
+    from vltools.training.synth_backbone import train_synth_backbone
 
     metrics = train_synth_backbone(world, output, backbone=backbone, image_size=image_size, epochs=epochs,
                                    batch_size=batch_size, lr=lr, seed=seed, device=device)

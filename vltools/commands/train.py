@@ -14,7 +14,7 @@ from vltools.commands.options import (
     primary_output,
     threads_option,
 )
-from vltools.train import TASKS
+from vltools.training import TASKS
 
 
 @primary_output("output")
@@ -77,7 +77,7 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
     (default: 0, every validation caption).
     """
-    from vltools.train.trainer import run_training, training_config
+    from vltools.training.trainer import run_training, training_config
 
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,
                "train.grad_clip": grad_clip, "train.val_every": val_every, "train.seed": seed,

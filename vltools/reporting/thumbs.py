@@ -7,7 +7,7 @@ from pathlib import Path
 from PIL import Image
 
 from vltools.io.progress import log
-from vltools.report.boxes import Box, draw_boxes
+from vltools.reporting.boxes import Box, draw_boxes
 from vltools.vision.images import BadImage, ImageItem, load_rgb
 
 
@@ -19,7 +19,7 @@ class Thumbnails:
                  boxes: dict[str, list[Box]] | None = None) -> None:
         self.root, self.size = root, size
         self.items = {item.image_id: item for item in images}
-        self.boxes = boxes or {}   # drawn on the image's thumbnail (vltools.report.boxes)
+        self.boxes = boxes or {}   # drawn on the image's thumbnail (vltools.reporting.boxes)
         self.made: dict[tuple[Path, object, int, tuple[Box, ...]], dict] = {}
         self.failed = 0
 

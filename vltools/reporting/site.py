@@ -20,9 +20,9 @@ from vltools.io.atomic import atomic_folder
 from vltools.io.numbers import dumps
 from vltools.io.progress import log
 from vltools.io.provenance import provenance
-from vltools.report.boxes import Box, read_boxes
-from vltools.report.curves import TrainingLog, draw_curves, read_training_log, save_figure
-from vltools.report.gallery import (
+from vltools.reporting.boxes import Box, read_boxes
+from vltools.reporting.curves import TrainingLog, draw_curves, read_training_log, save_figure
+from vltools.reporting.gallery import (
     Section,
     caption_section,
     file_summary,
@@ -31,7 +31,7 @@ from vltools.report.gallery import (
     read_references,
     read_scores,
 )
-from vltools.report.thumbs import Thumbnails
+from vltools.reporting.thumbs import Thumbnails
 from vltools.vision.images import ImageItem, list_inputs
 
 ASSETS = ("index.html", "report.js", "report.css")
@@ -80,7 +80,7 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
                  boxes: dict[str, list[Box]] | None = None) -> dict[str, int]:
     """Write the whole folder atomically; return counts (cards, thumbnails, broken images)."""
     with atomic_folder(out, force, is_report, "vltools report", "index.html and data/summary.js") as stage:
-        assets = resources.files("vltools.report") / "assets"
+        assets = resources.files("vltools.reporting") / "assets"
         (stage / "assets").mkdir()
         for name in ASSETS:
             target = stage / ("index.html" if name == "index.html" else f"assets/{name}")

@@ -52,7 +52,7 @@ from vltools.models import MODELS, build_model, checkpoint_config, default_confi
 from vltools.models.captioners import Captioner
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Vocabulary
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 
 OBJECTIVES = ("mle", "cl", "cl-p", "cl-n", "il")
 

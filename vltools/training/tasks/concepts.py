@@ -23,7 +23,7 @@ from vltools.io.records import read_records
 from vltools.models import schema_version
 from vltools.models.concepts import ConceptCNN, build_concept_cnn, concept_loss
 from vltools.text.concepts import ConceptVocabulary
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import check_image_size, normalize
 from vltools.vision.images import ImageDataset, ImageItem, list_inputs
 

@@ -46,7 +46,7 @@ from vltools.losses import l2c_loss
 from vltools.models import build_model, schema_version
 from vltools.models.l2c import L2C
 from vltools.text.captions import CaptionPreprocessing
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 
 TASK_DEFAULTS: dict[str, object] = {
     "tv_weight": 1.0,          # lambda of Eq. 6 (section 3.1: 1); 0 is Table 3's "- TV Loss"

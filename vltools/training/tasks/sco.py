@@ -41,7 +41,7 @@ from vltools.io.records import read_records
 from vltools.losses import sampled_hinge_loss, sequence_cross_entropy
 from vltools.models import build_model, default_config, schema_version
 from vltools.text.vocab import Vocabulary
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 
 TASK_DEFAULTS: dict[str, object] = {
     "margin": 0.2,

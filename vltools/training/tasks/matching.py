@@ -33,7 +33,7 @@ from vltools.losses import hardest_negative_loss
 from vltools.models import build_model, default_config, schema_version
 from vltools.text.tokenize import tokenizer_name
 from vltools.text.vocab import Vocabulary
-from vltools.train.config import check_choice
+from vltools.training.config import check_choice
 
 TASK_DEFAULTS: dict[str, object] = {
     "margin": 0.2,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 
-# model name -> task module under vltools.train.tasks
+# model name -> task module under vltools.training.tasks
 TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "rmac": "semantic"}
 TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
 TASKS.update({"sco": "sco", "concepts": "concepts"})
@@ -20,7 +20,7 @@ TASKS.update({"l2c": "l2c"})
 
 def task_module(model_name: str) -> ModuleType:
     """The module that trains `model_name`."""
-    return importlib.import_module(f"vltools.train.tasks.{TASKS[model_name]}")
+    return importlib.import_module(f"vltools.training.tasks.{TASKS[model_name]}")
 
 
 def config_defaults(model_name: str) -> dict[str, dict[str, object]]:

@@ -28,7 +28,7 @@ from vltools.io.proxy import ProxyFile, read_proxy_file
 from vltools.losses import SEMANTIC_LOSSES, semantic_loss
 from vltools.models import build_model, default_config, schema_version
 from vltools.models.rmac import pca_whitening
-from vltools.train.config import TRAIN_DEFAULTS
+from vltools.training.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import build_backbone, check_image_size
 from vltools.vision.embedding import ImageStore, embed_images, pad_batch
 from vltools.vision.images import list_inputs

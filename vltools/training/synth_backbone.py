@@ -12,7 +12,7 @@ horizontally at random, mirroring boxes and positions (each image's flip in each
 
 Every image set of the world takes part (main, pair and auxiliary images): the `train` split trains and the `val`
 split picks the best epoch (the mean over the four attributes of the accuracy of the best-scored label of each
-validation object); test images are never seen. The loop is the shared trainer (vltools.train.trainer), whose
+validation object); test images are never seen. The loop is the shared trainer (vltools.training.trainer), whose
 checkpoint stays in a temporary folder: what is written is the trunk of the best epoch as a torchvision state dict
 without its head, so that `--backbone resnet18 --weights PATH` loads it in every stage and records its digest.
 """
@@ -38,11 +38,11 @@ from vltools.models import model_from_checkpoint, schema_version
 from vltools.models.concepts import build_concept_cnn, concept_loss
 from vltools.synth.labels import LABELS, attribute_columns, object_targets
 from vltools.synth.world import is_world
-from vltools.train.config import BACKBONE, TRAIN_DEFAULTS, build_config
-from vltools.train.distributed import Distributed
-from vltools.train.state import seed_everything
-from vltools.train.tasks.concepts import SquareImages
-from vltools.train.trainer import train
+from vltools.training.config import BACKBONE, TRAIN_DEFAULTS, build_config
+from vltools.training.distributed import Distributed
+from vltools.training.state import seed_everything
+from vltools.training.tasks.concepts import SquareImages
+from vltools.training.trainer import train
 from vltools.vision.backbones import check_image_size, normalize, trunk_state_dict
 from vltools.vision.images import ImageItem, list_inputs
 

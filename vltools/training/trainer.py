@@ -9,7 +9,7 @@ position) written atomically after each epoch and every `save_every` iterations.
 
 Determinism and scale: the data order is a function of (seed, epoch) only, and each global batch of
 `batch_size` items is split into `world_size x accumulate` shares (an epoch's last batch is dropped when a
-share would get fewer than 2 items: vltools.train.samplers), so one process with
+share would get fewer than 2 items: vltools.training.samplers), so one process with
 `accumulate=N` computes the same gradients as N DistributedDataParallel processes (gradients are the
 mean over shares; each share's loss sees only its own items as negatives). Random draws are the seed's too
 (vltools.data.draws): before each epoch the loop tells the training data its epoch (`set_epoch`, when it has
@@ -52,11 +52,11 @@ from vltools.io.numbers import clean_numbers
 from vltools.io.progress import labelled, log, progress
 from vltools.io.provenance import input_digest
 from vltools.models import check_model_config
-from vltools.train import config_defaults, task_module
-from vltools.train.config import KEEP_BEST, build_config, check_choice
-from vltools.train.distributed import Distributed, distributed
-from vltools.train.samplers import AuxiliaryBatches, GlobalBatchSampler, fetch
-from vltools.train.state import (
+from vltools.training import config_defaults, task_module
+from vltools.training.config import KEEP_BEST, build_config, check_choice
+from vltools.training.distributed import Distributed, distributed
+from vltools.training.samplers import AuxiliaryBatches, GlobalBatchSampler, fetch
+from vltools.training.state import (
     JsonLog,
     check_inputs,
     check_resumable,
@@ -366,7 +366,7 @@ def train(task: Task, config: dict, output: str | os.PathLike, env: Distributed,
 
 def training_config(model_name: str, config_file: str | os.PathLike | None = None, overrides: Sequence[str] = (),
                     options: dict[str, object] | None = None, task_options: dict[str, object] | None = None) -> dict:
-    """The configuration `vltools train` and `vltools.train` run `model_name` with: its defaults, the YAML file,
+    """The configuration `vltools train` and `vltools.training` run `model_name` with: its defaults, the YAML file,
     the `--set KEY=VALUE` overrides, then `options` ({"train.epochs": 2, ...}; None: not given) and
     `task_options` (objective, reference, init: refused when the model's task has no such key), each
     range-checked, and the model section checked before any file is read or anything built."""

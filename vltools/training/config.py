@@ -44,7 +44,7 @@ KEEP_BEST = ("any", "epoch_end")
 
 @dataclass(frozen=True)
 class BackboneSchedule:
-    """`vltools synth-backbone`'s defaults (vltools.train.synth_backbone): Adam, the learning rate divided by 10 for
+    """`vltools synth-backbone`'s defaults (vltools.training.synth_backbone): Adam, the learning rate divided by 10 for
     the last epoch."""
 
     image_size: int = 96
