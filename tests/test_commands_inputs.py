@@ -78,6 +78,35 @@ def test_a_file_of_the_wrong_kind_and_a_missing_one_are_refused_before_torch_loa
     assert not (folder / "index.h5").exists()
 
 
+def test_the_inputs_of_train_and_of_the_image_stages_are_checked_before_torch_loads(world):
+    """Their inputs were plain paths: a checkpoint given as training data, or features given as images, failed only
+    after torch had loaded, in the reader's words."""
+    features, captions, vse = world
+    folder = features.parent
+    said = fresh("train", "--model", "vse", vse.name, captions.name, "-o", "new.pt", cwd=folder)
+    assert said == {"code": 1, "torch": False, "err": (
+        f"vltools: error: {vse.name}: INPUTS must be HDF5 or JSON lines, but this is a torch checkpoint; see "
+        "`vltools train --help`\n")}
+    said = fresh("train", "--model", "vse", features.name, captions.name, "--init", captions.name, "-o", "new.pt",
+                 cwd=folder)
+    assert said["code"] == 1 and not said["torch"]
+    assert said["err"].startswith(f"vltools: error: {captions.name}: --init must be a torch checkpoint, but this is")
+    for stage in ("extract-regions", "segment-pool"):
+        said = fresh(stage, features.name, "-o", "out.h5", cwd=folder)
+        assert said["code"] == 1 and not said["torch"]
+        assert said["err"].startswith(f"vltools: error: {features.name}: INPUTS must be images (a folder, ")
+        assert said["err"].endswith(f"but this is HDF5; see `vltools {stage} --help`\n")
+    said = fresh("concept-scores", "--model", features.name, vse.name, "-o", "out.h5", cwd=folder)
+    assert said["code"] == 1 and not said["torch"]
+    assert said["err"].startswith(f"vltools: error: {vse.name}: INPUTS must be images") and "torch checkpoint" in \
+        said["err"]
+    said = fresh("concept-scores", "--model", features.name, folder, "-o", "out.h5", cwd=folder)
+    assert said["code"] == 1 and not said["torch"]
+    assert said["err"] == (f"vltools: error: {features.name}: --model must be a torch checkpoint, but this is HDF5; "
+                           "see `vltools concept-scores --help`\n")
+    assert not (folder / "new.pt").exists() and not (folder / "out.h5").exists()
+
+
 def test_a_misspelt_device_is_a_usage_error_before_torch_loads(world):
     """`--device gpu` once took 11 s and exited 1."""
     features, captions, vse = world

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
     batch_size_option,
     device_option,
@@ -35,8 +36,8 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
 
 @primary_output("output", stdout=True)
 @click.command("concept-scores")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, exists=True),
+@click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"),
               help="A concept CNN checkpoint (vltools train --model concepts).")
 @output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
                help="Features HDF5 (default: standard output, never a terminal).")

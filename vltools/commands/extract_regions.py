@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run, primary_output
 from vltools.infer.settings import BOTTOM_UP_WEIGHTS, GLOBAL_POOLS, REGION_KINDS
 from vltools.io.released import RELEASED
@@ -11,7 +12,7 @@ from vltools.io.released import RELEASED
 
 @primary_output("output", stdout=True)
 @click.command("extract-regions")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
 @click.option("--regions", type=click.Choice(REGION_KINDS), default="detector",
               show_default=True, help="detector: Faster R-CNN boxes; grid: last-stage cells; boxes: the JSONL's "
                                       "'boxes' (original pixels); none: only --global; bottom-up: the bottom-up-"

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import image_run_options, image_side, make_run, primary_output
 from vltools.infer.settings import parse_shard
 
 
 @primary_output("output", stdout=True)
 @click.command("segment-pool")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
 @click.option("--image-size", type=image_side(), default=448, show_default=True,
               help="Images are resized to this square (rounded up to a multiple of the backbone stride).")
 @click.option("--class", "class_name", default="bird", show_default=True,

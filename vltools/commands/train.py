@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import (
     DEVICE,
     SEED_RANGE,
@@ -20,7 +21,7 @@ from vltools.training import TASKS
 @primary_output("output")
 @click.command("train")
 @click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.argument("inputs", nargs=-1, required=True, type=InputFile("hdf5", "jsonl"))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Best checkpoint; PATH.last.pt (resume file) and PATH.log.jsonl are written beside it.")
 @click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
@@ -47,16 +48,17 @@ from vltools.training import TASKS
 @click.option("--workers", type=Integer(min=0),
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True, help="Continue from PATH.last.pt.")
-@click.option("--vocab", type=click.Path(), help="SCAN vocab JSON, vltools vocabulary file, JSON word list or "
-              "checkpoint; default: built from the training captions (--set task.vocab_splits=train+val: training "
-              "and validation captions, as the released SGRAF vocabularies).")
+@click.option("--vocab", type=InputFile("json", "checkpoint"),
+              help="SCAN vocab JSON, vltools vocabulary file, JSON word list or checkpoint; default: built from the "
+                   "training captions (--set task.vocab_splits=train+val: training and validation captions, as the "
+                   "released SGRAF vocabularies).")
 @click.option("--train-split", type=SPLIT, default="train", show_default=True,
               help="Split of the captions to train on.")
 @click.option("--val-split", type=SPLIT, default="val", show_default=True, help="Split of the captions to validate on.")
 @click.option("--objective", help="Training objective (task.objective), e.g. for captioners mle, cl, cl-p, cl-n, il.")
-@click.option("--reference", type=click.Path(dir_okay=False),
+@click.option("--reference", type=InputFile("checkpoint"),
               help="Frozen reference checkpoint of contrastive objectives (task.reference).")
-@click.option("--init", "init", type=click.Path(dir_okay=False),
+@click.option("--init", "init", type=InputFile("checkpoint"),
               help="Checkpoint whose weights and vocabulary the model starts from (task.init).")
 @threads_option()
 def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: str | None, overrides: tuple[str, ...],
