@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from vltools.errors import ArgumentError, VLToolsError
-from vltools.io.spooled import in_memory, spooled
+from vltools.io.held import in_memory
+from vltools.io.spooled import spooled
 
 RECORDS = [{"image_id": "1", "caption": "a dog"}, {"image_id": 2, "caption": "två katter"}]
 
