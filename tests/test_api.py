@@ -23,7 +23,7 @@ from vltools.errors import VLToolsError
 from vltools.io.features import FIELDS, FeaturesReader
 from vltools.io.model_store import add_model
 from vltools.io.numbers import dumps
-from vltools.io.records import read_records
+from vltools.io.records import read_records, write_records
 from vltools.io.sims import read_sims
 
 
@@ -463,6 +463,13 @@ def test_train_with_a_config_dict_and_set_keys_equals_the_stage(tmp_path):
     for key, value in mine["state_dict"].items():
         assert np.array_equal(value.numpy(), theirs["state_dict"][key].numpy()), key
     assert summary["epoch"] == 1
+    vltools.train("vse", [held(features), lines(captions)], tmp_path / "memory.pt",
+                  config={"train": {"epochs": 1, "batch_size": 16, "device": "cpu"}},
+                  set={"model.embed_size": 32, "word_dim": 16})
+    from_memory = torch_load(tmp_path / "memory.pt")
+    assert from_memory["config"] == mine["config"]
+    for key, value in mine["state_dict"].items():
+        assert np.array_equal(value.numpy(), from_memory["state_dict"][key].numpy()), key
 
 
 def torch_load(path) -> dict:
@@ -530,6 +537,12 @@ def test_convert_precomp_and_back_writes_the_files_and_counts_them(tmp_path):
                        "files": [str(back / name) for name in ("test_ims.npy", "test_caps.txt", "test_ids.txt")]}
     np.testing.assert_array_equal(np.load(back / "test_ims.npy"), images)
     assert raw_lines(back / "test_caps.txt") == lines and (back / "test_ids.txt").read_text().splitlines() == names
+    from_memory = vltools.convert("to-precomp", held(feats), tmp_path / "memory", captions=read_records(caps,
+                                                                                                         "captions"),
+                                  split="test")
+    assert {**from_memory, "files": None} == {**written, "files": None}
+    for name in ("test_ims.npy", "test_caps.txt", "test_ids.txt"):
+        assert (tmp_path / "memory" / name).read_bytes() == (back / name).read_bytes(), name
 
 
 def test_convert_to_coco_results_and_the_scan_vocabularies(tmp_path):
@@ -541,6 +554,9 @@ def test_convert_to_coco_results_and_the_scan_vocabularies(tmp_path):
     assert vltools.convert("to-coco-results", tmp_path / "caps.jsonl", tmp_path / "results.json") == {"results": 1000}
     assert json.loads((tmp_path / "results.json").read_text()) == [
         {"image_id": r["image_id"], "caption": r["caption"].strip()} for r in raw]
+    records = vltools.convert("coco", RESULTS)
+    assert vltools.convert("to-coco-results", records, tmp_path / "memory.json") == {"results": 1000}
+    assert (tmp_path / "memory.json").read_bytes() == (tmp_path / "results.json").read_bytes()
     scan = json.loads(VOCAB_JSON.read_text())
     assert vltools.convert("scan-vocab", VOCAB_JSON, tmp_path / "vocab.json") == {"words": 8481}
     words = json.loads((tmp_path / "vocab.json").read_text())["words"]
@@ -694,11 +710,19 @@ RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beac
     lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
     lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
     lambda p: vltools.convert(RECORDS, p / "x.json"),
-    lambda p: vltools.train("vse", RECORDS, p / "m.pt"),
+    lambda p: vltools.train("vse", [RECORDS, {"ids": RECORDS}], p / "m.pt"),
     lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
     lambda p: vltools.search(RECORDS, p / "index.h5"),
     lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path
-], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text"])
+    lambda p: vltools.caption(p / "m.pt", RECORDS),
+    lambda p: vltools.report(p / "site", rankings=RECORDS, boxes=RECORDS),
+    lambda p: vltools.score_semantic(RECORDS, RECORDS),
+    lambda p: vltools.score_self_retrieval(RECORDS),
+    lambda p: vltools.extract_regions(RECORDS, p / "f.h5"),
+    lambda p: vltools.load_model(RECORDS),
+    lambda p: vltools.match({"ids": [r["image_id"] for r in RECORDS], "regions": RECORDS}, RECORDS, p / "m.pt"),
+], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text",
+        "caption", "report", "score_semantic", "score_self_retrieval", "extract_regions", "load_model", "features"])
 def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
     """The refusal of a records list once repeated all of it: a 'one-line' message of about 560 KB."""
     with pytest.raises(VLToolsError) as error:
@@ -706,6 +730,7 @@ def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
     message = str(error.value)
     assert len(message) < 300 and "\n" not in message, message
     assert ("'caption': 'a man riding a horse" in message or "a text of 467780" in message   # what it was
+            or "[{'image_id': '0', 'caption': 'a man riding a horse" in message
             or message.startswith("predictions[5000]: no string 'caption'")), message        # which record
 
 
@@ -723,6 +748,25 @@ def test_report_writes_the_cards_the_stage_writes(world, tmp_path):
     for card in cards:     # summary.js holds the provenance (times, paths); the cards must be the same
         assert (tmp_path / "api" / card).read_bytes() == (tmp_path / "cli" / card).read_bytes()
     assert counts["cards"] == 6     # 3 sampled queries each way
+
+
+def test_report_takes_matches_records_and_scores_in_memory(world, tmp_path):
+    features, captions, _, vse = world
+    found = vltools.match(features, captions, vse, device="cpu")
+    write_records(tmp_path / "rankings.jsonl", found.rankings())
+    scores = vltools.score_retrieval(found)
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    from_files = vltools.report(tmp_path / "files", rankings=tmp_path / "rankings.jsonl", captions=captions,
+                                scores=tmp_path / "scores.json", sample=3, seed=1)
+    from_memory = vltools.report(tmp_path / "memory", rankings=found, captions=lines(captions), scores=[scores],
+                                 sample=3, seed=1)
+    assert from_memory == from_files and from_files["cards"] == 6
+    cards = sorted(p.relative_to(tmp_path / "files") for p in (tmp_path / "files" / "data").rglob("*.js")
+                   if p.name != "summary.js")
+    assert cards == sorted(p.relative_to(tmp_path / "memory") for p in (tmp_path / "memory" / "data").rglob("*.js")
+                           if p.name != "summary.js")
+    for card in cards:
+        assert (tmp_path / "memory" / card).read_bytes() == (tmp_path / "files" / card).read_bytes()
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -757,6 +801,15 @@ def test_score_semantic_and_self_retrieval_give_what_their_stages_print(tmp_path
         found = vltools.score_semantic(model, tmp_path / "proxy.h5", triplets, r_values=[1, 2, 5])
         assert printed(found) == json.loads(run("score", "semantic", model, "--proxy", tmp_path / "proxy.h5",
                                                 "--triplets", triplets, "--R", "1,2,5"))
+    from_memory = vltools.score_semantic(tmp_path / "s.h5", tmp_path / "proxy.h5", lines(triplets), r_values=[1, 2, 5])
+    assert from_memory == vltools.score_semantic(tmp_path / "s.h5", tmp_path / "proxy.h5", triplets, r_values=[1, 2, 5])
+    from index_helpers import save, unit
+
+    save(tmp_path / "emb.h5", "im", unit(np.random.default_rng(1).normal(size=(6, 4))), "images")
+    found = vltools.match(tmp_path / "emb.h5", tmp_path / "emb.h5", top_k=4, device="cpu")      # i2i
+    write_records(tmp_path / "i2i.jsonl", found.rankings())
+    assert vltools.score_semantic(found, tmp_path / "proxy.h5", r_values=[1, 2]) == \
+        vltools.score_semantic(tmp_path / "i2i.jsonl", tmp_path / "proxy.h5", r_values=[1, 2])
     write_logp(tmp_path / "logp.h5", np.array([[-1.0, -2.0, -3.0], [-5.0, -4.0, -0.5]]), ["a", "b", "c"], ["a", "b"])
     assert printed(vltools.score_self_retrieval(tmp_path / "logp.h5", [1, 2])) == json.loads(
         run("score", "self-retrieval", tmp_path / "logp.h5", "--k", "1,2"))

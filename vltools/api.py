@@ -244,11 +244,11 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     checks.known(search, _keywords(match, Search), "match")
     options = Search(top_k=top_k, device=resolve_device(checks.device(device, "device")), precision=precision,
                      **search)
-    models = _models(items) if items else []
-    stage = None
-    if first_stage is not None:
-        stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
-    with spooled({"first": first, "second": second}) as files:
+    with spooled({"first": first, "second": second}) as files:     # data in memory checked before any model loads
+        models = _models(items) if items else []
+        stage = None
+        if first_stage is not None:
+            stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
         return match_files(files["first"], files["second"], models, split, options, rerank_k is None, rerank_k,
                            stage)
 
@@ -330,12 +330,12 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     checks.integer(batch_size, "batch_size", 1)
     checks.device(device, "device")
     checks.choice(precision, "precision", PRECISIONS)
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
     chosen = resolve_device(device)
     method = "beam" if beam > 1 else "greedy"
     found: list[dict] = []
     with spooled({"features": features, "captions": captions}) as files, FeaturesReader(files["features"]) as reader, \
             autocast(chosen, precision):
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
         records = split_records(files["captions"], split) if captions is not None else None
         image_ids = images_to_caption(reader, records, files["captions"])
         for ids, texts in caption_batches(loaded.model, loaded.vocab, reader, image_ids, method, beam_size=beam,
@@ -421,8 +421,8 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
         checks.texts(rmac.get(name, ()), name)
     checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
     checks.integer(rmac.get("workers", 0), "workers", 0)
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
     with spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
                                  captions=files["captions"], concepts=concepts, sentences=files["sentences"],
                                  batch_size=batch_size, precision=precision, rmac=QueryOptions(**rmac))
