@@ -66,8 +66,8 @@ def test_train_and_report_are_plain_functions_beside_their_packages():
 
 
 def test_the_api_is_discoverable_with_dir_and_help():
-    api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
-           "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
+    api = ["Embeddings", "Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+           "report", "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
     assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
     assert not [name for name in dir(vltools) if not name.startswith("__") and name not in api]   # no stray imports
     shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)

@@ -6,7 +6,14 @@ command line (`vltools.match(...)` is `vltools match ...` without the files in b
     found = vltools.match("feats.h5", "caps.jsonl", model="sgraf")      # a Matches: sims, ranked lists
     vltools.score_retrieval(found)                                       # {"i2t": {"R@1": ...}, ...}
     vltools.caption("captioner.pt", "feats.h5")                          # [{"image_id", "caption"}, ...]
+    emb = vltools.encode("caps.jsonl", "vse.pt")                         # Embeddings: .ids, .vectors (numpy)
     model = vltools.load_model("sgr.pt")                                 # LoadedModel: .model is the nn.Module
+
+Data a stage reads from a file may be given in memory instead: records as lists of dicts (what `convert`, `caption`
+and `Matches.rankings()` give), features as {"ids": [...], "regions": array, ...} (numpy arrays or tensors), the
+`Embeddings` `encode` returns, a `Matches` for rankings, a dict for scores. Each is written to a temporary file of
+its kind (`vltools.io.spooled`) and read by that file's reader, with every check, giving what the file gives; an
+error names the argument. What a stage writes the function returns, writing it only when given an output.
 
 Every argument is checked before any work by the same validators as the command line's options
 (`vltools.infer.checks`); errors are `vltools.errors.VLToolsError`, one line naming the argument by its Python
