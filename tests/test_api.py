@@ -20,10 +20,10 @@ import vltools
 from vltools.cli import cli
 from vltools.devices import check_precision
 from vltools.errors import VLToolsError
-from vltools.io.features import FeaturesReader
+from vltools.io.features import FIELDS, FeaturesReader
 from vltools.io.model_store import add_model
 from vltools.io.numbers import dumps
-from vltools.io.records import read_records
+from vltools.io.records import read_records, write_records
 from vltools.io.sims import read_sims
 
 
@@ -66,8 +66,8 @@ def test_train_and_report_are_plain_functions_beside_their_packages():
 
 
 def test_the_api_is_discoverable_with_dir_and_help():
-    api = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
-           "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
+    api = ["Embeddings", "Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match",
+           "report", "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
     assert set(api) <= set(dir(vltools)) and set(api) <= set(vltools.__all__)
     assert not [name for name in dir(vltools) if not name.startswith("__") and name not in api]   # no stray imports
     shown = pydoc.render_doc(vltools, renderer=pydoc.plaintext)
@@ -211,7 +211,8 @@ def test_extract_regions_refuses_output_none_rather_than_writing_hdf5_to_standar
     ("f.h5", {"rerank_k": 0}, "rerank_k must be a positive integer, not 0"),
     ("f.h5", {"nprobe": -1}, "nprobe must be a positive integer, not -1"),
     ("f.h5", {"image_cache_mb": NAN}, "image_cache_mb must be a non-negative finite number, not nan"),
-    (123, {}, "first must be a file path (str or pathlib.Path), not 123"),
+    (123, {}, "first must be a file path, features ({'ids': [...], 'regions': array, ...}) or Embeddings (from "
+              "encode) in memory, not 123"),
 ])
 def test_match_checks_every_argument_before_opening_anything(tmp_path, first, options, message):
     with pytest.raises(VLToolsError) as error:
@@ -340,22 +341,111 @@ def test_records_in_memory_are_checked_as_their_file_and_named_by_their_index(tm
     with pytest.raises(VLToolsError, match=r"^refs \[1\] cannot be written as JSON \(Object of type int64 is not JSON "
                                            r"serializable\); give plain str, int, float, list and dict values$"):
         vltools.score_caption(refs, [refs[0], {"image_id": np.int64(2), "caption": "two cats"}])
-    with pytest.raises(VLToolsError, match=r"^refs must be a file path or records in memory \(a non-empty list of "
-                                           r"dicts\), not \[\]$"):
+    with pytest.raises(VLToolsError, match=r"^refs must be a file path, records \(a non-empty list of dicts\) or a "
+                                           r"dict in memory, not \[\]$"):
         vltools.score_caption(refs, [])
 
 
-def test_encode_writes_what_the_stage_writes(world, tmp_path):
+def held(features) -> dict:
+    """A features file in memory, as a notebook holds it: {"ids": [...], dataset: array, ...}."""
+    with h5py.File(features) as handle:
+        return {"ids": list(handle["ids"].asstr()),
+                **{name: handle[name][:] for name in handle if name in FIELDS}}
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_encode_returns_the_embeddings_the_stage_writes(world, tmp_path):
     features, captions, _, vse = world
-    assert vltools.encode(captions, vse, tmp_path / "api.h5", split="test", device="cpu") == 21
+    found = vltools.encode(captions, vse, tmp_path / "api.h5", split="test", device="cpu")
     run("encode", captions, "--model", vse, "--split", "test", "--device", "cpu", "-o", tmp_path / "cli.h5")
-    assert vltools.encode(features, vltools.load_model(vse, "encodable"), tmp_path / "api_img.h5",
-                          device="cpu") == 9
+    images = vltools.encode(features, vltools.load_model(vse, "encodable"), device="cpu")    # nothing written
     run("encode", features, "--model", vse, "--device", "cpu", "-o", tmp_path / "cli_img.h5")
-    for api, cli_file in (("api.h5", "cli.h5"), ("api_img.h5", "cli_img.h5")):
-        with h5py.File(tmp_path / api) as mine, h5py.File(tmp_path / cli_file) as theirs:
-            np.testing.assert_array_equal(mine["emb"][:], theirs["emb"][:])
-            assert list(mine["ids"].asstr()) == list(theirs["ids"].asstr())
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["api.h5", "cli.h5", "cli_img.h5"]
+    for returned, api, cli_file in ((found, "api.h5", "cli.h5"), (images, None, "cli_img.h5")):
+        for written in filter(None, (api, cli_file)):
+            with h5py.File(tmp_path / written) as theirs:
+                np.testing.assert_array_equal(returned.vectors, theirs["emb"][:])
+                assert returned.ids == list(theirs["ids"].asstr())
+                assert returned.attrs["checkpoint_digest"] == theirs.attrs["checkpoint_digest"]
+    with h5py.File(tmp_path / "cli.h5") as theirs:
+        assert found.caption_image_ids == list(theirs["caption_image_ids"].asstr())
+    assert (found.side, images.side, len(found.ids), len(images.ids)) == ("captions", "images", 21, 9)
+    assert repr(found) == f"Embeddings(captions, 21 x {found.vectors.shape[1]}, vse)"
+
+
+def test_encode_takes_captions_and_features_in_memory(world, tmp_path):
+    torch = pytest.importorskip("torch")
+    features, captions, _, vse = world
+    from_files = [vltools.encode(captions, vse, split="test", device="cpu"),
+                  vltools.encode(features, vse, device="cpu")]
+    arrays = held(features)
+    tensors = {**arrays, "regions": torch.from_numpy(arrays["regions"]).requires_grad_()}    # a tensor on a graph
+    for source, expected in ((lines(captions), from_files[0]), (arrays, from_files[1]), (tensors, from_files[1])):
+        found = vltools.encode(source, vse, split="test", device="cpu")
+        np.testing.assert_array_equal(found.vectors, expected.vectors)
+        assert (found.ids, found.caption_image_ids) == (expected.ids, expected.caption_image_ids)
+
+
+def test_match_takes_features_captions_and_embeddings_in_memory(world, tmp_path):
+    features, captions, sgr, vse = world
+    from_files = vltools.match(features, captions, sgr, top_k=3, device="cpu")
+    from_memory = vltools.match(held(features), lines(captions), sgr, top_k=3, device="cpu")
+    np.testing.assert_array_equal(from_memory.sims, from_files.sims)
+    assert list(from_memory.rankings()) == list(from_files.rankings())
+    run("encode", features, "--model", vse, "--device", "cpu", "-o", tmp_path / "img.h5")
+    run("encode", captions, "--model", vse, "--split", "test", "--device", "cpu", "-o", tmp_path / "cap.h5")
+    from_files = vltools.match(tmp_path / "img.h5", tmp_path / "cap.h5", top_k=3, device="cpu")
+    from_memory = vltools.match(vltools.encode(features, vse, device="cpu"),
+                                vltools.encode(captions, vse, split="test", device="cpu"), top_k=3, device="cpu")
+    np.testing.assert_array_equal(from_memory.sims, from_files.sims)
+    assert list(from_memory.rankings()) == list(from_files.rankings())
+
+
+def test_caption_takes_features_and_captions_in_memory_and_writes_only_when_asked(tmp_path):
+    features, captions = make_caption_world(tmp_path)
+    model = save_captioner(tmp_path / "nt.pt", "neuraltalk2", captions, seed=2)
+    from_files = vltools.caption(model, features, captions, split="val", beam=2, device="cpu")
+    found = vltools.caption(model, held(features), lines(captions), tmp_path / "c.jsonl", split="val", beam=2,
+                            device="cpu")
+    assert found == from_files and lines(tmp_path / "c.jsonl") == found
+
+
+def test_data_in_memory_is_checked_as_its_file_is(world, tmp_path):
+    features, captions, sgr, _ = world
+    arrays = held(features)
+    with pytest.raises(VLToolsError) as error:
+        vltools.match({**arrays, "regions": arrays["regions"][:3]}, captions, sgr, device="cpu")
+    assert str(error.value) == "first ['regions'] has 3 rows for 9 ids; give one row per id"
+    with pytest.raises(VLToolsError) as error:
+        vltools.match({**arrays, "colour": 1}, captions, sgr, device="cpu")
+    assert str(error.value).startswith("first holds 'colour', not a features dataset; give 'ids' and arrays among ")
+    broken = {**arrays, "regions": arrays["regions"].copy()}
+    broken["regions"][4, 0, 0] = np.nan
+    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id '\w+': .*NaN or infinite /regions"):
+        vltools.match(broken, captions, sgr, device="cpu")
+    with pytest.raises(VLToolsError, match=r"^second\[2\]: "):
+        vltools.match(arrays, [*lines(captions)[:2], {"caption": "no image", "split": "test"}], sgr, device="cpu")
+    embeddings = vltools.encode(captions, world[3], split="test", device="cpu")
+    embeddings.vectors = embeddings.vectors[:5]
+    with pytest.raises(VLToolsError, match=r"^second has 5 rows for 21 ids; give one row per id$"):
+        vltools.match(vltools.encode(features, world[3], device="cpu"), embeddings, device="cpu")
+
+
+def test_search_takes_embeddings_in_memory(tmp_path):
+    pytest.importorskip("faiss")
+    from index_helpers import save, unit
+
+    rng = np.random.default_rng(0)
+    save(tmp_path / "imgs.h5", "i", unit(rng.normal(size=(50, 8))), "images")
+    save(tmp_path / "caps.h5", "c", unit(rng.normal(size=(6, 8))), "captions")
+    run("index", tmp_path / "imgs.h5", "-o", tmp_path / "g.h5")
+    from vltools.io.embeddings import read_embeddings
+
+    found = vltools.search(read_embeddings(tmp_path / "caps.h5"), tmp_path / "g.h5", top_k=4)
+    assert list(found.rankings()) == list(vltools.search(tmp_path / "caps.h5", tmp_path / "g.h5", top_k=4).rankings())
 
 
 def test_train_with_a_config_dict_and_set_keys_equals_the_stage(tmp_path):
@@ -373,6 +463,13 @@ def test_train_with_a_config_dict_and_set_keys_equals_the_stage(tmp_path):
     for key, value in mine["state_dict"].items():
         assert np.array_equal(value.numpy(), theirs["state_dict"][key].numpy()), key
     assert summary["epoch"] == 1
+    vltools.train("vse", [held(features), lines(captions)], tmp_path / "memory.pt",
+                  config={"train": {"epochs": 1, "batch_size": 16, "device": "cpu"}},
+                  set={"model.embed_size": 32, "word_dim": 16})
+    from_memory = torch_load(tmp_path / "memory.pt")
+    assert from_memory["config"] == mine["config"]
+    for key, value in mine["state_dict"].items():
+        assert np.array_equal(value.numpy(), from_memory["state_dict"][key].numpy()), key
 
 
 def torch_load(path) -> dict:
@@ -440,6 +537,12 @@ def test_convert_precomp_and_back_writes_the_files_and_counts_them(tmp_path):
                        "files": [str(back / name) for name in ("test_ims.npy", "test_caps.txt", "test_ids.txt")]}
     np.testing.assert_array_equal(np.load(back / "test_ims.npy"), images)
     assert raw_lines(back / "test_caps.txt") == lines and (back / "test_ids.txt").read_text().splitlines() == names
+    from_memory = vltools.convert("to-precomp", held(feats), tmp_path / "memory", captions=read_records(caps,
+                                                                                                         "captions"),
+                                  split="test")
+    assert {**from_memory, "files": None} == {**written, "files": None}
+    for name in ("test_ims.npy", "test_caps.txt", "test_ids.txt"):
+        assert (tmp_path / "memory" / name).read_bytes() == (back / name).read_bytes(), name
 
 
 def test_convert_to_coco_results_and_the_scan_vocabularies(tmp_path):
@@ -451,6 +554,9 @@ def test_convert_to_coco_results_and_the_scan_vocabularies(tmp_path):
     assert vltools.convert("to-coco-results", tmp_path / "caps.jsonl", tmp_path / "results.json") == {"results": 1000}
     assert json.loads((tmp_path / "results.json").read_text()) == [
         {"image_id": r["image_id"], "caption": r["caption"].strip()} for r in raw]
+    records = vltools.convert("coco", RESULTS)
+    assert vltools.convert("to-coco-results", records, tmp_path / "memory.json") == {"results": 1000}
+    assert (tmp_path / "memory.json").read_bytes() == (tmp_path / "results.json").read_bytes()
     scan = json.loads(VOCAB_JSON.read_text())
     assert vltools.convert("scan-vocab", VOCAB_JSON, tmp_path / "vocab.json") == {"words": 8481}
     words = json.loads((tmp_path / "vocab.json").read_text())["words"]
@@ -503,7 +609,7 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
     (lambda p: vltools.convert("cub", p / "text_c10", split_files={"te\x1bst": p / "a.txt"}),
      r"split_files must be a split name (a non-empty string of printable characters), not 'te\x1bst'"),
     (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", split="test"),
-     "captions must be a file path (str or pathlib.Path), not None"),
+     "captions must be a file path or records (a non-empty list of dicts) in memory, not None"),
     (lambda p: vltools.convert("sgraf-checkpoint", p / "m.pth", p / "m.pt", trust=True),
      "vocab must be a file path (str or pathlib.Path), not None"),
     (lambda p: vltools.convert("scan-vocab", p / "v.json"), "output must be a file path (str or pathlib.Path), not "
@@ -555,12 +661,12 @@ def test_convert_messages_spell_options_as_python_keywords(tmp_path):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path or records in memory (a "
-                                                        "non-empty list of dicts), not 5"),
+    (lambda p: vltools.score_caption(p / "p.jsonl", 5), "refs must be a file path, records (a non-empty list of "
+                                                        "dicts) or a dict in memory, not 5"),
     (lambda p: vltools.score_caption(p / "p.jsonl", p / "r.jsonl", spice="no"), "spice must be True or False, "
                                                                                  "not 'no'"),
-    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", None), "output must be a file path (str or "
-                                                                "pathlib.Path), not None"),
+    (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", 5), "output must be a file path (str or pathlib.Path) or "
+                                                             "None, not 5"),
     (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", batch_size=0),
      "batch_size must be a positive integer, not 0"),
     (lambda p: vltools.encode(p / "c.jsonl", p / "m.pt", p / "o.h5", image_size=10**9),
@@ -604,11 +710,19 @@ RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beac
     lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
     lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
     lambda p: vltools.convert(RECORDS, p / "x.json"),
-    lambda p: vltools.train("vse", RECORDS, p / "m.pt"),
+    lambda p: vltools.train("vse", [RECORDS, {"ids": RECORDS}], p / "m.pt"),
     lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
     lambda p: vltools.search(RECORDS, p / "index.h5"),
     lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path
-], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text"])
+    lambda p: vltools.caption(p / "m.pt", RECORDS),
+    lambda p: vltools.report(p / "site", rankings=RECORDS, boxes=RECORDS),
+    lambda p: vltools.score_semantic(RECORDS, RECORDS),
+    lambda p: vltools.score_self_retrieval(RECORDS),
+    lambda p: vltools.extract_regions(RECORDS, p / "f.h5"),
+    lambda p: vltools.load_model(RECORDS),
+    lambda p: vltools.match({"ids": [r["image_id"] for r in RECORDS], "regions": RECORDS}, RECORDS, p / "m.pt"),
+], ids=["score_caption", "score_retrieval", "match", "encode", "convert", "train", "train-set", "search", "text",
+        "caption", "report", "score_semantic", "score_self_retrieval", "extract_regions", "load_model", "features"])
 def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
     """The refusal of a records list once repeated all of it: a 'one-line' message of about 560 KB."""
     with pytest.raises(VLToolsError) as error:
@@ -616,6 +730,7 @@ def test_an_error_quotes_a_huge_argument_shortly(tmp_path, call):
     message = str(error.value)
     assert len(message) < 300 and "\n" not in message, message
     assert ("'caption': 'a man riding a horse" in message or "a text of 467780" in message   # what it was
+            or "[{'image_id': '0', 'caption': 'a man riding a horse" in message
             or message.startswith("predictions[5000]: no string 'caption'")), message        # which record
 
 
@@ -635,9 +750,28 @@ def test_report_writes_the_cards_the_stage_writes(world, tmp_path):
     assert counts["cards"] == 6     # 3 sampled queries each way
 
 
+def test_report_takes_matches_records_and_scores_in_memory(world, tmp_path):
+    features, captions, _, vse = world
+    found = vltools.match(features, captions, vse, device="cpu")
+    write_records(tmp_path / "rankings.jsonl", found.rankings())
+    scores = vltools.score_retrieval(found)
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    from_files = vltools.report(tmp_path / "files", rankings=tmp_path / "rankings.jsonl", captions=captions,
+                                scores=tmp_path / "scores.json", sample=3, seed=1)
+    from_memory = vltools.report(tmp_path / "memory", rankings=found, captions=lines(captions), scores=[scores],
+                                 sample=3, seed=1)
+    assert from_memory == from_files and from_files["cards"] == 6
+    cards = sorted(p.relative_to(tmp_path / "files") for p in (tmp_path / "files" / "data").rglob("*.js")
+                   if p.name != "summary.js")
+    assert cards == sorted(p.relative_to(tmp_path / "memory") for p in (tmp_path / "memory" / "data").rglob("*.js")
+                           if p.name != "summary.js")
+    for card in cards:
+        assert (tmp_path / "memory" / card).read_bytes() == (tmp_path / "files" / card).read_bytes()
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({}, "rankings or generated, scores, logs or figures must be given: nothing to show"),
-    ({"rankings": 5}, "rankings must be a file path or a non-empty list of paths, not 5"),
+    ({"rankings": 5}, "rankings must be a file path or records (a non-empty list of dicts) in memory, not 5"),
     ({"scores": "s.json", "sample": -1}, "sample must be a non-negative integer, not -1"),
     ({"scores": "s.json", "seed": 2**40}, "seed must be an integer from 0 to 4294967295, not 1099511627776"),
     ({"scores": "s.json", "thumb_size": 8}, "thumb_size must be an integer >= 16, not 8"),
@@ -667,6 +801,15 @@ def test_score_semantic_and_self_retrieval_give_what_their_stages_print(tmp_path
         found = vltools.score_semantic(model, tmp_path / "proxy.h5", triplets, r_values=[1, 2, 5])
         assert printed(found) == json.loads(run("score", "semantic", model, "--proxy", tmp_path / "proxy.h5",
                                                 "--triplets", triplets, "--R", "1,2,5"))
+    from_memory = vltools.score_semantic(tmp_path / "s.h5", tmp_path / "proxy.h5", lines(triplets), r_values=[1, 2, 5])
+    assert from_memory == vltools.score_semantic(tmp_path / "s.h5", tmp_path / "proxy.h5", triplets, r_values=[1, 2, 5])
+    from index_helpers import save, unit
+
+    save(tmp_path / "emb.h5", "im", unit(np.random.default_rng(1).normal(size=(6, 4))), "images")
+    found = vltools.match(tmp_path / "emb.h5", tmp_path / "emb.h5", top_k=4, device="cpu")      # i2i
+    write_records(tmp_path / "i2i.jsonl", found.rankings())
+    assert vltools.score_semantic(found, tmp_path / "proxy.h5", r_values=[1, 2]) == \
+        vltools.score_semantic(tmp_path / "i2i.jsonl", tmp_path / "proxy.h5", r_values=[1, 2])
     write_logp(tmp_path / "logp.h5", np.array([[-1.0, -2.0, -3.0], [-5.0, -4.0, -0.5]]), ["a", "b", "c"], ["a", "b"])
     assert printed(vltools.score_self_retrieval(tmp_path / "logp.h5", [1, 2])) == json.loads(
         run("score", "self-retrieval", tmp_path / "logp.h5", "--k", "1,2"))

@@ -1,22 +1,21 @@
-"""Records given in memory become temporary files for the readers of files, gone when the block ends, and an error
-about such a file names the argument and the record."""
+"""Data given in memory (records, features, embeddings) becomes temporary files of its kind for the readers of
+files, gone when the block ends, and an error about such a file names the argument (and the record)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vltools.errors import ArgumentError, VLToolsError
-from vltools.io.spooled import in_memory, spooled
+from vltools.io.embeddings import read_embeddings
+from vltools.io.features import FeaturesReader
+from vltools.io.held import Embeddings
+from vltools.io.spooled import spooled
 
 RECORDS = [{"image_id": "1", "caption": "a dog"}, {"image_id": 2, "caption": "två katter"}]
-
-
-def test_what_counts_as_records_in_memory():
-    assert in_memory(RECORDS) and in_memory(tuple(RECORDS)) and in_memory({"annotations": []})
-    assert not any(in_memory(value) for value in ([], "caps.jsonl", Path("caps.jsonl"), [RECORDS[0], "x"], None))
 
 
 def test_paths_pass_through_and_records_are_written_as_their_file_until_the_block_ends():
@@ -42,3 +41,54 @@ def test_a_value_json_cannot_hold_is_the_argument_s_error():
         pass
     assert str(error.value) == ("refs [1] cannot be written as JSON (Object of type set is not JSON serializable); "
                                 "give plain str, int, float, list and dict values")
+
+
+def test_features_are_written_as_a_features_file_keeping_every_value():
+    rng = np.random.default_rng(0)
+    regions = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    half = regions.astype(np.float16)
+    for given in (regions, half, regions.tolist()):
+        with spooled({"first": {"ids": ["a", "b", "c"], "regions": given, "num_regions": [4, 2, 3]}}) as files:
+            assert Path(files["first"]).name == "first.h5"
+            with FeaturesReader(files["first"]) as reader:
+                assert reader.ids == ["a", "b", "c"]
+                stored = reader.read(["c", "a"], ["regions", "num_regions"])
+        np.testing.assert_array_equal(stored["regions"], np.asarray(given, dtype=np.float32)[[2, 0]])
+        assert stored["regions"].dtype == (np.float16 if given is half else np.float32)
+        assert stored["num_regions"].tolist() == [3, 4]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"ids": ["a", "b"], "regions": np.zeros((3, 2, 2))},
+     "first ['regions'] has 3 rows for 2 ids; give one row per id"),
+    ({"ids": ["a", 2], "regions": np.zeros((2, 2, 2))}, "first ['ids'] must be a list of id strings, not ['a', 2]"),
+    ({"ids": ["a"], "regions": [["x"]]}, "first ['regions'] must be a numeric array with one row per id, not [['x']]"),
+    ({"ids": ["a"], "region": np.zeros((1, 2, 2))}, "first holds 'region', not a features dataset; give 'ids' and "
+                                                    "arrays among regions, boxes, "),
+    (Embeddings(["a", "b"], np.zeros((3, 2)), "images"), "first has 3 rows for 2 ids; give one row per id"),
+    (Embeddings(["a"], np.zeros(2), "images"),
+     "first .vectors must be a 2-d array (one row per id), not of shape (2,)"),
+])
+def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value, message):
+    with pytest.raises(ArgumentError) as error, spooled({"first": value}):
+        pass
+    assert str(error.value).startswith(message)
+
+
+def test_a_non_finite_row_is_the_reader_s_refusal_naming_the_argument():
+    regions = np.zeros((2, 2, 3), dtype=np.float32)
+    regions[1, 0, 2] = np.inf
+    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'b': "), \
+            spooled({"first": {"ids": ["a", "b"], "regions": regions}}):
+        pass
+
+
+def test_embeddings_are_written_as_the_file_they_were_read_from(tmp_path):
+    vectors = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    given = Embeddings(["c0", "c1", "c2"], vectors, "captions", ["i0", "i0", "i1"], {"model": "vse",
+                                                                                     "checkpoint_digest": "d1"})
+    with spooled({"second": given}) as files:
+        back = read_embeddings(files["second"])
+    np.testing.assert_array_equal(back.vectors, vectors)
+    assert (back.ids, back.side, back.caption_image_ids) == (given.ids, "captions", given.caption_image_ids)
+    assert (back.attrs["model"], back.attrs["checkpoint_digest"]) == ("vse", "d1")

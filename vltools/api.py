@@ -6,7 +6,14 @@ command line (`vltools.match(...)` is `vltools match ...` without the files in b
     found = vltools.match("feats.h5", "caps.jsonl", model="sgraf")      # a Matches: sims, ranked lists
     vltools.score_retrieval(found)                                       # {"i2t": {"R@1": ...}, ...}
     vltools.caption("captioner.pt", "feats.h5")                          # [{"image_id", "caption"}, ...]
+    emb = vltools.encode("caps.jsonl", "vse.pt")                         # Embeddings: .ids, .vectors (numpy)
     model = vltools.load_model("sgr.pt")                                 # LoadedModel: .model is the nn.Module
+
+Data a stage reads from a file may be given in memory instead: records as lists of dicts (what `convert`, `caption`
+and `Matches.rankings()` give), features as {"ids": [...], "regions": array, ...} (numpy arrays or tensors), the
+`Embeddings` `encode` returns, a `Matches` for rankings, a dict for scores. Each is written to a temporary file of
+its kind (`vltools.io.spooled`) and read by that file's reader, with every check, giving what the file gives; an
+error names the argument. What a stage writes the function returns, writing it only when given an output.
 
 Every argument is checked before any work by the same validators as the command line's options
 (`vltools.infer.checks`); errors are `vltools.errors.VLToolsError`, one line naming the argument by its Python
@@ -39,7 +46,7 @@ from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
 from vltools.infer.caption import caption_batches, images_to_caption, split_records
-from vltools.infer.encode import encode_file
+from vltools.infer.encode import encode_embeddings
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_files, match_index
@@ -50,10 +57,11 @@ from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import FEATURE_DTYPES, RunOptions
 from vltools.io import coco
 from vltools.io.features import FeaturesReader
+from vltools.io.held import Embeddings, held, in_memory
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
-from vltools.io.spooled import in_memory, spooled
+from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
 from vltools.training import TASKS
@@ -61,9 +69,10 @@ from vltools.training.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
 Records = Sequence[dict] | dict     # records in memory, read as the file they would be (vltools.io.spooled)
+Features = dict                     # {"ids": [...], "regions": array, ...}: a features file in memory
 ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
 
-__all__ = ["Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
+__all__ = ["Embeddings", "Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
            "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
 
 Check = Callable[[object, str], object]    # a validator of vltools.infer.checks: (value, argument name)
@@ -108,13 +117,20 @@ class Converter:
     first, then the keywords `options` checks (each by its validator, default values included, so that a missing
     required one is named). `records`: the function returns records, which `convert` writes when given an
     output; `output`: the function's parameter that the API's `output` fills (neither: it takes its outputs as
-    keywords). `sources`: the source is one or more paths."""
+    keywords). `sources`: the source is one or more paths. `memory`: the arguments ("source" or an option) that may
+    be data in memory, and of which kinds (see `vltools.io.held.held`)."""
 
     function: Callable[..., list[dict] | dict[str, object]]
     options: dict[str, Check] = field(default_factory=dict)
     records: bool = False
     output: str | None = None
     sources: bool = False
+    memory: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _records(value: object, name: str) -> object:
+    """A file path, or records in memory (a non-empty list of dicts)."""
+    return checks.data(value, name, ("records",))
 
 
 # every kind of `vltools convert`; the first six and visual-genome return records, the rest write files
@@ -140,9 +156,9 @@ CONVERTERS: dict[str, Converter] = {
         "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
         "dtype": _one_of(FEATURE_DTYPES)}),
     "to-precomp": Converter(precomp.write_precomp, {
-        "captions": checks.path, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
-        output="out_dir"),
-    "to-coco-results": Converter(coco.write_coco_results, output="output"),
+        "captions": _records, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
+        output="out_dir", memory={"source": ("features",), "captions": ("records",)}),
+    "to-coco-results": Converter(coco.write_coco_results, output="output", memory={"source": ("records",)}),
     "bottom-up": Converter(convert_bottom_up, {
         "fields": _fields, "max_regions": _optional(_positive), "dtype": _one_of(FEATURE_DTYPES)}, output="output",
         sources=True),
@@ -212,17 +228,21 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
     return extract_region_features(inputs, output, chosen, run)
 
 
-def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: str | None = None, top_k: int = 10,
-          device: str = "auto", precision: str = "fp32", rerank_k: int | None = None,
+def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings, model: ModelLike = (),
+          *, split: str | None = None, top_k: int = 10, device: str = "auto", precision: str = "fp32",
+          rerank_k: int | None = None,
           first_stage: PathLike | LoadedModel | None = None, **search: object) -> Matches | None:
     """`vltools match FIRST SECOND [--model ...]`: features + captions with a model (a checkpoint, a store name
-    such as "sgraf", loaded models, or a list: their mean), two sims files, or two embeddings files. Returns a
+    such as "sgraf", loaded models, or a list: their mean), two sims files, or two embeddings files. Features may
+    be given in memory ({"ids": [...], "regions": array, ...}: the datasets of a features file, numpy arrays or
+    tensors), captions as records (a list of {"image_id", "caption", "split"} dicts) and embeddings as the
+    `Embeddings` `encode` returns; each is read as its file would be, with the same checks. Returns a
     `Matches`: `.sims` (the full matrix, unless reranking), `.row_ids`, `.column_ids`, `.forward` / `.backward`
     (top-k scores and indices) and `.rankings()` (the records `match -o` writes). Further keyword options are
     those of `vltools.infer.match.Search` (block_images, block_captions, image_cache_mb, index, nprobe). Under
     torchrun the first process gets the `Matches`, the others None."""
-    checks.path(first, "first")
-    checks.path(second, "second")
+    checks.data(first, "first", ("features", "embeddings"))
+    checks.data(second, "second", ("records", "embeddings"))
     items = _model_items(model, "model")
     checks.split(split, "split", optional=True)
     checks.optional_integer(rerank_k, "rerank_k", 1)
@@ -231,39 +251,44 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     checks.known(search, _keywords(match, Search), "match")
     options = Search(top_k=top_k, device=resolve_device(checks.device(device, "device")), precision=precision,
                      **search)
-    models = _models(items) if items else []
-    stage = None
-    if first_stage is not None:
-        stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
-    return match_files(first, second, models, split, options, rerank_k is None, rerank_k, stage)
+    with spooled({"first": first, "second": second}) as files:     # data in memory checked before any model loads
+        models = _models(items) if items else []
+        stage = None
+        if first_stage is not None:
+            stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
+        return match_files(files["first"], files["second"], models, split, options, rerank_k is None, rerank_k,
+                           stage)
 
 
-def search(queries: PathLike | Sequence[PathLike], index_file: PathLike, top_k: int = 10, nprobe: int = 16, *,
-           model: PathLike | LoadedModel | None = None, batch_size: int = 256, device: str = "auto",
-           precision: str = "fp32") -> Matches:
+def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: PathLike | Embeddings, top_k: int = 10,
+           nprobe: int = 16, *, model: PathLike | LoadedModel | None = None, batch_size: int = 256,
+           device: str = "auto", precision: str = "fp32") -> Matches:
     """Without `model`, `vltools match QUERIES --index-file INDEX`: the top-k rows of a saved index (`vltools
     index`) for every query of an embeddings file encoded by the same checkpoint, without rebuilding it. With
     `model`, `vltools search INDEX --model MODEL --query ...`: `queries` are texts (a string or a list; a vse or sco
     model) or image files and folders (an rmac model), encoded by `model`, which must be the checkpoint that
     encoded INDEX, a saved index or an image embeddings file (`vltools encode`), e.g.
     search(["a red cube", "two dogs"], "images.index.h5", model="vse.pt"). Returns a `Matches` whose `.forward`
-    holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited."""
-    checks.path(index_file, "index_file")
+    holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited. Embeddings files may
+    be given in memory, as the `Embeddings` `encode` returns."""
+    checks.data(index_file, "index_file", ("embeddings",))
     options = Search(top_k=top_k, nprobe=nprobe, device=resolve_device(checks.device(device, "device")),
                      precision=precision)
     if model is None:
         if isinstance(queries, list | tuple):
             raise checks.ArgumentError("queries", f"is a list ({shown(queries)}): query texts and images are "
                                                   "encoded by model=CHECKPOINT, the one that encoded index_file")
-        checks.path(queries, "queries")
-        return match_index(queries, index_file, options)
+        checks.data(queries, "queries", ("embeddings",))
+        with spooled({"queries": queries, "index_file": index_file}) as files:
+            return match_index(files["queries"], files["index_file"], options)
     given = checks.queries(queries, "queries")
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
     checks.integer(batch_size, "batch_size", 1)
     given = checked_queries(given)
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
-    return search_queries(loaded, given, index_file, options, batch_size)
+    with spooled({"index_file": index_file}) as files:
+        return search_queries(loaded, given, files["index_file"], options, batch_size)
 
 
 def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
@@ -292,15 +317,19 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
                            split)
 
 
-def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLike | None = None, *,
-            split: str | None = None, beam: int = 3, max_len: int | None = None, length_penalty: float = 0.0,
-            batch_size: int = 50, device: str = "auto", precision: str = "fp32") -> list[dict]:
-    """`vltools caption --model MODEL FEATURES [CAPTIONS]`: one {"image_id", "caption"} per image of FEATURES
-    (or of the `split` of CAPTIONS, in first-mention order) by beam search (`beam` 1: greedy)."""
+def caption(model: PathLike | LoadedModel, features: PathLike | Features, captions: PathLike | Records | None = None,
+            output: PathLike | None = None, *, split: str | None = None, beam: int = 3, max_len: int | None = None,
+            length_penalty: float = 0.0, batch_size: int = 50, device: str = "auto",
+            precision: str = "fp32") -> list[dict]:
+    """`vltools caption --model MODEL FEATURES [CAPTIONS] [-o OUTPUT]`: one {"image_id", "caption"} per image of
+    FEATURES (or of the `split` of CAPTIONS, in first-mention order) by beam search (`beam` 1: greedy), written
+    as JSONL to `output` when given. FEATURES may be in memory ({"ids": [...], "regions": array, ...}) and
+    CAPTIONS records (a list of dicts), read as their files would be."""
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
-    checks.path(features, "features")
-    checks.path(captions, "captions", optional=True)
+    checks.data(features, "features", ("features",))
+    checks.data(captions, "captions", ("records",), optional=True)
+    checks.path(output, "output", optional=True)
     checks.split(split, "split", optional=True)
     checks.integer(beam, "beam", 1, checks.MAX_BEAM)
     checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
@@ -308,17 +337,20 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     checks.integer(batch_size, "batch_size", 1)
     checks.device(device, "device")
     checks.choice(precision, "precision", PRECISIONS)
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
     chosen = resolve_device(device)
-    records = split_records(captions, split) if captions is not None else None
     method = "beam" if beam > 1 else "greedy"
     found: list[dict] = []
-    with FeaturesReader(features) as reader, autocast(chosen, precision):
-        image_ids = images_to_caption(reader, records, captions)
+    with spooled({"features": features, "captions": captions}) as files, FeaturesReader(files["features"]) as reader, \
+            autocast(chosen, precision):
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
+        records = split_records(files["captions"], split) if captions is not None else None
+        image_ids = images_to_caption(reader, records, files["captions"])
         for ids, texts in caption_batches(loaded.model, loaded.vocab, reader, image_ids, method, beam_size=beam,
                                           max_len=max_len or loaded.prep.max_words or 16,
                                           length_penalty=length_penalty, batch_size=batch_size, device=chosen):
             found += [{"image_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
+    if output is not None:
+        write_records(output, found)
     return found
 
 
@@ -337,20 +369,24 @@ def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, 
         return score_caption_files(files["predictions"], files["refs"], tokenized, spice, meteor, strict)[0].metrics
 
 
-def score_semantic(model: PathLike, proxy: PathLike | None = None, triplets: PathLike | None = None, *,
-                   r_values: Sequence[int] = DEFAULT_R, split: str = "test", queries: int | None = None,
-                   plot: PathLike | None = None) -> dict:
+def score_semantic(model: PathLike | Records | Matches, proxy: PathLike | None = None,
+                   triplets: PathLike | Records | None = None, *, r_values: Sequence[int] = DEFAULT_R,
+                   split: str = "test", queries: int | None = None, plot: PathLike | None = None) -> dict:
     """`vltools score semantic MODEL`: NDCG@R, PCC@R and their AUC against a `proxy` (tfidf-proxy), and the user
     agreement with user-study `triplets`, of image-to-image similarities (a sims file, i2i rankings, or a proxy
-    file ranking the first `queries` images of `split`: the text oracle); `plot`: draw the curves to a PNG."""
-    checks.path(model, "model")
+    file ranking the first `queries` images of `split`: the text oracle); `plot`: draw the curves to a PNG.
+    MODEL may be i2i rankings in memory (a `Matches` of two image embeddings, or its `.rankings()` records) and
+    `triplets` records (a list of dicts), read as their files would be."""
+    model = _ranked(model)
+    checks.data(model, "model", ("records",))
     checks.path(proxy, "proxy", optional=True)
-    checks.path(triplets, "triplets", optional=True)
+    checks.data(triplets, "triplets", ("records",), optional=True)
     r_values = checks.integers(r_values, "r_values", 1)
     checks.split(split, "split")
     checks.optional_integer(queries, "queries", 1)
     checks.path(plot, "plot", optional=True)
-    return score_semantic_file(model, proxy, triplets, r_values, split, queries, plot)[0]
+    with spooled({"model": model, "triplets": triplets}) as files:
+        return score_semantic_file(files["model"], proxy, files["triplets"], r_values, split, queries, plot)[0]
 
 
 def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) -> dict:
@@ -360,22 +396,27 @@ def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) 
     return score_self_retrieval_file(logp, checks.integers(ks, "ks", 1, empty=False))
 
 
-def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *, split: str | None = None,
-           captions: PathLike | None = None, concepts: PathLike | None = None, sentences: PathLike | None = None,
-           batch_size: int = 256, device: str = "auto", precision: str = "fp32", **rmac: object) -> int:
-    """`vltools encode SOURCE --model MODEL -o OUTPUT`: the embeddings HDF5 (`/ids`, `/emb`) of a separable model
-    (vse, sco; rmac on images) for the images of a features file (those the `split` of `captions` names, when
-    given) or the captions of a captions file's `split`; returns how many were encoded. SCO reads `concepts`
-    (concept scores) and, for "ctx + sen", `sentences` (one generated caption per image). An rmac model takes the
-    keywords of `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers)."""
-    checks.path(source, "source")
+def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel, output: PathLike | None = None, *,
+           split: str | None = None, captions: PathLike | Records | None = None, concepts: PathLike | None = None,
+           sentences: PathLike | Records | None = None, batch_size: int = 256, device: str = "auto",
+           precision: str = "fp32", **rmac: object) -> Embeddings | None:
+    """`vltools encode SOURCE --model MODEL [-o OUTPUT]`: the embeddings of a separable model (vse, sco; rmac on
+    images) for the images of a features file (those the `split` of `captions` names, when given) or the captions
+    of a captions file's `split`, written to `output` when given (the HDF5 of `/ids` and `/emb`). Returns them as
+    `Embeddings`: `.ids`, `.vectors` (a numpy array, one row per id), `.side`, `.caption_image_ids`, `.attrs` (the
+    model and its digest), which `match` and `search` take as they take the file; under torchrun the first process
+    gets them, the others None. SOURCE, `captions` and `sentences` may be in memory: records (a list of dicts)
+    or features ({"ids": [...], "regions": array, ...}). SCO reads `concepts` (concept scores) and, for "ctx +
+    sen", `sentences` (one generated caption per image). An rmac model takes the keywords of
+    `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers)."""
+    checks.data(source, "source", ("records", "features"))
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
-    checks.path(output, "output")
+    checks.path(output, "output", optional=True)
     checks.split(split, "split", optional=True)
-    checks.path(captions, "captions", optional=True)
+    checks.data(captions, "captions", ("records",), optional=True)
     checks.path(concepts, "concepts", optional=True)
-    checks.path(sentences, "sentences", optional=True)
+    checks.data(sentences, "sentences", ("records",), optional=True)
     checks.integer(batch_size, "batch_size", 1)
     checks.device(device, "device")
     checks.choice(precision, "precision", PRECISIONS)
@@ -387,10 +428,16 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike, *,
         checks.texts(rmac.get(name, ()), name)
     checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
     checks.integer(rmac.get("workers", 0), "workers", 0)
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
-    return encode_file(loaded, source, output, resolve_device(device), split=split, captions=captions,
-                       concepts=concepts, sentences=sentences, batch_size=batch_size, precision=precision,
-                       rmac=QueryOptions(**rmac))
+    with spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+        return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
+                                 captions=files["captions"], concepts=concepts, sentences=files["sentences"],
+                                 batch_size=batch_size, precision=precision, rmac=QueryOptions(**rmac))
+
+
+def _ranked(value: object) -> object:
+    """A `Matches` as its rankings records (the file `match -o` writes), anything else as it is."""
+    return list(value.rankings()) if isinstance(value, Matches) else value
 
 
 def _flat(config: object, name: str) -> dict[str, object]:
@@ -409,17 +456,19 @@ def _flat(config: object, name: str) -> dict[str, object]:
     return flat
 
 
-def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *,
+def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike | Records | Features],
+          output: PathLike, *,
           config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
           resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
           val_split: str = "val") -> dict:
-    """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.training(...)` (the training package
-    is callable): train with the shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and
-    OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
+    """`vltools train --model MODEL INPUTS -o OUTPUT`: train with the shared loop and keep the best checkpoint at
+    OUTPUT (OUTPUT.last.pt and OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best). INPUTS
+    (features and captions) may be in memory too: features ({"ids": [...], "regions": array, ...}) and records
+    (a list of caption dicts), read as their files would be.
     `config`: a YAML file or a dict of sections ({"train": {"epochs": 2}, "model": {"embed_size": 64}});
     `set`: the command line's `--set` keys over it ({"train.lr": 1e-4, "embed_size": 64})."""
     checks.choice(model, "model", sorted(TASKS))
-    inputs = checks.paths(inputs, "inputs")
+    given = _inputs(inputs, "inputs", ("records", "features"), empty=False)
     checks.path(output, "output")
     config_file = None if isinstance(config, dict | type(None)) else checks.path(config, "config")
     options = {**_flat(config if isinstance(config, dict) else None, "config"), **_flat(set, "set")}
@@ -428,7 +477,8 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
     checks.split(train_split, "train_split")
     checks.split(val_split, "val_split")
     built = training_config(model, config_file, (), options)
-    return run_training(model, inputs, output, built, resume, vocab, train_split, val_split)
+    with spooled(given) as files:
+        return run_training(model, list(files.values()), output, built, resume, vocab, train_split, val_split)
 
 
 def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike | None = None,
@@ -441,10 +491,15 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
     folder; precomp: `features` and / or `captions` instead) and return what they wrote, e.g.
     convert("precomp", "f30k_precomp", split="test", features="f.h5", captions="c.jsonl") gives
     {"images": 1000, "captions": 5000}; bottom-up (SOURCE: TSV files or one .npz folder), scan-vocab,
-    to-scan-vocab, to-coco-results, sgraf-checkpoint (vocab=, trust=) and bottom-up-weights (trust=) too."""
+    to-scan-vocab, to-coco-results, sgraf-checkpoint (vocab=, trust=) and bottom-up-weights (trust=) too.
+    to-coco-results takes captions records in memory as SOURCE, and to-precomp features in memory ({"ids": [...],
+    "regions": array}) as SOURCE and records as `captions`."""
     checks.choice(kind, "kind", CONVERTERS)
     converter = CONVERTERS[kind]
-    source = checks.paths(source, "source") if converter.sources else checks.path(source, "source")
+    if "source" in converter.memory:
+        checks.data(source, "source", converter.memory["source"])
+    else:
+        source = checks.paths(source, "source") if converter.sources else checks.path(source, "source")
     if converter.records or converter.output:
         checks.path(output, "output", optional=converter.records)
     elif output is not None:
@@ -457,7 +512,10 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
         check(options.get(name, None if default is inspect.Parameter.empty else default), name)
     if converter.output:
         options[converter.output] = output
-    written = converter.function(source, **options)
+    given = {"source": source, **options}
+    with spooled({name: given[name] for name in converter.memory if name in given}) as files:
+        given.update(files)
+        written = converter.function(given.pop("source"), **given)
     if converter.records and output is not None:
         write_records(output, written)
     return written
@@ -473,25 +531,43 @@ def _optional_path(value: object, name: str) -> str | None:
     return None if checks.path(value, name, optional=True) is None else os.fspath(value)
 
 
-def report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
-           generated: PathLike | Sequence[PathLike] = (), item_scores: PathLike | Sequence[PathLike] = (),
-           images: PathLike | Sequence[PathLike] = (), captions: PathLike | None = None,
-           pairs: PathLike | None = None, scores: PathLike | Sequence[PathLike] = (),
+def _inputs(value: object, name: str, kinds: Sequence[str], empty: bool = True) -> dict[str, object]:
+    """A repeatable input (one path or data in memory of `kinds`, or a list of them; nothing when `empty`) as
+    {its name in messages: the value}, each checked; a `Matches` stands for its rankings records."""
+    value = _ranked(value)
+    if held(value) in kinds or isinstance(value, str | os.PathLike):
+        return {name: checks.data(value, name, kinds)}
+    if not isinstance(value, list | tuple) or not (value or empty):
+        return {name: checks.data(value, name, kinds)}    # refused: what the argument takes
+    return {f"{name}[{k}]": checks.data(_ranked(item), name, kinds) for k, item in enumerate(value)}
+
+
+def report(out: PathLike, *, rankings: PathLike | Records | Matches | Sequence[PathLike | Records | Matches] = (),
+           generated: PathLike | Records | Sequence[PathLike | Records] = (),
+           item_scores: PathLike | Records | Sequence[PathLike | Records] = (),
+           images: PathLike | Sequence[PathLike] = (), captions: PathLike | Records | None = None,
+           pairs: PathLike | Records | None = None, scores: PathLike | dict | Sequence[PathLike | dict] = (),
            proxy: PathLike | None = None, heatmaps: PathLike | None = None,
-           logs: PathLike | Sequence[PathLike] = (), figures: PathLike | Sequence[PathLike] = (),
-           boxes: PathLike | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
+           logs: PathLike | Records | Sequence[PathLike | Records] = (), figures: PathLike | Sequence[PathLike] = (),
+           boxes: PathLike | Features | None = None, queries: str | None = None, sample: int = 100, seed: int = 0,
            top_k: int = 5, page_size: int = 50, thumb_size: int = 160, title: str = "vltools report",
            force: bool = False, max_boxes: int = 10) -> dict[str, int]:
-    """`vltools report OUT`, also called as `vltools.reporting(...)` (the report package is callable): the static
-    HTML report folder OUT (open OUT/index.html) of rankings, generated captions (with their per-item scores),
-    metrics, training logs and figures, with thumbnails of `images`; returns the counts of cards, thumbnails and
-    broken images."""
+    """`vltools report OUT`: the static HTML report folder OUT (open OUT/index.html) of rankings, generated
+    captions (with their per-item scores), metrics, training logs and figures, with thumbnails of `images`;
+    returns the counts of cards, thumbnails and broken images. Each input may be in memory as well as a file (or
+    a list of them where several are taken): rankings as a `Matches` or its `.rankings()`, the JSONL inputs as
+    records (lists of dicts), `scores` as the dicts the scorers return, `boxes` as features ({"ids": [...],
+    "boxes": array, ...}); the report names one by its argument (rankings[1].jsonl)."""
     checks.path(out, "out")
-    inputs = ReportInputs(*(_path_list(value, name) for value, name in (
-        (rankings, "rankings"), (generated, "generated"), (item_scores, "item_scores"), (images, "images"))),
-        _optional_path(captions, "captions"), _optional_path(pairs, "pairs"), _path_list(scores, "scores"),
-        _optional_path(proxy, "proxy"), _optional_path(heatmaps, "heatmaps"), _path_list(logs, "logs"),
-        _path_list(figures, "figures"), _optional_path(boxes, "boxes"))
+    records = ("records",)
+    given = {"rankings": _inputs(rankings, "rankings", records), "generated": _inputs(generated, "generated", records),
+             "item_scores": _inputs(item_scores, "item_scores", records),
+             "scores": _inputs(scores, "scores", ("document",)), "logs": _inputs(logs, "logs", records),
+             "captions": {"captions": checks.data(captions, "captions", records, optional=True)},
+             "pairs": {"pairs": checks.data(pairs, "pairs", records, optional=True)},
+             "boxes": {"boxes": checks.data(boxes, "boxes", ("features",), optional=True)}}
+    shown_images, shown_figures = _path_list(images, "images"), _path_list(figures, "figures")
+    proxy, heatmaps = _optional_path(proxy, "proxy"), _optional_path(heatmaps, "heatmaps")
     checks.text(queries, "queries", optional=True)
     checks.integer(sample, "sample", 0)
     checks.integer(seed, "seed", 0, checks.MAX_SEED)
@@ -501,5 +577,12 @@ def report(out: PathLike, *, rankings: PathLike | Sequence[PathLike] = (),
     checks.text(title, "title")
     checks.flag(force, "force")
     checks.integer(max_boxes, "max_boxes", 1)
-    return write_report_folder(out, inputs, queries, sample, seed, top_k, page_size, thumb_size, title, force,
-                               max_boxes)
+    with spooled({key: value for group in given.values() for key, value in group.items()}) as files:
+        named = {group: [os.fspath(files[key]) for key in keys if files[key] is not None]
+                 for group, keys in given.items()}
+        single = {group: (named[group] or [None])[0] for group in ("captions", "pairs", "boxes")}
+        inputs = ReportInputs(named["rankings"], named["generated"], named["item_scores"], shown_images,
+                              single["captions"], single["pairs"], named["scores"], proxy, heatmaps, named["logs"],
+                              shown_figures, single["boxes"])
+        return write_report_folder(out, inputs, queries, sample, seed, top_k, page_size, thumb_size, title, force,
+                                   max_boxes)

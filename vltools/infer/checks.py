@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Collection, Iterable
 
 from vltools.errors import ArgumentError, shown
-from vltools.io.spooled import in_memory
+from vltools.io.held import held
 
 # Upper bounds of sizes: work whose memory grows with a size must not start from a typing slip (an image side of
 # 100000 asks for terabytes; a caption of a million words decodes for hours; a beam of 10**9 allocates as much)
@@ -146,15 +146,27 @@ def paths(value: object, name: str) -> list[str | os.PathLike]:
     return [path(item, name) for item in value]
 
 
-def records(value: object, name: str) -> object:
-    """A file path, or records in memory (`vltools.io.spooled.in_memory`: a non-empty list of dicts, or a dict)
-    that the reader of the file takes through a temporary file (`vltools.io.spooled.spooled`)."""
-    if in_memory(value):
+# what each kind of data in memory (vltools.io.spooled.held) is, for the refusals of `data`
+HELD = {"records": "records (a non-empty list of dicts)", "document": "a dict",
+        "features": "features ({'ids': [...], 'regions': array, ...})", "embeddings": "Embeddings (from encode)"}
+
+
+def data(value: object, name: str, kinds: Collection[str], optional: bool = False) -> object:
+    """A file path (or None, when `optional`), or data in memory of one of `kinds` (see `vltools.io.spooled.held`:
+    records, document, features, embeddings) that the reader of the file takes through a temporary file
+    (`vltools.io.spooled.spooled`)."""
+    if held(value) in kinds or (value is None and optional):
         return value
     if isinstance(value, str | os.PathLike):
         return path(value, name)
-    raise ArgumentError(name, f"must be a file path or records in memory (a non-empty list of dicts), not "
-                              f"{shown(value)}")
+    given = [f"a file path{' (or None)' if optional else ''}", *(HELD[kind] for kind in kinds)]
+    raise ArgumentError(name, f"must be {', '.join(given[:-1])} or {given[-1]} in memory, not {shown(value)}")
+
+
+def records(value: object, name: str, optional: bool = False) -> object:
+    """A file path, or records in memory: a non-empty list of dicts, or a dict (one JSON document such as COCO
+    annotations)."""
+    return data(value, name, ("records", "document"), optional)
 
 
 def queries(value: object, name: str) -> list[str]:

@@ -19,9 +19,11 @@ from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_shared, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, encode_rmac
-from vltools.io.embeddings import write_embeddings
+from vltools.io.atomic import spool_folder
+from vltools.io.embeddings import read_embeddings, write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
+from vltools.io.held import Embeddings
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
 
@@ -98,6 +100,16 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         count, side = len(chosen.caption_ids), "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
+
+
+def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device,
+                      **options: object) -> Embeddings | None:
+    """`encode_file` (with its keyword `options`), returning the embeddings it wrote, read back from the file
+    (the first process of a torchrun job; the others None); `output` None: a temporary file, removed."""
+    with spool_folder() as folder:
+        target = folder / "embeddings.h5" if output is None else output
+        encode_file(loaded, source, target, device, **options)
+        return read_embeddings(target) if place().main else None
 
 
 def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, concepts: PathLike | None,

@@ -16,7 +16,7 @@ import numpy as np
 from vltools.errors import VLToolsError, shown_ids
 from vltools.infer.settings import DEFAULT_FACTORY, DEFAULT_TRAIN_SIZE, INDEX_METRICS
 from vltools.infer.topk import faiss_index, faiss_query, faiss_reason, require_faiss, train_and_add
-from vltools.io.embeddings import Embeddings, open_embeddings
+from vltools.io.embeddings import EmbeddingsFile, open_embeddings
 from vltools.io.hdf5 import read
 from vltools.io.index import REBUILD, IndexFile, read_index, write_index
 from vltools.io.progress import log
@@ -165,7 +165,7 @@ def check_source(saved: SavedIndex, source: PathLike, what: str) -> None:
                     "file", what, source, what, source)
 
 
-def search_embeddings(saved: SavedIndex, queries: Embeddings, k: int,
+def search_embeddings(saved: SavedIndex, queries: EmbeddingsFile, k: int,
                       nprobe: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """Top-k indexed rows for every query of an embeddings file of the same model."""
     check_model(saved, queries.checkpoint_digest, queries.path)

@@ -37,7 +37,7 @@ from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.similarity import similarity_blocks
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
-from vltools.io.embeddings import Embeddings, check_same_model, open_embeddings
+from vltools.io.embeddings import EmbeddingsFile, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
 from vltools.io.provenance import ids_digest
@@ -234,7 +234,7 @@ def match_embeddings(first: PathLike, second: PathLike, search_options: Search |
         images.close()
 
 
-def _match_images(queries: Embeddings, database: Embeddings, options: Search, full: bool) -> Matches:
+def _match_images(queries: EmbeddingsFile, database: EmbeddingsFile, options: Search, full: bool) -> Matches:
     """i2i: the database images ranked for each query image (the query itself left out of its own list)."""
     check_same_model(queries, database)
     values, indices = search(queries.emb, database.emb, options.top_k + 1, options.index, options.nprobe,
@@ -272,7 +272,7 @@ def match_index(queries: PathLike, index_file: PathLike, search_options: Search 
         found.close()
 
 
-def _check_pair(images: Embeddings, captions: Embeddings) -> None:
+def _check_pair(images: EmbeddingsFile, captions: EmbeddingsFile) -> None:
     """Image embeddings first, caption embeddings second, both from the same checkpoint."""
     if images.side != "images":
         raise VLToolsError(f"{images.path}: holds {images.side or 'unknown'} embeddings; give the image embeddings "

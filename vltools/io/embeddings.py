@@ -1,5 +1,6 @@
 """Embeddings files (`encode`): one l2-normalised vector per image or caption, `/emb` with ids and the
-model that wrote them, read block-wise with a non-finite check.
+model that wrote them, read block-wise with a non-finite check, or whole into memory (`Embeddings`, what
+`vltools.encode` returns) and back.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from vltools.io.hdf5 import (
     set_attrs,
     write_strings,
 )
+from vltools.io.held import Embeddings
 
 REENCODE = "rerun vltools encode"
 
 
 @dataclass
-class Embeddings:
+class EmbeddingsFile:
     """An open embeddings file: ids, the `/emb` dataset (read lazily), its side, and its model's digest."""
 
     path: Path
@@ -46,7 +48,7 @@ class Embeddings:
         self.handle.close()
 
 
-def open_embeddings(path: str | os.PathLike) -> Embeddings:
+def open_embeddings(path: str | os.PathLike) -> EmbeddingsFile:
     """Open and check an embeddings file written by `vltools encode`."""
     handle = open_h5(path, "embeddings")
     try:
@@ -56,7 +58,7 @@ def open_embeddings(path: str | os.PathLike) -> Embeddings:
         raise
 
 
-def _checked(path: str | os.PathLike, handle: h5py.File) -> Embeddings:
+def _checked(path: str | os.PathLike, handle: h5py.File) -> EmbeddingsFile:
     """The embeddings of the open file `handle`, every part checked (the caller closes it on an error)."""
     for name in ("ids", "emb"):
         if name not in handle:
@@ -72,7 +74,17 @@ def _checked(path: str | os.PathLike, handle: h5py.File) -> Embeddings:
     side = field(attrs, "side", TEXT, path, REENCODE, what="attribute", default="")
     digest = field(attrs, "checkpoint_digest", optional(TEXT), path, REENCODE, what="attribute", default=None)
     image_ids = read_strings(handle, "caption_image_ids") if "caption_image_ids" in handle else None
-    return Embeddings(Path(path), ids, emb, side, digest, image_ids, handle)
+    return EmbeddingsFile(Path(path), ids, emb, side, digest, image_ids, handle)
+
+
+def read_embeddings(path: str | os.PathLike) -> Embeddings:
+    """The whole embeddings file at `path` in memory, checked as `open_embeddings` checks it."""
+    opened = open_embeddings(path)
+    try:
+        return Embeddings(opened.ids, read(opened.emb), opened.side, opened.caption_image_ids,
+                          attributes(opened.handle))
+    finally:
+        opened.close()
 
 
 def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
@@ -96,7 +108,13 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
             raise ValueError(f"{row} embeddings written for {len(ids)} ids")
 
 
-def check_same_model(first: Embeddings, second: Embeddings) -> None:
+def write_embeddings_of(path: str | os.PathLike, embeddings: Embeddings) -> None:
+    """Write `embeddings` as the file `read_embeddings` reads them from (its attributes kept, its side over them)."""
+    write_embeddings(path, embeddings.ids, [np.asarray(embeddings.vectors)],
+                     {**embeddings.attrs, "side": embeddings.side}, embeddings.caption_image_ids)
+
+
+def check_same_model(first: EmbeddingsFile, second: EmbeddingsFile) -> None:
     """Two embeddings files to compare must come from one checkpoint and have one dimension."""
     if first.checkpoint_digest != second.checkpoint_digest:
         raise VLToolsError(f"{second.path}: encoded by another checkpoint than {first.path} "

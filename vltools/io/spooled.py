@@ -1,6 +1,7 @@
-"""Records given in memory where a file is read (the Python API: `score_caption(records, refs)` with the records
-`vltools.convert` returned): each is written to a temporary file in its place, so that it goes through the one
-reader of that kind of file, with every check the file gets, and scores the same as the file would.
+"""Data given in memory where a file is read (the Python API: `score_caption(records, refs)` with the records
+`vltools.convert` returned, `match(features, captions)` with arrays): each is written to a temporary file of its
+kind in its place (`vltools.io.held` says which kind), so that it goes through the one reader of that kind of
+file, with every check the file gets, and gives what the file would.
 
 An error the reader raises names the temporary file; `spooled` names the argument instead, with the record's
 index: `refs[2]: no 'image_id' or 'pair_id' field` for line 3 of the file written from `refs`.
@@ -15,15 +16,67 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from vltools.errors import ArgumentError, VLToolsError, first_line
+import numpy as np
+
+from vltools.errors import ArgumentError, VLToolsError, first_line, shown
 from vltools.io.atomic import spool_folder
+from vltools.io.embeddings import write_embeddings_of
+from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter
+from vltools.io.held import Embeddings, held
+
+SUFFIXES = {"records": "jsonl", "document": "json", "features": "h5", "embeddings": "h5"}
 
 
-def in_memory(value: object) -> bool:
-    """Whether `value` is records in memory: a list (or tuple) of dicts, or a dict (one JSON document, such as
-    COCO annotations)."""
-    return isinstance(value, dict) or (isinstance(value, list | tuple) and bool(value)
-                                       and all(isinstance(item, dict) for item in value))
+def _array(value: object, name: str, what: str) -> np.ndarray:
+    """`value` (a numpy array, a tensor on any device, nested lists) as a numeric numpy array, or `name`'s error."""
+    if hasattr(value, "detach"):     # a torch tensor (torch is not imported here): off the graph and the GPU
+        value = value.detach().cpu()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ArgumentError(name, f"{what} is not an array ({first_line(exc)})") from None
+    if array.dtype.kind not in "biuf" or array.ndim == 0:
+        raise ArgumentError(name, f"{what} must be a numeric array with one row per id, not {shown(value)}")
+    return array
+
+
+def _ids(value: object, name: str, what: str, rows: int | None = None) -> list[str]:
+    """`value` as a list of id strings (one per row when `rows` is given), or `name`'s error."""
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ArgumentError(name, f"{what} must be a list of id strings, not {shown(value)}")
+    if rows is not None and rows != len(value):
+        raise ArgumentError(name, f"has {rows} rows for {len(value)} ids; give one row per id")
+    return list(value)
+
+
+def _write_features(path: Path, value: Mapping, name: str) -> None:
+    """`value` as a features file: float datasets stored as float16 when all of them are, else float32 (no value
+    changed by the file)."""
+    unknown = sorted(key for key in value if key != "ids" and key not in FIELDS)
+    if unknown:
+        raise ArgumentError(name, f"holds {unknown[0]!r}, not a features dataset; give 'ids' and arrays among "
+                                  f"{', '.join(FIELDS)}")
+    arrays = {key: _array(value[key], name, f"[{key!r}]") for key in FIELDS if key in value}
+    ids = _ids(value["ids"], name, "['ids']")
+    for key, array in arrays.items():
+        if len(array) != len(ids):
+            raise ArgumentError(name, f"[{key!r}] has {len(array)} rows for {len(ids)} ids; give one row per id")
+    floats = [arrays[key].dtype for key in FLOAT_FIELDS if key in arrays]
+    dtype = "float16" if floats and all(kind == np.float16 for kind in floats) else "float32"
+    with FeaturesWriter(path, {"source": f"{name} (in memory)"}, dtype) as writer:
+        writer.add(ids, **arrays)
+
+
+def _write_embeddings(path: Path, value: Embeddings, name: str) -> None:
+    """`value` as an embeddings file, its ids and rows checked first."""
+    vectors = _array(value.vectors, name, ".vectors")
+    if vectors.ndim != 2:
+        raise ArgumentError(name, f".vectors must be a 2-d array (one row per id), not of shape {vectors.shape}")
+    _ids(value.ids, name, ".ids", len(vectors))
+    if value.caption_image_ids is not None:
+        _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors))
+    write_embeddings_of(path, Embeddings(list(value.ids), vectors, value.side, value.caption_image_ids,
+                                         value.attrs))
 
 
 def _write(path: Path, value: dict | list | tuple, name: str) -> None:
@@ -48,21 +101,27 @@ def _named(message: str, files: Mapping[str, Path]) -> str:
     return message
 
 
+WRITERS = {"records": _write, "document": _write, "features": _write_features, "embeddings": _write_embeddings}
+
+
 @contextmanager
 def spooled(values: Mapping[str, object]) -> Iterator[dict[str, object]]:
-    """`values` (argument name -> a file path, or records in memory, see `in_memory`) with each in-memory one
-    written to a temporary file in its place (JSON lines; a dict as one JSON document), removed when the block
-    ends; an error raised in the block names the arguments instead of the temporary files."""
-    if not any(in_memory(value) for value in values.values()):
+    """`values` (argument name -> a file path, or data in memory, see `held`) with each in-memory one written to
+    a temporary file of its kind in its place, removed when the block ends; an error raised in the block (or
+    about the data, while it is written) names the arguments instead of the temporary files."""
+    if not any(held(value) for value in values.values()):
         yield dict(values)
         return
     with spool_folder() as folder:
         files = {}
-        for name, value in values.items():
-            if in_memory(value):
-                files[name] = folder / f"{name}.{'json' if isinstance(value, dict) else 'jsonl'}"
-                _write(files[name], value, name)
         try:
+            for name, value in values.items():
+                kind = held(value)
+                if kind is not None:
+                    files[name] = folder / f"{name}.{SUFFIXES[kind]}"
+                    WRITERS[kind](files[name], value, name)
             yield {**values, **{name: os.fspath(path) for name, path in files.items()}}
+        except ArgumentError:
+            raise
         except VLToolsError as exc:
             raise VLToolsError(_named(str(exc), files)) from None

@@ -39,7 +39,7 @@ from vltools.data.captioning import (
     image_tensors,
 )
 from vltools.data.captions import CaptionSplit, check_images, load_vocabulary, read_split
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval.caption import cider_d, treebank_tokenize
 from vltools.infer.caption import caption_batches
 from vltools.infer.loader import load_model
@@ -246,7 +246,7 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> CaptioningTask:
     """The captioning task from `FEATS.h5 CAPS.jsonl`; the vocabulary comes from --init, --vocab or the captions."""
     if len(inputs) != 2:
-        raise VLToolsError(f"--model {model_name} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
+        raise VLToolsError(f"{argument('model', model_name)} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
     features, captions = inputs
     options = config["task"]
     init, reference = _objective_models(model_name, options, vocab)

@@ -22,7 +22,7 @@ from vltools.data.captions import (
     load_vocabulary,
     read_split,
 )
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import similarity_blocks
 from vltools.io.features import FeaturesReader, features_extractor
@@ -137,7 +137,7 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     """The matching task from `FEATS.h5 CAPS.jsonl`; the vocabulary is `vocab`, or built from the training
     captions (task.vocab_splits=train+val: training and validation captions, as the released vocabularies)."""
     if len(inputs) != 2:
-        raise VLToolsError(f"--model {model_name} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
+        raise VLToolsError(f"{argument('model', model_name)} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
     features, captions = inputs
     records = read_records(captions, "captions")
     train, val = (read_split(captions, split, records, option) for split, option in

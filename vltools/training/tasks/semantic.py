@@ -20,7 +20,7 @@ from torch import nn
 
 from vltools.data.triplets import MiningOptions, mine_round
 from vltools.devices import resolve_device
-from vltools.errors import VLToolsError, shown_ids
+from vltools.errors import VLToolsError, argument, shown_ids
 from vltools.eval.semantic import DEFAULT_R, curves_from_scores, summarize_curves
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest
@@ -188,7 +188,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> SemanticTask:
     """The task from `IMAGES.jsonl PROXY.h5`: every proxy image must be in the images file."""
     if len(inputs) != 2:
-        raise VLToolsError(f"--model {model_name} takes two inputs, IMAGES.jsonl PROXY.h5; got {len(inputs)}")
+        raise VLToolsError(f"{argument('model', model_name)} takes two inputs, IMAGES.jsonl PROXY.h5; "
+                           f"got {len(inputs)}")
     if vocab is not None:
         raise VLToolsError("--vocab does not apply to --model rmac: its words are the proxy's vocabulary")
     images_path, proxy_path = inputs

@@ -1,0 +1,46 @@
+"""What the Python API takes in memory where a stage reads a file, by kind (`held`), and `Embeddings`, an
+embeddings file in memory (what `vltools.encode` returns). No numpy: the argument checks ask `held` (see
+`vltools.io.spooled` for the writing of each kind to a temporary file of its kind)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Embeddings:
+    """Embeddings in memory: one row of `vectors` (a numpy array or tensor) per id, the `side` they encode (images
+    or captions), each caption's image (captions), and the file's attributes (`model`, `checkpoint_digest`,
+    provenance), as the embeddings file holds them (`vltools.io.embeddings.read_embeddings`)."""
+
+    ids: list[str]
+    vectors: object
+    side: str
+    caption_image_ids: list[str] | None = None
+    attrs: dict[str, object] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """Side, shape and model, not the array: `Embeddings(captions, 21 x 64, vse)`."""
+        shape = " x ".join(map(str, getattr(self.vectors, "shape", ("?",))))
+        return f"Embeddings({self.side}, {shape}, {self.attrs.get('model', 'no model')})"
+
+
+def in_memory(value: object) -> bool:
+    """Whether `value` is records in memory: a list (or tuple) of dicts, or a dict (one JSON document, such as
+    COCO annotations)."""
+    return isinstance(value, dict) or (isinstance(value, list | tuple) and bool(value)
+                                       and all(isinstance(item, dict) for item in value))
+
+
+def held(value: object) -> str | None:
+    """The kind of file `value` holds in memory: "embeddings" (an `Embeddings`), "features" (a mapping holding
+    "ids", with arrays named as a features file's datasets: regions, global, boxes, ...), "records" (a list of
+    dicts), "document" (any other dict), or None (a path, or anything else: left to the argument's check)."""
+    if isinstance(value, Embeddings):
+        return "embeddings"
+    if isinstance(value, Mapping) and "ids" in value:
+        return "features"
+    if in_memory(value):
+        return "document" if isinstance(value, dict) else "records"
+    return None
