@@ -235,7 +235,8 @@ def match(first: PathLike, second: PathLike, model: ModelLike = (), *, split: st
     stage = None
     if first_stage is not None:
         stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
-    return match_files(first, second, models, split, options, rerank_k is None, rerank_k, stage)
+    full = rerank_k is None and options.index_file is None    # the whole matrix, wherever every pair is scored
+    return match_files(first, second, models, split, options, full, rerank_k, stage)
 
 
 def search(queries: PathLike | Sequence[PathLike], index_file: PathLike, top_k: int = 10, nprobe: int = 16, *,
@@ -413,9 +414,8 @@ def train(model: str, inputs: PathLike | Sequence[PathLike], output: PathLike, *
           config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
           resume: bool = False, vocab: PathLike | None = None, train_split: str = "train",
           val_split: str = "val") -> dict:
-    """`vltools train --model MODEL INPUTS -o OUTPUT`, also called as `vltools.training(...)` (the training package
-    is callable): train with the shared loop and keep the best checkpoint at OUTPUT (OUTPUT.last.pt and
-    OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
+    """`vltools train --model MODEL INPUTS -o OUTPUT`: train with the shared loop and keep the best checkpoint at
+    OUTPUT (OUTPUT.last.pt and OUTPUT.log.jsonl beside it); returns the summary (epoch, iteration, best).
     `config`: a YAML file or a dict of sections ({"train": {"epochs": 2}, "model": {"embed_size": 64}});
     `set`: the command line's `--set` keys over it ({"train.lr": 1e-4, "embed_size": 64})."""
     checks.choice(model, "model", sorted(TASKS))
