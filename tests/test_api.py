@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import pydoc
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -827,3 +830,30 @@ def test_score_semantic_and_self_retrieval_give_what_their_stages_print(tmp_path
 def test_the_semantic_and_self_retrieval_scorers_check_their_arguments(call, message):
     with pytest.raises(VLToolsError, match=message):
         call()
+
+
+def test_region_and_index_errors_name_python_arguments_not_options(tmp_path):
+    """These library messages spelled --regions, --global, --min-regions, --index-file to Python callers; a saved
+    index with a second input was refused as '--sims needs every pair scored', an option the API does not have."""
+    photos = Path(__file__).parent / "data" / "photos"
+    common = {"backbone": "resnet18", "weights": "none", "workers": 0, "device": "cpu", "detector_weights": "none"}
+    calls = {
+        lambda: vltools.extract_regions(photos, tmp_path / "a.h5", regions="none", **common):
+            "^regions=none needs a global_pool mode",
+        lambda: vltools.extract_regions(photos, tmp_path / "b.h5", num_regions=None, min_regions=9, max_regions=3,
+                                        **common): "^min_regions=9 max_regions=3: need 1 <= min <= max",
+    }
+    if importlib.util.find_spec("faiss") is not None:
+        from index_helpers import save, unit
+
+        rng = np.random.default_rng(0)
+        save(tmp_path / "imgs.h5", "i", unit(rng.normal(size=(20, 8))), "images")
+        save(tmp_path / "caps.h5", "c", unit(rng.normal(size=(6, 8))), "captions")
+        run("index", tmp_path / "imgs.h5", "-o", tmp_path / "g.h5")
+        calls[lambda: vltools.match(tmp_path / "caps.h5", tmp_path / "imgs.h5", index_file=tmp_path / "g.h5")] = \
+            re.escape(f"index_file={tmp_path / 'g.h5'} is searched by the queries alone; drop "
+                      f"{tmp_path / 'imgs.h5'}, or match the two embeddings files without index_file")
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError, match=message) as error:
+            call()
+        assert "--" not in str(error.value)

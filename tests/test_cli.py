@@ -156,15 +156,20 @@ def _argv(names: tuple[str, ...], tmp_path, out) -> list[str]:
 DUMMY_BYTES = {"hdf5": HDF5_SIGNATURE, "checkpoint": b"PK\x03\x04", "npy": b"\x93NUMPY"}
 
 
-def _run_in_process(argv: list[str]) -> int:
+def _exit_status(argv: list[str]) -> int:
+    """Run the CLI in this process; return its exit status."""
     try:
         main(argv)
     except SystemExit as exc:
-        code = int(exc.code or 0)
-        if code == 2:  # a stage whose own option checks refuse the dummy arguments: teach _argv its needs
-            pytest.skip(f"dummy arguments are a usage error for {' '.join(argv[:2])}")
-        return code
+        return int(exc.code or 0)
     return 0
+
+
+def _run_in_process(argv: list[str]) -> int:
+    code = _exit_status(argv)
+    if code == 2:  # a stage whose own option checks refuse the dummy arguments: teach _argv its needs
+        pytest.skip(f"dummy arguments are a usage error for {' '.join(argv[:2])}")
+    return code
 
 
 WRITING_STAGES = _writing_stages()
@@ -535,3 +540,34 @@ def test_the_sigterm_handler_is_installed_for_the_call_only(tmp_path, capsys):
         signal.signal(signal.SIGTERM, original)
     assert seen == [mine, mine, signal.SIG_DFL]
     assert "absent.h5: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("extrac-regions", "extract-regions"), ("mach", "match"),
+                                              ("exrtact-regions", "extract-regions"), ("inspec", "inspect")])
+def test_a_mistyped_stage_name_is_a_usage_error_naming_the_nearest_stage(typed, meant, capsys):
+    assert _exit_status([typed, "feats.h5"]) == 2
+    assert f"Error: No such command '{typed}'; did you mean '{meant}'?" in capsys.readouterr().err
+
+
+def test_a_stage_name_near_none_is_refused_without_a_guess(capsys):
+    assert _exit_status(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "No such command 'frobnicate'" in err and "did you mean" not in err.lower()
+
+
+@pytest.mark.parametrize("option", ["--quiet", "-q", "--debug"])
+def test_a_vltools_option_after_the_stage_name_says_to_put_it_first(option, tmp_path, capsys):
+    assert _exit_status(["inspect", str(tmp_path), option]) == 2
+    assert (f"Error: {option} is an option of vltools itself, not of inspect: put it before the stage name "
+            f"(vltools {option} inspect ...)") in capsys.readouterr().err
+
+
+def test_a_vltools_option_after_a_subcommand_names_the_whole_stage(capsys):
+    assert _exit_status(["models", "list", "--quiet"]) == 2
+    assert "put it before the stage name (vltools --quiet models list ...)" in capsys.readouterr().err
+
+
+def test_a_stage_option_unknown_to_vltools_too_keeps_clicks_error(capsys):
+    assert _exit_status(["inspect", "--quite", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option" in err and "--quite" in err and "option of vltools itself" not in err

@@ -489,3 +489,10 @@ def usage_error(tmp_path: Path, capsys: pytest.CaptureFixture, *args: str) -> st
         main(["extract-regions", str(tmp_path / "imgs"), *args, "-o", str(tmp_path / "f.h5")])
     assert exit_info.value.code == 2
     return capsys.readouterr().err
+
+
+def test_the_detector_weights_help_names_the_commands_that_register_the_released_detectors(capsys):
+    assert _vltools("extract-regions", "--help") == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("the released detectors are registered by bin/fetch_bottom_up_weights.sh --fixed36 (bottom-up-k36), "
+            "bin/fetch_bottom_up_weights.sh (bottom-up).") in help_text

@@ -93,10 +93,10 @@ def test_adaptive_k_writes_num_regions_and_zero_pads(weights, items):
 def test_max_regions_beyond_the_proposals_is_capped_and_num_regions_beyond_them_refused(weights):
     proposals = TINY["rpn_post_nms"]
     assert BottomUpExtractor(RUN, str(weights), num_regions=None, max_regions=100).slots == proposals
-    with pytest.raises(VLToolsError, match=f"--num-regions 50: the detector of .*tiny_bua.pt proposes at most "
+    with pytest.raises(VLToolsError, match=f"^num_regions=50: the detector of .*tiny_bua.pt proposes at most "
                                            f"{proposals} boxes"):
         BottomUpExtractor(RUN, str(weights), num_regions=50)
-    with pytest.raises(VLToolsError, match="--min-regions 9 --max-regions 3: need 1 <= min <= max"):
+    with pytest.raises(VLToolsError, match="^min_regions=9 max_regions=3: need 1 <= min <= max"):
         BottomUpExtractor(RUN, str(weights), num_regions=None, min_regions=9, max_regions=3)
 
 

@@ -68,11 +68,11 @@ def test_an_index_is_kept_only_where_it_searches_embeddings(world, tmp_path):
         check_index(kind, "IVF16,Flat", models, rerank_k)            # searched: the embeddings, the first stage
     for kind, models in [("features", [sgr]), ("features", [vse]), ("features", [vse, sgr]), ("sims", [])]:
         check_index(kind, "exact", models)
-    with pytest.raises(VLToolsError, match=r"^--index Flat: .*sgr.pt holds a cross-attention model \(sgr\)"):
+    with pytest.raises(VLToolsError, match=r"^index=Flat: .*sgr.pt holds a cross-attention model \(sgr\)"):
         check_index("features", "Flat", [vse, sgr])
-    with pytest.raises(VLToolsError, match="^--index Flat: without --rerank every pair is scored exactly"):
+    with pytest.raises(VLToolsError, match="^index=Flat: without rerank_k every pair is scored exactly"):
         check_index("features", "Flat", [vse])
-    with pytest.raises(VLToolsError, match="^--index Flat: the similarity matrices are already scored"):
+    with pytest.raises(VLToolsError, match="^index=Flat: the similarity matrices are already scored"):
         check_index("sims", "Flat")
     with pytest.raises(VLToolsError, match="cross-attention"):
         match_files(features, captions, [sgr], search_options=Search(index="Flat"))

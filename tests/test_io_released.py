@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vltools.io.released import RELEASED, how_to_get
+from vltools.io.released import RELEASED, how_to_get, registered_by
 
 EXPECTED = {
     "sgraf": ("model", "bin/fetch_sgraf_models.sh --only f30k", "about 140 MB"),
@@ -54,3 +54,15 @@ def test_an_unknown_name_gets_the_commands_of_the_released_models_of_its_option(
 def test_an_option_without_released_models_points_to_models_add():
     assert how_to_get("vse-f30k", "--first-stage") == \
         "register your own checkpoints with `vltools models add NAME CKPT...`"
+
+
+def test_registered_by_lists_each_command_with_the_names_it_registers():
+    assert registered_by("detector_weights") == (
+        "bin/fetch_bottom_up_weights.sh --fixed36 (bottom-up-k36), bin/fetch_bottom_up_weights.sh (bottom-up)")
+    assert registered_by("model").startswith("bin/fetch_sgraf_models.sh --only f30k (sgraf, sgraf-f30k, sgr-f30k, ")
+
+
+def test_registered_by_refuses_an_option_spelled_otherwise_than_the_table():
+    """The help once compared with "--detector-weights" and ended 'the released detectors are registered by .'."""
+    with pytest.raises(ValueError, match="no released model is for '--detector-weights'"):
+        registered_by("--detector-weights")

@@ -256,8 +256,8 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
         stage = None
         if first_stage is not None:
             stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
-        return match_files(files["first"], files["second"], models, split, options, rerank_k is None, rerank_k,
-                           stage)
+        full = rerank_k is None and options.index_file is None    # the whole matrix, wherever every pair is scored
+        return match_files(files["first"], files["second"], models, split, options, full, rerank_k, stage)
 
 
 def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: PathLike | Embeddings, top_k: int = 10,

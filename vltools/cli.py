@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import functools
 import importlib
@@ -173,6 +174,18 @@ class StageGroup(click.Group):
         command = importlib.import_module(f"vltools.commands.{STAGES[name][0]}").command
         return guard_outputs(with_example(command, EXAMPLES[name]))
 
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """The stage `args` names; a name that is no stage (and no option) is a usage error naming the nearest stage
+        (`extrac-regions`: did you mean 'extract-regions'?), which click cannot find among stages it has not loaded."""
+        name = args[0]
+        stages = self.list_commands(ctx)
+        if name not in stages and not name.startswith("-") and not ctx.resilient_parsing:
+            near = difflib.get_close_matches(name, stages, n=1)
+            if near:
+                ctx.fail(f"No such command {name!r}; did you mean {near[0]!r}?")
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> object:
         """Run the stage, its messages naming arguments by their options; a bad argument the library refuses
         (ArgumentError) is a usage error (exit 2) like one click refuses; a closed standard output (EPIPE)
@@ -182,6 +195,13 @@ class StageGroup(click.Group):
                 return super().invoke(ctx)
         except ArgumentError as exc:
             raise click.UsageError(str(exc)) from None
+        except click.NoSuchOption as exc:
+            own = {name for param in self.params for name in [*param.opts, *param.secondary_opts]}
+            if exc.option_name not in own or exc.ctx is None:
+                raise
+            stage = exc.ctx.command_path.removeprefix(f"{ctx.command_path} ")
+            raise click.UsageError(f"{exc.option_name} is an option of vltools itself, not of {stage}: put it "
+                                   f"before the stage name (vltools {exc.option_name} {stage} ...)", exc.ctx) from None
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 raise ClosedPipe from exc

@@ -7,7 +7,7 @@ import click
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run, primary_output
 from vltools.infer.settings import BOTTOM_UP_WEIGHTS, GLOBAL_POOLS, REGION_KINDS
-from vltools.io.released import RELEASED
+from vltools.io.released import registered_by
 
 
 @primary_output("output", stdout=True)
@@ -37,8 +37,7 @@ from vltools.io.released import RELEASED
               help="detector: coco (torchvision COCO_V1) [default], none (random, for tests) or PATH to a state "
                    "dict; bottom-up: the checkpoint of `vltools convert bottom-up-weights` or its model-store name "
                    f"[{BOTTOM_UP_WEIGHTS}]; the released detectors are registered by "
-                   + ", ".join(f"{model.download.command} ({model.name})" for model in RELEASED.values()
-                             if model.option == "--detector-weights") + ".")
+                   f"{registered_by('detector_weights')}.")
 @click.option("--detector-vocab", type=click.Path(exists=True, file_okay=False),
               help="bottom-up: the folder of the released objects_vocab.txt and attributes_vocab.txt, stored as the "
                    "label_names and attribute_names attributes (without it, /labels and /attributes are indices).")

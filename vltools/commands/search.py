@@ -55,7 +55,8 @@ def command(target: str, model_path: str, queries: tuple[str, ...], query_file: 
     from vltools.infer.loader import load_model
     from vltools.infer.match import Search
     from vltools.infer.query import checked_queries, search_queries
-    from vltools.io.records import iter_lines, write_records
+    from vltools.io.jsonl import iter_lines
+    from vltools.io.records import write_records
 
     lines = [line for _, line in iter_lines(query_file)] if query_file is not None else []
     if query_file is not None and not lines and not queries:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from vltools.devices import autocast, resolve_device
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.infer.loader import load_model
 from vltools.infer.settings import BOTTOM_UP_WEIGHTS, RunOptions
 from vltools.io.checkpoints import content_digest
@@ -88,7 +88,8 @@ class BottomUpExtractor:
                  min_regions: int = 10, max_regions: int = 100, score_threshold: float = 0.2,
                  vocab_dir: str | Path | None = None) -> None:
         if num_regions is None and not 1 <= min_regions <= max_regions:
-            raise VLToolsError(f"--min-regions {min_regions} --max-regions {max_regions}: need 1 <= min <= max")
+            raise VLToolsError(f"{argument('min_regions', str(min_regions))} "
+                               f"{argument('max_regions', str(max_regions))}: need 1 <= min <= max")
         self.run = run
         self.device = resolve_device(run.device)
         self.num_regions, self.min_regions, self.max_regions = num_regions, min_regions, max_regions
@@ -98,8 +99,8 @@ class BottomUpExtractor:
         self.config = loaded.config
         proposals = int(self.config["rpn_post_nms"])
         if (num_regions or min_regions) > proposals:
-            option = "--num-regions" if num_regions else "--min-regions"
-            raise VLToolsError(f"{option} {num_regions or min_regions}: the detector of {path} proposes at most "
+            option = argument("num_regions" if num_regions else "min_regions", str(num_regions or min_regions))
+            raise VLToolsError(f"{option}: the detector of {path} proposes at most "
                                f"{proposals} boxes an image; ask for fewer regions")
         self.slots = num_regions or min(max_regions, proposals)
         self.weights = content_digest(loaded.payload["state_dict"])[:16]

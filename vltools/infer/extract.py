@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from vltools.devices import autocast, resolve_device
-from vltools.errors import VLToolsError, input_error
+from vltools.errors import VLToolsError, argument, input_error
 from vltools.infer import runner
 from vltools.infer.runner import check_output, features_writer, finish_features
 from vltools.infer.settings import RunOptions
@@ -101,7 +101,8 @@ class RegionExtractor(_Extractor):
                  min_regions: int = 10, max_regions: int = 100, score_threshold: float = 0.2,
                  detector_weights: str = "coco") -> None:
         if regions == "none" and global_pool is None:
-            raise VLToolsError("--regions none needs a --global mode (avg, rmac or tencrop); nothing to extract")
+            raise VLToolsError(f"{argument('regions', 'none')} needs a {argument('global_pool')} mode (avg, rmac or "
+                               "tencrop); nothing to extract")
         fetch_pretrained([name for name in (pretrained_name(backbone, weights), regions == "detector"
                                             and DETECTOR_WEIGHTS.get(detector_weights)) if name])  # offline: one line
         super().__init__(backbone, weights, run)
@@ -122,8 +123,8 @@ class RegionExtractor(_Extractor):
         self.detector_weights = None
         if regions == "detector":
             if num_regions is None and not 1 <= min_regions <= max_regions:
-                raise VLToolsError(f"--min-regions {min_regions} --max-regions {max_regions}: need "
-                                   "1 <= min <= max")
+                raise VLToolsError(f"{argument('min_regions', str(min_regions))} "
+                                   f"{argument('max_regions', str(max_regions))}: need 1 <= min <= max")
             candidates = max(num_regions or max_regions, max_regions)
             detector, self.detector_weights = build_detector(detector_weights, self.image_size, self.max_size,
                                                              candidates)

@@ -303,19 +303,22 @@ def check_index(kind: str, index: str, models: Sequence[LoadedModel] = (), reran
     `encode`, or the first stage of --rerank), so scored matrices and every pair scored by --model ignore it."""
     if index == EXACT or kind == "embeddings" or (kind == "features" and rerank_k is not None):
         return
+    given = argument("index", index)
     if kind == "sims":
-        raise VLToolsError(f"--index {index}: the similarity matrices are already scored, so there is nothing to "
-                           "search; --index searches the embeddings of `vltools encode` or a --first-stage model")
+        raise VLToolsError(f"{given}: the similarity matrices are already scored, so there is nothing to search; "
+                           f"{argument('index')} searches the embeddings of `vltools encode` or a "
+                           f"{argument('first_stage')} model")
     for item in models:
         if not getattr(item.model, "separable", False):
-            raise VLToolsError(f"--index {index}: {item.path} holds a cross-attention model ({item.name}), whose "
+            raise VLToolsError(f"{given}: {item.path} holds a cross-attention model ({item.name}), whose "
                                "similarities are not dot products of separate image and caption embeddings, so no "
-                               "index can search them; add "
-                               "--rerank K --first-stage VSE.pt (the index searches the separable first stage, "
-                               f"{item.name} rescores its K candidates per query) or drop --index")
-    raise VLToolsError(f"--index {index}: without --rerank every pair is scored exactly and the index would go unused; "
-                       "search an index with --rerank K --first-stage CKPT, or `vltools encode` the images and the "
-                       "captions and match the two embeddings files with --index")
+                               f"index can search them; add {argument('rerank_k', 'K')} "
+                               f"{argument('first_stage', 'VSE.pt')} (the index searches the separable first stage, "
+                               f"{item.name} rescores its K candidates per query) or drop {argument('index')}")
+    raise VLToolsError(f"{given}: without {argument('rerank_k')} every pair is scored exactly and the index would go "
+                       f"unused; search an index with {argument('rerank_k', 'K')} {argument('first_stage', 'CKPT')}, "
+                       "or `vltools encode` the images and the captions and match the two embeddings files with "
+                       f"{argument('index')}")
 
 
 def check_index_file(kind: str, second: PathLike | None, options: Search, rerank_k: int | None,
@@ -325,23 +328,25 @@ def check_index_file(kind: str, second: PathLike | None, options: Search, rerank
     if options.index_file is None:
         if second is None:
             raise VLToolsError("match needs a second input (captions, caption embeddings or a sims file) unless "
-                               "--index-file gives a saved index to search")
+                               f"{argument('index_file')} gives a saved index to search")
         return
     if full:
         raise VLToolsError("--sims needs every pair scored, which searching a saved index avoids; drop one of them")
+    saved = argument("index_file", str(options.index_file))
     if options.index != EXACT:
-        raise VLToolsError(f"--index {options.index} builds an index in memory and --index-file {options.index_file} "
-                           "is a saved one; drop one of them")
+        raise VLToolsError(f"{argument('index', options.index)} builds an index in memory and {saved} is a saved "
+                           "one; drop one of them")
     if kind == "embeddings" and second is not None:
-        raise VLToolsError(f"--index-file {options.index_file} is searched by the queries alone; drop {second}, "
-                           "or match the two embeddings files without --index-file")
+        raise VLToolsError(f"{saved} is searched by the queries alone; drop {second}, or match the two embeddings "
+                           f"files without {argument('index_file')}")
     if kind == "sims":
-        raise VLToolsError(f"--index-file {options.index_file}: the similarity matrices are already scored, so "
-                           "there is nothing to search; query it with embeddings of `vltools encode`")
+        raise VLToolsError(f"{saved}: the similarity matrices are already scored, so there is nothing to search; "
+                           "query it with embeddings of `vltools encode`")
     if kind == "features" and (rerank_k is None or second is None):
-        raise VLToolsError(f"--index-file {options.index_file}: region features are scored by --model pair by pair; "
-                           "the index is searched by encode's embeddings (match QUERIES.h5 --index-file) or by the "
-                           "first stage of --rerank K --first-stage CKPT with FEATS.h5 CAPS.jsonl")
+        raise VLToolsError(f"{saved}: region features are scored by {argument('model')} pair by pair; the index is "
+                           f"searched by encode's embeddings (match QUERIES.h5 {argument('index_file')}) or by the "
+                           f"first stage of {argument('rerank_k', 'K')} {argument('first_stage', 'CKPT')} with "
+                           "FEATS.h5 CAPS.jsonl")
 
 
 def match_files(first: PathLike, second: PathLike | None, models: Sequence[LoadedModel] = (), split: str | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 from vltools.errors import input_error
 from vltools.io.bounded import parse_json
 from vltools.io.coco import read_coco
-from vltools.io.records import iter_lines, json_problem
+from vltools.io.jsonl import iter_json_lines
 
 
 @dataclass
@@ -35,13 +35,8 @@ def _id_string(value: object, path: str, where: str) -> str:
 
 
 def _add_jsonl(result: CaptionFile, path: str) -> None:
-    for number, text in iter_lines(path):
+    for number, record in iter_json_lines(path, "fix or remove that line"):
         where = f"line {number}"
-        try:
-            record = parse_json(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, where, f"malformed JSON ({json_problem(exc)})",
-                              "fix or remove that line") from None
         if not isinstance(record, dict):
             raise input_error(path, where, "expected a JSON object")
         key = "pair_id" if "pair_id" in record else "image_id"

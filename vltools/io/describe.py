@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from pathlib import Path
 
 from vltools.errors import VLToolsError, require_file
-from vltools.io.bounded import parse_json
 from vltools.io.checkpoints import checkpoint_field, load_checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.fields import TEXT, optional
 from vltools.io.hdf5 import attributes, decode_strings, file_kind, is_hdf5, open_h5, verify
-from vltools.io.records import SCHEMAS, caption_ids, detect_kind, iter_lines, json_problem, read_records
+from vltools.io.jsonl import iter_json_lines
+from vltools.io.records import SCHEMAS, caption_ids, detect_kind, read_records
 from vltools.io.state import read_sidecar
 
 REQUIRED_DATASETS = {
@@ -68,12 +67,7 @@ def describe_checkpoint(path: Path) -> dict:
 def describe_jsonl(path: Path) -> dict:
     """Validate a JSONL file as the kind its first record shows and count its records."""
     first = None
-    for number, text in iter_lines(path):
-        try:
-            first = parse_json(text)
-        except json.JSONDecodeError as exc:
-            raise VLToolsError(f"{path}: line {number}: malformed JSON ({json_problem(exc)}); "
-                               "fix or remove that line") from None
+    for number, first in iter_json_lines(path, "fix or remove that line"):
         kind = detect_kind(first) if isinstance(first, dict) else None
         if kind is None:
             raise VLToolsError(f"{path}: line {number}: not a record of any vltools JSONL kind "

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError
-from vltools.io.bounded import parse_json
+from vltools.io.jsonl import iter_json_lines, json_writer, write_json_lines
 from vltools.io.provenance import input_digest
 from vltools.io.records import write_records
 
@@ -50,19 +50,14 @@ class PartialRecords:
                 self._check(saved)
             self.done = records
         with open(self.path, "w", encoding="utf-8") as stream:     # rewrite without a cut last line
-            stream.write(json.dumps({STATE: self.state}, ensure_ascii=False) + "\n")
-            stream.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in self.done.values())
+            write_json_lines(stream, [{STATE: self.state}, *self.done.values()])
 
     def _read(self) -> tuple[dict | None, dict[str, dict]]:
         """The recorded state (None when the file has none) and the finished records of `self.path`."""
         saved: dict | None = None
         records: dict[str, dict] = {}
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines()):
-            try:
-                record = parse_json(line)
-            except json.JSONDecodeError:
-                continue          # the line the interrupted run was writing
-            if number == 0 and isinstance(record, dict) and STATE in record:
+        for number, record in iter_json_lines(self.path, None):     # skips the line a killed run was writing
+            if number == 1 and isinstance(record, dict) and STATE in record:
                 saved = record[STATE]
             elif isinstance(record, dict) and self.key in record:
                 records[str(record[self.key])] = record
@@ -101,8 +96,9 @@ class PartialRecords:
     def add(self, records: Iterable[dict]) -> None:
         """Append finished records durably."""
         with open(self.path, "a", encoding="utf-8") as stream:
+            writer = json_writer(stream)
             for record in records:
-                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+                writer.write(record)
                 self.done[str(record[self.key])] = record
             stream.flush()
             os.fsync(stream.fileno())

@@ -1,5 +1,5 @@
 """JSONL records (captions, region captions, pairs, rankings, image lists, user-study votes, mined triplets)
-with validation.
+with validation, read and written through io/jsonl.py (jsonlines).
 
 Every error names the file, the line number and the field, and says what to do.
 """
@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,8 @@ import numpy as np
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.atomic import text_output
-from vltools.io.bounded import parse_json, text_lines
 from vltools.io.ids import id_problem
+from vltools.io.jsonl import iter_json_lines, write_json_lines
 from vltools.io.progress import log
 
 
@@ -172,35 +171,6 @@ def check_converted(record: dict, kind: str, source: object, where: str) -> dict
     return validate_record(record, SCHEMAS[kind], source, where)
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-blank line of a UTF-8 file, or of standard input for `-` (bounded.text_lines:
-    a line too long or not UTF-8 is an error)."""
-    if str(path) == "-":
-        yield from ((number, line) for number, line in text_lines(sys.stdin.buffer, "standard input") if line.strip())
-        return
-    if not Path(path).exists():
-        raise VLToolsError(f"{path}: no such file")
-    with open(path, "rb") as stream:
-        yield from ((number, line) for number, line in text_lines(stream, path) if line.strip())
-
-
-def json_problem(exc: json.JSONDecodeError) -> str:
-    """`what at column N` for a JSON error (some of json's messages already end in "at")."""
-    message = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
-    return f"{message} at column {exc.colno}"
-
-
-def iter_json_lines(path: str | os.PathLike, fix: str) -> Iterator[tuple[int, object]]:
-    """(line number, decoded value) of each non-blank line; malformed JSON is a one-line error ending with `fix`
-    (for JSONL that is not one of the record kinds: training logs, per-item scores)."""
-    for number, text in iter_lines(path):
-        try:
-            yield number, parse_json(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, f"line {number}", f"malformed JSON ({exc.msg} at column {exc.colno})",
-                              fix) from None
-
-
 TEXT_FIELDS = {"captions": "caption", "regions": "caption", "pairs": "description"}
 MAX_NAME_BYTES = 255    # the longest file name of common file systems
 
@@ -212,12 +182,7 @@ def iter_records(path: str | os.PathLike, kind: str) -> Iterator[dict]:
     seen: dict[tuple, int] = {}
     count = 0
     blank: list[int] = []
-    for number, text in iter_lines(path):
-        try:
-            record = parse_json(text)
-        except json.JSONDecodeError as exc:
-            raise input_error(path, f"line {number}", f"malformed JSON ({json_problem(exc)})",
-                              "fix or remove that line") from None
+    for number, record in iter_json_lines(path, "fix or remove that line"):
         validate_record(record, schema, path, number)
         if schema.key and all(record.get(k) is not None for k in schema.key):
             key = tuple(record[k] for k in schema.key)
@@ -291,9 +256,5 @@ def read_records(path: str | os.PathLike, kind: str) -> list[dict]:
 
 def write_records(path: str | os.PathLike | None, records: Iterable[dict]) -> int:
     """Write records as JSONL, atomically to `path` or to standard output; return how many."""
-    count = 0
     with text_output(path) as stream:
-        for record in records:
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    return count
+        return write_json_lines(stream, records)

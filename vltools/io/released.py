@@ -78,6 +78,25 @@ RELEASED = {model.name: model for model in [
 ]}
 
 
+def _downloads(option: str) -> dict[Download, list[str]]:
+    """Each download of the released models that argument `option` (its Python name) takes, with their names."""
+    commands: dict[Download, list[str]] = {}
+    for model in RELEASED.values():
+        if model.option == option:
+            commands.setdefault(model.download, []).append(model.name)
+    return commands
+
+
+def registered_by(option: str) -> str:
+    """`COMMAND (NAMES), ...`: the commands that register the released models argument `option` (its Python name,
+    as RELEASED stores it: detector_weights) takes, for a help text. An option no released model is for is a
+    ValueError, so that a spelling other than the table's (`--detector-weights`) fails instead of listing none."""
+    commands = _downloads(option)
+    if not commands:
+        raise ValueError(f"no released model is for {option!r} (RELEASED names arguments as Python does)")
+    return ", ".join(f"{download.command} ({', '.join(names)})" for download, names in commands.items())
+
+
 def how_to_get(name: str, option: str) -> str:
     """What to do about argument `option` (its Python name) = NAME when the store does not hold NAME: the command
     of a released model (flags included), else the commands of the released models that `option` takes; one
@@ -90,10 +109,7 @@ def how_to_get(name: str, option: str) -> str:
             f" (it is for {argument(released.option)}, not {argument(option)})"
         return (f"{name} is the released {released.what}{used}: run `{download.command}` in the vltools source "
                 f"tree (it downloads {download.size()}, converts and registers it)")
-    commands: dict[Download, list[str]] = {}
-    for model in RELEASED.values():
-        if model.option == option:
-            commands.setdefault(model.download, []).append(model.name)
+    commands = _downloads(option)
     if not commands:
         return own
     listed = ", ".join(f"{', '.join(names)} (`{download.command}`, {download.size()})"

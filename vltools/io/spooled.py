@@ -9,7 +9,6 @@ index: `refs[2]: no 'image_id' or 'pair_id' field` for line 3 of the file writte
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -23,6 +22,7 @@ from vltools.io.atomic import spool_folder
 from vltools.io.embeddings import write_embeddings_of
 from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter
 from vltools.io.held import Embeddings, held
+from vltools.io.jsonl import json_writer
 
 SUFFIXES = {"records": "jsonl", "document": "json", "features": "h5", "embeddings": "h5"}
 
@@ -83,9 +83,10 @@ def _write(path: Path, value: dict | list | tuple, name: str) -> None:
     """`value` as one JSON document (a dict) or one record a line; a value JSON cannot hold is `name`'s error."""
     lines = [value] if isinstance(value, dict) else value
     with open(path, "w", encoding="utf-8") as stream:
+        writer = json_writer(stream)
         for number, record in enumerate(lines):
             try:
-                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+                writer.write(record)
             except (TypeError, ValueError) as exc:    # a numpy number, a set, a cycle
                 where = "" if isinstance(value, dict) else f"[{number}]"
                 raise ArgumentError(name, f"{where} cannot be written as JSON ({first_line(exc)}); give plain "

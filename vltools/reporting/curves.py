@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from vltools.errors import input_error
 from vltools.io.atomic import atomic_path
-from vltools.io.records import iter_json_lines
+from vltools.io.jsonl import iter_json_lines
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -19,8 +19,9 @@ from vltools.errors import VLToolsError, input_error
 from vltools.io.bounded import parse_json
 from vltools.io.caption_files import CaptionFile, read_caption_file
 from vltools.io.describe import describe
+from vltools.io.jsonl import iter_json_lines, iter_lines
 from vltools.io.proxy import read_proxy
-from vltools.io.records import caption_ids, id_file_name, iter_json_lines, iter_lines, read_records
+from vltools.io.records import caption_ids, id_file_name, read_records
 from vltools.io.state import read_sidecar
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}

@@ -14,7 +14,6 @@ independent of the others' sizes and the same options always give byte-identical
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 from collections import Counter
@@ -27,6 +26,7 @@ import numpy as np
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_folder
 from vltools.io.progress import progress
+from vltools.io.records import write_records
 from vltools.synth.grammar import difference_descriptions, image_captions, region_captions
 from vltools.synth.render import png_bytes, render
 from vltools.synth.scene import COLOURS, EDIT_TYPES, SHAPES, SIZES, Scene, apply_edit, sample_scene, scene_record
@@ -105,15 +105,6 @@ def _image_record(image_id: str, set_name: str, scene: Scene, boxes: list[list[i
             "objects": scene_record(scene, boxes)}
 
 
-def _write_jsonl(path: Path, records: Iterable[dict]) -> int:
-    count = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as stream:
-        for record in records:
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    return count
-
-
 def _draw(folder: Path, set_name: str, image_id: str, scene: Scene, rng: np.random.Generator) -> list[list[int]]:
     """Render and write `<set>images/<id>.png` and `<set>masks/<id>.png`; return the object boxes."""
     image, mask, boxes = render(scene, rng)
@@ -161,11 +152,11 @@ def build_main(folder: Path, options: WorldOptions) -> dict:
                      for k, text in enumerate(image_captions(rng, scene))]
         regions += [{"image_id": image_id, "caption": text, "box": box, "region_id": f"{image_id}#r{k}",
                      "split": splits[index]} for k, (text, box) in enumerate(region_captions(rng, scene, boxes))]
-    _write_jsonl(folder / "images.jsonl", images)
-    _write_jsonl(folder / "captions.jsonl", captions)
-    _write_jsonl(folder / "regions.jsonl", regions)
+    write_records(folder / "images.jsonl", images)
+    write_records(folder / "captions.jsonl", captions)
+    write_records(folder / "regions.jsonl", regions)
     votes = list(user_study(ids, scenes, splits, np.random.default_rng([options.seed, STUDY, MAIN])))
-    study = _write_jsonl(folder / "user_study.jsonl", votes) if votes else 0  # no file when the test split is tiny
+    study = write_records(folder / "user_study.jsonl", votes) if votes else 0  # no file when the test split is tiny
     return {"images": len(images), "captions": len(captions), "regions": len(regions), "user_study": study,
             "edits": sum(e is not None for e in edits), "edit_types": Counter(e["type"] for e in edits if e),
             "splits": Counter(splits), "objects": Counter(len(s.objects) for s in scenes)}
@@ -209,8 +200,8 @@ def build_pairs(folder: Path, options: WorldOptions) -> dict:
         for text in difference_descriptions(rng, changes, int(rng.integers(1, 6))):
             pairs.append({"pair_id": pair_id, "image_a": f"{pair_id}a", "image_b": f"{pair_id}b",
                           "description": text, "split": split, "changes": changes})
-    _write_jsonl(folder / "pair_images.jsonl", images)
-    _write_jsonl(folder / "pairs.jsonl", pairs)
+    write_records(folder / "pair_images.jsonl", images)
+    write_records(folder / "pairs.jsonl", pairs)
     return {"pairs": len(made), "descriptions": len(pairs), "pair_images": len(images), "splits": Counter(splits),
             "changes": Counter(len(m[4]) for m in made)}
 
@@ -227,8 +218,8 @@ def build_aux(folder: Path, options: WorldOptions) -> dict:
         images.append(_image_record(ids[index], "aux_", scene, boxes, splits[index]))
         captions += [{"image_id": ids[index], "caption": text, "split": splits[index],
                       "caption_id": f"{ids[index]}#{k}"} for k, text in enumerate(image_captions(rng, scene))]
-    _write_jsonl(folder / "aux_images.jsonl", images)
-    _write_jsonl(folder / "aux_captions.jsonl", captions)
+    write_records(folder / "aux_images.jsonl", images)
+    write_records(folder / "aux_captions.jsonl", captions)
     return {"images": len(images), "captions": len(captions), "splits": Counter(splits)}
 
 

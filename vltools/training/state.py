@@ -13,6 +13,7 @@ import torch
 from vltools.errors import VLToolsError
 from vltools.io.atomic import atomic_path, output_error
 from vltools.io.fields import INTEGER, MAPPING, NUMBER, REQUIRED, Kind, field, optional
+from vltools.io.jsonl import write_json_lines
 from vltools.io.numbers import dumps
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
@@ -65,7 +66,7 @@ class JsonLog:
         if self.enabled:
             try:
                 with open(self.path, "a", encoding="utf-8") as stream:
-                    stream.write(dumps(record) + "\n")
+                    write_json_lines(stream, [record], dumps)
             except OSError as exc:
                 raise output_error(self.path, exc) from exc
             self.lines += 1

@@ -1,0 +1,94 @@
+"""The JSONL layer (vltools.io.jsonl): every JSON lines file vltools reads or writes goes through jsonlines, with
+the bounded reader's checks (line length, UTF-8, depth) and errors naming the file and the line."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import jsonlines
+import pytest
+
+from vltools.errors import VLToolsError
+from vltools.io import bounded, jsonl
+from vltools.io.jsonl import iter_json_lines, iter_lines, write_json_lines
+from vltools.io.records import read_records, write_records
+
+
+def test_records_are_read_and_written_through_jsonlines(tmp_path, monkeypatch):
+    made = []
+
+    class Reader(jsonlines.Reader):
+        def __attrs_post_init__(self) -> None:
+            made.append("reader")
+            super().__attrs_post_init__()
+
+    class Writer(jsonlines.Writer):
+        def __attrs_post_init__(self) -> None:
+            made.append("writer")
+            super().__attrs_post_init__()
+
+    monkeypatch.setattr(jsonl.jsonlines, "Reader", Reader)
+    monkeypatch.setattr(jsonl.jsonlines, "Writer", Writer)
+    path = tmp_path / "caps.jsonl"
+    write_records(path, [{"image_id": "a", "caption": "a red cube"}])
+    assert read_records(path, "captions") == [{"image_id": "a", "caption": "a red cube"}]
+    assert made == ["writer", "reader"]
+
+
+def test_values_come_with_their_line_numbers_blank_lines_skipped_and_null_kept(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n   \nnull\r\n[2, "\xc3\xa9"]\n')
+    assert list(iter_json_lines(path, "give a log")) == [(1, {"a": 1}), (4, None), (5, [2, "é"])]
+
+
+def test_a_malformed_line_names_the_file_the_line_and_the_column(tmp_path):
+    path = tmp_path / "caps.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2,}\n', encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"caps\.jsonl: line 3: malformed JSON \(.* at column 9\); fix it$"):
+        list(iter_json_lines(path, "fix it"))
+
+
+def test_without_a_fix_a_malformed_line_is_skipped(tmp_path):
+    path = tmp_path / "out.partial"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c', encoding="utf-8")
+    assert list(iter_json_lines(path, None)) == [(1, {"id": "a"}), (2, {"id": "b"})]
+
+
+def test_a_line_nested_too_deep_is_malformed_json_naming_the_line(tmp_path):
+    depth = bounded.MAX_JSON_DEPTH
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"a": 1}\n' + "[" * (depth + 1) + "]" * (depth + 1) + "\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=rf"deep\.jsonl: line 2: malformed JSON \(nested deeper than {depth} "
+                                           rf"levels .* at column {depth + 1}\)"):
+        list(iter_json_lines(path, "fix it"))
+
+
+def test_a_line_over_the_cap_is_refused_before_jsonlines_gets_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(bounded, "MAX_LINE_BYTES", 64)
+    path = tmp_path / "caps.jsonl"
+    path.write_text('{"a": 1}\n' + json.dumps({"a": "x" * 1000}) + "\n", encoding="utf-8")
+    with pytest.raises(VLToolsError, match=r"caps\.jsonl: line 2: longer than 0 MiB"):
+        list(iter_json_lines(path, None))
+
+
+def test_standard_input_is_read_for_a_dash(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"a": 1}\n\n"b"\n')))
+    assert list(iter_json_lines("-", "fix it")) == [(1, {"a": 1}), (3, "b")]
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    with pytest.raises(VLToolsError, match=r"nothing\.jsonl: no such file$"):
+        list(iter_lines(tmp_path / "nothing.jsonl"))
+
+
+def test_written_lines_keep_text_as_it_is_and_are_counted():
+    stream = io.StringIO()
+    assert write_json_lines(stream, [{"caption": "une tête", "n": 1}, [1.5]]) == 2
+    assert stream.getvalue() == '{"caption": "une tête", "n": 1}\n[1.5]\n'
+
+
+def test_a_given_dumps_makes_each_line():
+    stream = io.StringIO()
+    write_json_lines(stream, [{"loss": 0.1 + 0.2}], dumps=lambda value: json.dumps(value, sort_keys=True).upper())
+    assert stream.getvalue() == '{"LOSS": 0.30000000000000004}\n'
