@@ -13,6 +13,7 @@ from tiny_matching import TINY, TINY_SGR, make_world
 
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
+from vltools.io.kinds import HDF5_SIGNATURE
 from vltools.io.records import write_records
 
 
@@ -145,8 +146,12 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
 def test_model_settings_are_checked_against_their_schema_before_any_input_is_read(tmp_path, capsys, model, setting,
                                                                                   message):
     """Such settings once failed with tracebacks from tensor construction (or saved a useless model); the inputs
-    here do not exist, so the check provably runs before anything is read or built."""
-    code, err = exit_with(["train", "--model", model, str(tmp_path / "absent.h5"), str(tmp_path / "absent.jsonl"),
-                           "-o", str(tmp_path / "m.pt"), "--set", setting], capsys)
+    here are of the right kinds by their first bytes but unreadable, so the check provably runs before anything is
+    read or built."""
+    features, captions = tmp_path / "feats.h5", tmp_path / "caps.jsonl"
+    features.write_bytes(HDF5_SIGNATURE + b"not an HDF5 file")
+    captions.write_text('{"image_id": ', encoding="utf-8")
+    code, err = exit_with(["train", "--model", model, str(features), str(captions), "-o", str(tmp_path / "m.pt"),
+                           "--set", setting], capsys)
     assert code == 1 and err == f"vltools: error: {message}\n"
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(tmp_path.iterdir()) == [captions, features]
