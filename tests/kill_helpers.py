@@ -13,8 +13,10 @@ import pytest
 
 
 def start(*args: object) -> subprocess.Popen:
-    """`python -m vltools -q ARGS` in a subprocess, its standard error captured."""
-    return subprocess.Popen([sys.executable, "-m", "vltools", "-q", *map(str, args)], stderr=subprocess.PIPE)
+    """`python -m vltools -q ARGS` in a subprocess, its standard error captured; Ctrl-C (SIGINT) stops it as from a
+    terminal, even where the test runner's process ignores SIGINT (which its children would inherit)."""
+    return subprocess.Popen([sys.executable, "-m", "vltools", "-q", *map(str, args)], stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_until(process: subprocess.Popen, ready: Callable[[], bool], timeout: float = 120.0) -> None:
@@ -26,11 +28,12 @@ def wait_until(process: subprocess.Popen, ready: Callable[[], bool], timeout: fl
         pytest.fail(f"the run ended before it could be killed: {process.stderr.read().decode()}")
 
 
-def kill(process: subprocess.Popen) -> None:
-    """SIGKILL: no handler runs, nothing is cleaned up."""
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+def kill(process: subprocess.Popen, number: int = signal.SIGKILL) -> int:
+    """Send signal `number` (SIGKILL: no handler runs, nothing is cleaned up) and return the exit status."""
+    os.kill(process.pid, number)
+    status = process.wait()
     process.stderr.close()
+    return status
 
 
 def killed_midway(ready: Callable[[], bool], *args: object) -> None:
