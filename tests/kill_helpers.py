@@ -1,4 +1,5 @@
-"""The kill-and-resume tests' one helper: a stage run in a subprocess, killed with SIGKILL part way."""
+"""The kill-and-resume tests' helpers: a stage run in a subprocess and killed part way (SIGKILL, or Ctrl-C and
+SIGTERM), or run in this process and stopped as Ctrl-C stops it after some batches."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+
+from vltools.cli import main
 
 
 def start(*args: object) -> subprocess.Popen:
@@ -41,3 +44,27 @@ def killed_midway(ready: Callable[[], bool], *args: object) -> None:
     process = start(*args)
     wait_until(process, ready)
     kill(process)
+
+
+
+def interrupted_then_resumed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, module: object,
+                             step: str, batches: int, *args: object) -> str:
+    """Run `vltools ARGS` in this process with `module.step` (a function that yields batches) stopped as Ctrl-C
+    stops it once `batches` are done (exit status 130), then `vltools ARGS --resume`; return the resumed run's
+    standard error."""
+    real = getattr(module, step)
+
+    def stopped(*given: object, **options: object) -> Iterator:
+        for number, batch in enumerate(real(*given, **options)):
+            if number == batches:
+                raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(module, step, stopped)
+    with pytest.raises(SystemExit) as stop:
+        main(["-q", *map(str, args)])
+    assert stop.value.code == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    main([*map(str, args), "--resume"])      # returns (no SystemExit) when the run succeeds
+    return capsys.readouterr().err

@@ -20,7 +20,7 @@ import re
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +110,23 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
     more than `OPEN_READERS` files open. `attrs` are the new file's attributes; its provenance (command, time,
     version) is this process's.
     """
+    owner, dtype = _owners(sources)
+    kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
+    with FeaturesWriter(target, kept, dtype=dtype) as writer:
+        if order is None:
+            for path in sources:
+                with FeaturesReader(path) as reader:
+                    for ids, arrays in reader.iter_batches(MERGE_BLOCK):
+                        writer.add(ids, **arrays)
+        else:
+            for ids, arrays in _in_order(sources, owner, order):
+                writer.add(ids, **arrays)
+        writer.set_failed(failed)
+        return len(writer.ids)
+
+
+def _owners(sources: Sequence[Path]) -> tuple[dict[str, int], str]:
+    """Which of `sources` holds each id, after checking that they agree and share no id; and their dtype."""
     owner: dict[str, int] = {}
     with FeaturesReader(sources[0]) as first:
         for number, path in enumerate(sources):
@@ -120,58 +137,39 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
                         raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in "
                                            f"{sources[owner[image_id]]}; merge each once")
                     owner[image_id] = number
-        dtype, fields = first.attrs.get("dtype", "float16"), first.fields
-    kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
-    with FeaturesWriter(target, kept, dtype=dtype) as writer:
-        if order is None:
-            for path in sources:
-                with FeaturesReader(path) as reader:
-                    for ids, arrays in reader.iter_batches(MERGE_BLOCK):
-                        writer.add(ids, **arrays)
+        return owner, first.attrs.get("dtype", "float16")
+
+
+def _in_order(sources: Sequence[Path], owner: dict[str, int],
+              order: Sequence[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+    """(ids, arrays) blocks of `MERGE_BLOCK` rows of `order`, each row fetched from the source `owner` names; at most
+    `OPEN_READERS` sources are open at once (the least recently read is closed, and opened again if needed)."""
+    readers: OrderedDict[int, FeaturesReader] = OrderedDict()
+
+    def reader(number: int) -> FeaturesReader:
+        if number in readers:
+            readers.move_to_end(number)
         else:
-            readers = _OpenReaders(sources)
-            try:
-                for start in range(0, len(order), MERGE_BLOCK):
-                    _add_in_order(writer, readers, owner, fields, order[start:start + MERGE_BLOCK])
-            finally:
-                readers.close()
-        writer.set_failed(failed)
-        return len(writer.ids)
+            if len(readers) >= OPEN_READERS:
+                readers.popitem(last=False)[1].close()
+            readers[number] = FeaturesReader(sources[number])
+        return readers[number]
 
-
-class _OpenReaders:
-    """The readers of `paths` by number, each opened when first asked for, at most `OPEN_READERS` open at once
-    (the least recently asked for is closed, and opened again if asked for again)."""
-
-    def __init__(self, paths: Sequence[Path]) -> None:
-        self.paths = paths
-        self.open: OrderedDict[int, FeaturesReader] = OrderedDict()
-
-    def __getitem__(self, number: int) -> FeaturesReader:
-        if number in self.open:
-            self.open.move_to_end(number)
-        else:
-            if len(self.open) >= OPEN_READERS:
-                self.open.popitem(last=False)[1].close()
-            self.open[number] = FeaturesReader(self.paths[number])
-        return self.open[number]
-
-    def close(self) -> None:
-        for reader in self.open.values():
-            reader.close()
-        self.open.clear()
-
-
-def _add_in_order(writer: FeaturesWriter, readers: _OpenReaders, owner: dict[str, int], fields: list[str],
-                  ids: Sequence[str]) -> None:
-    """Append rows for `ids`, fetched from whichever readers hold them, in the order of `ids`."""
-    by_source: dict[int, list[str]] = {}
-    for image_id in ids:
-        by_source.setdefault(owner[image_id], []).append(image_id)
-    fetched = {number: readers[number].read(chunk) for number, chunk in by_source.items()}
-    position = {image_id: (number, row) for number, chunk in by_source.items() for row, image_id in enumerate(chunk)}
-    arrays = {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids]) for field in fields}
-    writer.add(list(ids), **arrays)
+    try:
+        for start in range(0, len(order), MERGE_BLOCK):
+            ids = list(order[start:start + MERGE_BLOCK])
+            by_source: dict[int, list[str]] = {}
+            for image_id in ids:
+                by_source.setdefault(owner[image_id], []).append(image_id)
+            fetched = {number: reader(number).read(chunk) for number, chunk in by_source.items()}
+            position = {image_id: (number, row) for number, chunk in by_source.items()
+                        for row, image_id in enumerate(chunk)}
+            fields = next(iter(fetched.values())).keys()
+            yield ids, {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids])
+                        for field in fields}
+    finally:
+        for open_reader in readers.values():
+            open_reader.close()
 
 
 class PartsWriter:
@@ -342,6 +340,12 @@ class PartsWriter:
                             dtype=self.dtype) as writer:
             writer.set_failed(failed)
         return 0
+
+    def rows(self, order: Sequence[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        """Commit, then the rows of `order` (all finished) in that order, in (ids, arrays) blocks, without writing a
+        merged file (`encode` streams them into its embeddings file)."""
+        self.commit()
+        return _in_order(self.parts, _owners(self.parts)[0] if self.parts else {}, order)
 
     def remove(self) -> None:
         """Delete the parts folder (once the merged output is safely in place)."""
