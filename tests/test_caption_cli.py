@@ -240,12 +240,22 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(tmp_path):
     output, partial = tmp_path / "caps.jsonl", tmp_path / "caps.jsonl.partial"
     killed_midway(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= 6,
                   *args, "-o", output)
-    done = partial.read_text(encoding="utf-8").count("\n") - 2      # the options and inputs lines, then records
+    done = sum(1 for line in partial.read_text(encoding="utf-8").splitlines()[1:] if _whole_record(line))
     assert not output.exists() and 4 <= done < 40
-    run(*args, "-o", output, "--resume")
+    result = CliRunner().invoke(cli, [*map(str, args), "-o", str(output), "--resume"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"caption: resuming {output}: {done} of 40 captions kept from an interrupted run\n" in result.stderr
     assert not partial.exists()
     resumed = [json.loads(line) for line in output.read_text().splitlines()]
     assert resumed == run(*args) and len(resumed) == 40
+
+
+def _whole_record(line: str) -> bool:
+    """Whether a line of OUT.partial is a finished record (the kill may have cut the last one)."""
+    try:
+        return "image_id" in json.loads(line)
+    except json.JSONDecodeError:
+        return False
 
 
 def mute_captioner(source, path):

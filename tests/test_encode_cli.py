@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from kill_helpers import interrupted_then_resumed
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 from pipeline_fixtures import one_and_two_processes, same_but_created
 
 import vltools
+import vltools.infer.encode as encode_step
 from vltools.cli import cli
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
@@ -92,6 +94,24 @@ def test_a_non_finite_embedding_row_is_refused_naming_its_id(world, capsys):
     err = fails(capsys, "match", str(folder / "nan_img.h5"), str(folder / "nan_cap.h5"), "-o",
                 str(folder / "nan.jsonl"))
     assert f"id {bad!r}: /emb holds NaN or infinite values" in err and not (folder / "nan.jsonl").exists()
+
+
+@pytest.mark.parametrize(("source", "unit", "count"), [(0, "images", 8), (1, "captions", 18)])
+def test_an_interrupted_plain_encode_continues_with_resume(world, tmp_path, capsys, monkeypatch, source, unit, count):
+    """Issue 41: encode kept nothing of an interrupted run and had no --resume; its embeddings are now committed as
+    they come, and --resume keeps them, says how many, and writes what an uninterrupted run writes."""
+    folder, features, captions, vse, _ = world
+    args = ["encode", "--model", str(vse), str([features, captions][source]), "--batch-size", "2"]
+    run(*args, "-o", str(tmp_path / "whole.h5"))
+    out = tmp_path / "out.h5"
+    err = interrupted_then_resumed(monkeypatch, capsys, encode_step, "embed_blocks", 2, *args, "-o", out)
+    assert f"encode: resuming {out}: 4 of {count} {unit} kept from an interrupted run\n" in err
+    assert not (tmp_path / "out.h5.partial").exists()
+    with h5py.File(tmp_path / "whole.h5") as whole, h5py.File(out) as resumed:
+        assert decode_strings(whole["ids"][()]) == decode_strings(resumed["ids"][()])
+        np.testing.assert_allclose(whole["emb"][()], resumed["emb"][()], rtol=1e-6, atol=1e-7)
+        assert {k: str(v) for k, v in whole.attrs.items() if k not in ("command", "created")} == \
+            {k: str(v) for k, v in resumed.attrs.items() if k not in ("command", "created")}
 
 
 # ---- SCO "ctx + sen": --sentences GENERATED.jsonl beside the context -----------------------------------------------

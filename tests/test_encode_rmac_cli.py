@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from kill_helpers import interrupted_then_resumed
 from matching_helpers import fails
 from PIL import Image
 
+import vltools.infer.encode as encode_step
 from vltools.cli import cli
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.hdf5 import decode_strings
@@ -93,6 +95,22 @@ def test_database_and_queries_with_text_and_modifiers(world):
     scored = json.loads(run("score", "semantic", str(folder / "s.h5"), "--proxy", str(folder / "proxy.h5"),
                             "--R", "1,2"))
     assert scored["n_queries"] == 2
+
+
+def test_an_interrupted_plain_run_of_queries_with_text_continues_with_resume(world, tmp_path, capsys, monkeypatch):
+    """The images' phi is what is committed as it comes (R-MAC over images is the long part); the text is added
+    when the run ends, so a resumed run writes the queries an uninterrupted one writes."""
+    folder, _, _ = world
+    args = ["encode", "--model", str(folder / "rmac.pt"), str(folder / "images.jsonl"), "--proxy",
+            str(folder / "proxy.h5"), "--split", "test", "--with-text", "--add", "dogs", "--device", "cpu",
+            "--batch-size", "1"]
+    run(*args, "-o", str(tmp_path / "whole.h5"))
+    out = tmp_path / "q.h5"
+    err = interrupted_then_resumed(monkeypatch, capsys, encode_step, "image_batches", 2, *args, "-o", out)
+    assert f"encode: resuming {out}: 2 of 4 images kept from an interrupted run\n" in err
+    (ids, emb), (whole_ids, whole) = read(out), read(tmp_path / "whole.h5")
+    assert ids == whole_ids == ["im2", "im3", "im4", "im5"]
+    np.testing.assert_allclose(emb, whole, rtol=1e-6, atol=1e-7)
 
 
 def test_unknown_modifier_word_is_one_line_naming_it(world, capsys):

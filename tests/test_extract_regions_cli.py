@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -259,15 +260,49 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     assert 3 <= done < 24
     result = _subprocess(*args, "--resume", "-o", out)
     assert result.returncode == 0, result.stderr.decode()
-    message = result.stderr.decode()
-    finished = int(message.split("images done")[0].rsplit(":", 1)[1])
-    assert finished >= done and f"{24 - finished} to go" in message
+    assert f"extract-regions: resuming {out}: {done} of 24 images kept from an interrupted run\n" in \
+        result.stderr.decode()
     assert not partial.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full.h5", "resumed.h5", "synth"]
+    _same_rows(full, out)
+
+
+def _same_rows(full: Path, out: Path) -> None:
+    """`out` holds the ids and rows of the uninterrupted run's `full`, in its order."""
     with FeaturesReader(full) as a, FeaturesReader(out) as b:
-        assert a.ids == b.ids and len(set(b.ids)) == 24
+        assert a.ids == b.ids and len(set(b.ids)) == len(b.ids)
         first, second = a.read(a.ids), b.read(a.ids)
     for name in first:
         assert np.array_equal(first[name], second[name]), name
+
+
+@pytest.mark.parametrize(("number", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_plain_run_stopped_by_ctrl_c_or_sigterm_before_its_first_commit_continues_with_resume(tmp_path, capsys,
+                                                                                              number, status):
+    """Issue 41: a plain extract-regions stopped in its first minute kept nothing (the open part was dropped) and
+    --resume then recomputed everything without a word. Now the finished images are committed as the run stops,
+    a rerun without --resume leaves them alone, and --resume says how many it keeps (or that it has none)."""
+    folder = _synth_folder(tmp_path, 40)
+    args = ["extract-regions", folder, *TINY, "--regions", "grid", "--global", "avg", "--image-size", "64",
+            "--batch-size", "1"]
+    full = tmp_path / "full.h5"
+    assert _vltools(*args, "--resume", "-o", full) == 0
+    assert f"extract-regions: nothing to resume for {full}; starting from the beginning\n" in capsys.readouterr().err
+    out = tmp_path / "out.h5"
+    partial = Path(f"{out}.partial")
+    process = start(*args, "-o", out)
+    wait_until(process, lambda: (partial / "part-000000.h5.tmp").exists())   # the first images are written
+    assert kill(process, number) == status
+    with FeaturesReader(partial / "part-000000.h5") as part:
+        kept = len(part.ids)
+    assert 1 <= kept < 40 and [p.name for p in partial.iterdir()] == ["part-000000.h5"]
+    assert _vltools(*args, "-o", out) == 1
+    assert capsys.readouterr().err == f"vltools: error: {partial}: left by an interrupted run; continue it with " \
+                                      "--resume, or delete it\n"
+    result = _subprocess(*args, "--resume", "-o", out)
+    assert result.returncode == 0, result.stderr.decode()
+    assert f"extract-regions: resuming {out}: {kept} of 40 images kept from an interrupted run\n" in \
+        result.stderr.decode()
+    _same_rows(full, out)
 
 
 def test_shards_merged_equal_a_single_run(photos, tmp_path):
@@ -332,7 +367,8 @@ def test_resume_recomputes_rows_whose_image_changed(tmp_path):
     result = _subprocess(*args, "--resume", "-o", out)
     assert result.returncode == 0, result.stderr.decode()
     err = result.stderr.decode()
-    assert "1 finished images changed since the interrupted run" in err and "4 images done, 1 to go" in err
+    assert "the inputs of 1 finished items changed since the interrupted run" in err
+    assert f"resuming {out}: 4 of 5 images kept from an interrupted run" in err
     assert _vltools("-q", *args, "-o", tmp_path / "fresh.h5") == 0
     with FeaturesReader(out) as resumed, FeaturesReader(tmp_path / "fresh.h5") as fresh:
         assert resumed.ids == fresh.ids

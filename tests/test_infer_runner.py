@@ -11,6 +11,7 @@ from vltools.errors import VLToolsError
 from vltools.infer import runner
 from vltools.io.features import FeaturesReader
 from vltools.io.parts import PartsWriter
+from vltools.io.progress import configure
 
 IDS = [f"im{n}" for n in range(7)]
 
@@ -31,15 +32,18 @@ def test_shard_ids_takes_every_nth_from_i():
     assert runner.shard_ids(IDS, None) == IDS
 
 
-def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path):
+def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path, capsys):
+    configure()
     out = tmp_path / "caps.jsonl"
     with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {"--beam": 3}, {}) as writer:
         runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im4"))
     assert not out.exists() and len((tmp_path / "caps.jsonl.partial").read_text().splitlines()) == 1 + 3
     seen: list[str] = []
+    capsys.readouterr()
     with runner.records_writer(str(out), "image_id", True, {"--beam": 3}, {}) as writer:
         assert runner.run("caption", IDS, writer, lambda todo: captions(todo, seen=seen)) == 4
         assert writer.finish(IDS) == 7
+    assert capsys.readouterr().err == f"vltools: caption: resuming {out}: 3 of 7 items kept from an interrupted run\n"
     assert seen == IDS[3:]
     assert [json.loads(line) for line in out.read_text().splitlines()] == \
         [{"image_id": i, "caption": i[::-1]} for i in IDS]
@@ -78,6 +82,46 @@ def test_features_parts_are_merged_in_input_order(tmp_path):
     with FeaturesReader(out) as reader:
         assert list(reader.ids) == IDS
         assert np.array_equal(reader.read(IDS, ["regions"])["regions"], np.stack([rows[i] for i in IDS]))
+
+
+def _regions(rows, interrupt_after=None):
+    """A stand-in extractor (batches of 2); Ctrl-C once `interrupt_after` items are done."""
+    def produce(todo):
+        for start in range(0, len(todo), 2):
+            if interrupt_after is not None and start >= interrupt_after:
+                raise KeyboardInterrupt
+            ids = todo[start:start + 2]
+            yield ids, {"regions": np.stack([rows[i] for i in ids])}
+    return produce
+
+
+def test_an_interrupted_features_run_without_resume_keeps_its_finished_rows_for_resume(tmp_path, capsys):
+    """A plain extract-regions stopped by Ctrl-C or SIGTERM before its first commit kept nothing (the open part was
+    dropped), and --resume then said nothing; the finished rows are now committed, and --resume says how many it
+    keeps, or that there is nothing to resume."""
+    configure()
+    out = tmp_path / "feats.h5"
+    rows = {i: np.full((2, 4), n, dtype=np.float32) for n, i in enumerate(IDS)}
+    attrs = {"backbone": "test"}
+    digests = {i: "d" for i in IDS}
+    with pytest.raises(KeyboardInterrupt), \
+            runner.features_writer(str(out), attrs, "float32", 3600.0, False, digests) as writer:
+        runner.run("extract-regions", IDS, writer, _regions(rows, interrupt_after=4), "images")
+    assert not out.exists() and [p.name for p in (tmp_path / "feats.h5.partial").iterdir()] == ["part-000000.h5"]
+    capsys.readouterr()
+    with runner.features_writer(str(out), attrs, "float32", 3600.0, True, digests) as writer:
+        assert runner.run("extract-regions", IDS, writer, _regions(rows), "images") == 3
+        runner.finish_features(writer, str(out), attrs, IDS, [])
+    assert capsys.readouterr().err == \
+        f"vltools: extract-regions: resuming {out}: 4 of 7 images kept from an interrupted run\n"
+    with FeaturesReader(out) as reader:
+        assert list(reader.ids) == IDS
+        assert np.array_equal(reader.read(IDS, ["regions"])["regions"], np.stack([rows[i] for i in IDS]))
+    out.unlink()
+    with runner.features_writer(str(out), attrs, "float32", 3600.0, True, digests) as writer:
+        assert runner.run("extract-regions", IDS, writer, _regions(rows), "images") == 7
+    assert capsys.readouterr().err == \
+        f"vltools: extract-regions: nothing to resume for {out}; starting from the beginning\n"
 
 
 def test_resume_needs_an_output_file():

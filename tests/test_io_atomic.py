@@ -1,6 +1,7 @@
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from vltools.io.atomic import (
     check_room,
     output_lock,
     remove_stale_spools,
+    signals_held,
     text_output,
 )
 from vltools.io.features import FeaturesReader
@@ -260,3 +262,25 @@ def test_deferred_writes_without_error_write_the_file(tmp_path):
         stream.write(b"xy")
         stream.check()
     assert path.read_bytes() == b"0123xy6789"
+
+
+class _Stop(BaseException):
+    """What the test's SIGTERM handler raises (as the CLI's raises Terminated)."""
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_signals_held_acts_on_ctrl_c_and_sigterm_once_the_write_is_done(number):
+    """A Ctrl-C in the middle of a part's write left datasets and ids of different lengths; the signal now waits."""
+    def stop(*_):
+        raise _Stop
+
+    before = signal.signal(number, stop)
+    steps = []
+    try:
+        with pytest.raises(_Stop), signals_held():
+            steps.append("started")
+            os.kill(os.getpid(), number)
+            steps.append("finished")
+        assert steps == ["started", "finished"] and signal.getsignal(number) is stop
+    finally:
+        signal.signal(number, before)

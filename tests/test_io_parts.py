@@ -1,11 +1,15 @@
-"""Resumable parts and the streaming merge: order, compatibility checks, duplicates, stale parts."""
+"""Resumable parts and the streaming merge: order, compatibility checks, duplicates, stale parts, when parts are
+committed, and how many files a merge holds open."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
 
 from vltools.errors import VLToolsError
+from vltools.io import parts as parts_module
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.parts import PartsWriter, merge_features
 
@@ -84,8 +88,107 @@ def test_resume_with_different_options_is_refused(tmp_path):
     parts.add(["a"], **_rows(["a"]))
     with pytest.raises(VLToolsError, match="backbone"):
         PartsWriter(folder, {**ATTRS, "backbone": "vgg19"}, "float32", commit_seconds=0, resume=True)
+    shutil.rmtree(folder)
     fresh = PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
     assert fresh.done == set() and not list(folder.iterdir())
+
+
+def test_a_run_without_resume_refuses_finished_parts_instead_of_deleting_them(tmp_path):
+    """A plain rerun of a killed extract-regions deleted its finished parts without a word."""
+    folder = tmp_path / "out.h5.partial"
+    PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False).add(["a"], **_rows(["a"]))
+    with pytest.raises(VLToolsError) as caught:
+        PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=False)
+    assert str(caught.value) == f"{folder}: left by an interrupted run; continue it with --resume, or delete it"
+    assert [p.name for p in folder.iterdir()] == ["part-000000.h5"]
+
+
+class _Clock:
+    """time.monotonic as the test sets it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_parts_are_committed_once_commit_seconds_passed_since_the_last_commit_or_the_start(tmp_path, monkeypatch):
+    """A batch slower than the interval is committed on its own (a part used to wait for a second batch, its clock
+    starting at the first), and later ones once the interval has passed again."""
+    clock = _Clock()
+    monkeypatch.setattr(parts_module.time, "monotonic", clock)
+    folder = tmp_path / "out.h5.partial"
+    parts = PartsWriter(folder, ATTRS, "float32", commit_seconds=10, resume=False)
+    rows = _rows(list("abcd"))
+
+    def add(n):
+        parts.add([list("abcd")[n]], **{k: v[n:n + 1] for k, v in rows.items()})
+
+    clock.now += 10
+    add(0)
+    assert sorted(p.name for p in folder.iterdir()) == ["part-000000.h5"]
+    clock.now += 4
+    add(1)
+    clock.now += 5
+    add(2)
+    assert sorted(p.name for p in folder.iterdir()) == ["part-000000.h5", "part-000001.h5.tmp"]
+    clock.now += 1
+    add(3)
+    assert sorted(p.name for p in folder.iterdir()) == ["part-000000.h5", "part-000001.h5"]
+    with FeaturesReader(folder / "part-000001.h5") as reader:
+        assert reader.ids == ["b", "c", "d"]
+
+
+def test_discard_commits_a_whole_open_part_and_drops_one_a_failed_write_cut(tmp_path):
+    """After an interruption (Ctrl-C, SIGTERM, an error in the model step) the finished rows of the open part are
+    kept for --resume; after a failed write they are dropped, and no longer counted as done."""
+    folder = tmp_path / "out.h5.partial"
+    parts = PartsWriter(folder, ATTRS, "float32", commit_seconds=3600, resume=False)
+    rows = _rows(["a", "b", "c"])
+    parts.add(["a", "b"], regions=rows["regions"][:2], image_size=rows["image_size"][:2])
+    assert [p.name for p in folder.iterdir()] == ["part-000000.h5.tmp"]
+    parts.discard()
+    assert [p.name for p in folder.iterdir()] == ["part-000000.h5"]
+    resumed = PartsWriter(folder, ATTRS, "float32", commit_seconds=3600, resume=True)
+    assert resumed.done == {"a", "b"}
+    resumed.add(["c"], regions=rows["regions"][2:], image_size=rows["image_size"][2:])
+    with pytest.raises(ValueError, match="rows"):
+        resumed.add(["d"], regions=rows["regions"], image_size=rows["image_size"][:1])
+    resumed.discard()
+    assert resumed.done == {"a", "b"} and sorted(p.name for p in folder.iterdir()) == ["part-000000.h5"]
+
+
+def test_a_merge_of_many_parts_holds_few_files_open(tmp_path, monkeypatch):
+    """A merge opened every part at once: past the open-files limit (1024 on many systems: 17 hours of 60-second
+    parts) it failed, calling a part 'not a readable HDF5 file', and so did every --resume after it."""
+    monkeypatch.setattr(parts_module, "OPEN_READERS", 2)
+    monkeypatch.setattr(parts_module, "MERGE_BLOCK", 3)
+    opened, open_now, most = [], set(), [0]
+
+    class Counted(FeaturesReader):
+        def __init__(self, path):
+            super().__init__(path)
+            opened.append(path.name)
+            open_now.add(id(self))
+            most[0] = max(most[0], len(open_now))
+
+        def close(self):
+            open_now.discard(id(self))
+            super().close()
+
+    monkeypatch.setattr(parts_module, "FeaturesReader", Counted)
+    sources, want = [], {}
+    for number in range(5):
+        ids = [f"p{number}r{row}" for row in range(2)]
+        sources.append(tmp_path / f"part-{number:06d}.h5")
+        want.update(zip(ids, _write(sources[-1], ids, seed=number)["regions"], strict=True))
+    order = sorted(want, key=lambda i: (i[-1], i))      # rows of every part in each block of 3
+    assert merge_features(sources, tmp_path / "m.h5", ATTRS, order) == 10
+    assert most[0] <= 1 + 2 and not open_now       # the reference file and two parts
+    with FeaturesReader(tmp_path / "m.h5") as merged:
+        assert merged.ids == order
+        assert np.array_equal(merged.read(order)["regions"], np.stack([want[i] for i in order]))
 
 
 @pytest.mark.parametrize("output", ["feats.h5", "standard output"])

@@ -54,7 +54,6 @@ def test_empty_split_is_a_clear_error(world, tmp_path, capsys):
 @pytest.mark.parametrize("extra, message", [
     (["--set", "model.embed_sise=8"], "unknown config key 'model.embed_sise'; did you mean 'model.embed_size'?"),
     (["--set", "model.img_dim=99"], "the features give img_dim=16 but the config says model.img_dim=99"),
-    (["--resume"], "m.pt.last.pt: no resume file; train without --resume first"),
     (["--set", "train.batch_size=0"], "train.batch_size must be in [1, inf), not 0"),
     (["--set", "train.lr=nan"], "train.lr must be a finite number, not nan"),
     (["--set", "train.seed=-5"], "train.seed must be in [0, 4294967295], not -5"),

@@ -8,14 +8,12 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from kill_helpers import kill, start, wait_until
 from tiny_matching import TINY, chance_rsum, make_world
 
 from vltools.cli import cli
@@ -87,21 +85,25 @@ def test_same_seed_same_weights_other_seed_differs(world, reference, tmp_path):
     assert not same_weights(payload["state_dict"], other["state_dict"])
 
 
-def test_resume_after_kill_matches_uninterrupted_run(world, reference, tmp_path):
+@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGINT])
+def test_a_plain_run_stopped_part_way_resumes_saying_where_and_matches_an_uninterrupted_run(world, reference, tmp_path,
+                                                                                           number):
+    """A run without --resume, killed (SIGKILL) or stopped by Ctrl-C once it wrote its resume file, continues with
+    --resume from the epoch and iteration it says, and ends where the uninterrupted run ended."""
     output = tmp_path / "m.pt"
     last = tmp_path / "m.pt.last.pt"
-    args = [sys.executable, "-m", "vltools", *train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0")]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
-    killed_at = load_checkpoint(last)["train_state"]["iteration"]
+    process = start(*train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0"))
+    wait_until(process, last.exists)
+    assert kill(process, number) == (-signal.SIGKILL if number == signal.SIGKILL else 130)
+    saved = load_checkpoint(last)["train_state"]
+    killed_at = saved["iteration"]
     total = EPOCHS * 8
     assert 0 < killed_at < total, killed_at
-    resumed = run_inprocess(world, output, "--epochs", str(EPOCHS), "--seed", "0", "--resume")
+    result = CliRunner().invoke(cli, train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0",
+                                                "--resume")[1:], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"resuming from {last} at epoch {saved['epoch'] + 1} of {EPOCHS}, iteration {killed_at}\n" in result.stderr
+    resumed = load_checkpoint(last)
     assert resumed["train_state"]["iteration"] == total
     reference_output, reference_payload = reference
     assert same_weights(resumed["state_dict"], reference_payload["state_dict"])
@@ -110,6 +112,17 @@ def test_resume_after_kill_matches_uninterrupted_run(world, reference, tmp_path)
     # the log is cut back to the resume point, so it reads as if the run had never stopped
     assert without_timing(log_records(output)) == without_timing(log_records(reference_output))
     assert same_weights(load_checkpoint(output)["state_dict"], load_checkpoint(reference_output)["state_dict"])
+
+
+def test_resume_with_nothing_to_resume_says_so_and_trains_from_the_beginning(world, reference, tmp_path):
+    """It was an error ("no resume file; train without --resume first"): a Makefile could not always pass --resume."""
+    output = tmp_path / "m.pt"
+    result = CliRunner().invoke(cli, train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0",
+                                                "--resume")[1:], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"nothing to resume for {output} (no {output}.last.pt); starting from the beginning\n" in result.stderr
+    assert same_weights(load_checkpoint(output)["state_dict"], load_checkpoint(reference[0])["state_dict"])
+    assert without_timing(log_records(output)) == without_timing(log_records(reference[0]))
 
 
 def test_resume_refuses_changed_settings(world, reference, tmp_path):

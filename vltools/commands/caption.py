@@ -56,8 +56,7 @@ from vltools.io.progress import log
 @device_option()
 @precision_option()
 @click.option("--seed", type=SEED_RANGE, default=0, show_default=True, help="Seed of --sample.")
-@resume_option("Continue an interrupted run with the same -o, checkpoint, features and decoding options (skips "
-               "images in OUT.partial).")
+@resume_option("-o, checkpoint, features and decoding options", "captions")
 @shard_option()
 @threads_option()
 def command(model_path: str, pairs_path: str | None, features: str, captions: str | None, split: str | None,

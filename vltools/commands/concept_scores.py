@@ -54,7 +54,7 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
 @device_option()
 @precision_option()
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
-@resume_option()
+@resume_option(items="images", where="OUT.partial/")
 @shard_option()
 @threads_option()
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None,

@@ -14,6 +14,7 @@ from vltools.commands.options import (
     output_option,
     precision_option,
     primary_output,
+    resume_option,
     threads_option,
     workers_option,
 )
@@ -55,11 +56,12 @@ from vltools.devices import resolve_device
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
+@resume_option("-o, checkpoint, inputs and options", "embeddings", "OUT.partial/")
 @threads_option()
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],
-            subtract_words: tuple[str, ...], image_size: int | None, workers: int) -> None:
+            subtract_words: tuple[str, ...], image_size: int | None, workers: int, resume: bool) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
@@ -69,9 +71,11 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
     from vltools.infer.encode import encode_file
     from vltools.infer.loader import load_model
     from vltools.infer.rmac import QueryOptions
+    from vltools.infer.runner import check_output
 
+    check_output(output, resume)
     rmac = QueryOptions(proxy_path, first=first, with_text=with_text, add=add_words, subtract=subtract_words,
                         image_size=image_size, workers=workers)
     encode_file(load_model(model_path, "encodable"), source, output, resolve_device(device), split=split,
                 captions=captions_path, concepts=concepts_path, sentences=sentences_path,
-                batch_size=batch_size, precision=precision, rmac=rmac)
+                batch_size=batch_size, precision=precision, rmac=rmac, resume=resume)

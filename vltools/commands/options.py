@@ -18,7 +18,7 @@ from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError
 from vltools.infer import checks
 from vltools.infer.checks import MAX_BEAM, MAX_CAPTION_WORDS, MAX_IMAGE_SIDE, MAX_SEED
-from vltools.infer.settings import BACKBONE_NAMES, FEATURE_DTYPES, RunOptions, parse_shard
+from vltools.infer.settings import BACKBONE_NAMES, COMMIT_SECONDS, FEATURE_DTYPES, RunOptions, parse_shard
 from vltools.io.progress import log
 from vltools.threads import THREADS_VARIABLE, usable_cpus, use_threads
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
@@ -181,10 +181,12 @@ def shard_option() -> Callable:
                              "`vltools merge`.")
 
 
-def resume_option(help: str = "Continue an interrupted run with the same -o and options; finished items are "
-                              "not recomputed.") -> Callable:
-    """`--resume`: continue from what an interrupted run made durable."""
-    return click.option("--resume", is_flag=True, help=help)
+def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial") -> Callable:
+    """`--resume`: continue from what an interrupted run made durable (every run commits as it goes)."""
+    return click.option("--resume", is_flag=True,
+                        help=f"Continue an interrupted run with the same {same}: every run, with or without --resume, "
+                             f"keeps its finished {items} in {where} as it goes; --resume skips them and says how "
+                             "many, or that there is nothing to resume.")
 
 
 def _alias(old: str, name: str) -> Callable:
@@ -238,10 +240,11 @@ def image_run_options(func: Callable) -> Callable:
                      help="Storage type of the feature datasets."),
         click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
                                                     "no output) instead of skipping it."),
-        resume_option("Continue an interrupted run with the same -o and options; images already done (in "
-                      "OUT.partial/) are not recomputed."),
-        click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=60.0, show_default=True,
-                     help="How often finished rows are made durable in OUT.partial/ for --resume."),
+        resume_option(items="images", where="OUT.partial/"),
+        click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=COMMIT_SECONDS, show_default=True,
+                     help="Finished images are made durable in OUT.partial/ (for --resume) once this many seconds "
+                          "have passed since the last time, and when the run stops: a kill -9 loses at most this "
+                          "much work or the batch in progress."),
         shard_option(),
         click.option("--max-pixels", type=Integer(1, MAX_PIXELS_LIMIT), default=DEFAULT_MAX_PIXELS,
                      show_default=True,

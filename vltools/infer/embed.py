@@ -6,14 +6,13 @@ model's encodings mean something only jointly with the other side, inside `model
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from vltools.devices import autocast
-from vltools.distributed import gathered, share
 from vltools.errors import VLToolsError
 from vltools.infer.similarity import block_sizes, encode_captions, encode_images, evaluating
 from vltools.io.progress import progress
@@ -31,29 +30,21 @@ def require_separable(model: nn.Module, name: str, source: object) -> None:
 
 
 def embed_blocks(model: nn.Module, blocks: Sequence, side: str, device: torch.device,
-                 precision: str = "fp32") -> Iterator[np.ndarray]:
+                 precision: str = "fp32", show_progress: bool = True) -> Iterator[np.ndarray]:
     """float32 [B, E] embeddings of each block of images or captions (`FeatureBlocks` / `CaptionBlocks`), by the
-    model moved to `device` in eval mode."""
+    model moved to `device` in eval mode; `show_progress` false when the caller reports progress itself (the
+    inference runner)."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, not {side!r}")
+    shown = progress(blocks, total=sum(block_sizes(blocks)), desc=f"encode {side}", unit=side,
+                     size=lambda block: len(block[0])) if show_progress else blocks
     with evaluating([model], device), torch.inference_mode(), autocast(device, precision):
-        for block in progress(blocks, total=sum(block_sizes(blocks)), desc=f"encode {side}", unit=side,
-                              size=lambda block: len(block[0])):
+        for block in shown:
             if side == "images":
                 emb = encode_images([model], block, device)[0]
             else:
                 emb = encode_captions([model], block, device)[0][0]
             yield emb.float().cpu().numpy()
-
-
-def embed_shared(model: nn.Module, blocks_of: Callable[[list[int]], Sequence], count: int, batch_size: int,
-                 side: str, device: torch.device, precision: str = "fp32") -> Iterator[np.ndarray]:
-    """`embed_blocks` of the blocks of `batch_size` of `count` items, where `blocks_of(positions)` serves the items
-    at `positions` in such blocks. Under torchrun each process embeds its blocks (every N-th: the blocks one
-    process makes) and the first yields every block's embeddings in order; the others yield nothing."""
-    mine = share(count, batch_size)
-    for arrays in gathered(embed_blocks(model, blocks_of(mine), side, device, precision)):
-        yield from arrays
 
 
 def embed_all(model: nn.Module, blocks: Sequence, side: str, device: torch.device,

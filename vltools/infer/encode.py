@@ -1,11 +1,13 @@
 """What `vltools encode` and `vltools.encode` compute: the embeddings file of images or captions of a separable
-model, with its provenance, from features (regions or global vectors), captions or (rmac) images."""
+model, with its provenance, from features (regions or global vectors), captions or (rmac) images. The embeddings go
+through the inference runner, which commits them to `OUT.partial/` as they come (each as its part's /global row),
+so that `--resume` continues an interrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -16,16 +18,19 @@ from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
-from vltools.infer.embed import embed_shared, require_separable
+from vltools.infer import runner
+from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, check_features
-from vltools.infer.rmac import QueryOptions, encode_rmac
+from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
+from vltools.infer.runner import check_output, features_writer
+from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.atomic import spool_folder
 from vltools.io.embeddings import read_embeddings, write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
 from vltools.io.held import Embeddings
 from vltools.io.progress import log
-from vltools.io.provenance import ids_digest
+from vltools.io.provenance import ids_digest, input_digest
 
 PathLike = str | os.PathLike
 
@@ -33,30 +38,50 @@ PathLike = str | os.PathLike
 def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device, *,
                 split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
                 sentences: PathLike | None = None, batch_size: int = 256, precision: str = "fp32",
-                rmac: QueryOptions | None = None) -> int:
+                rmac: QueryOptions | None = None, resume: bool = False) -> int:
     """Write `/ids` and `/emb` of SOURCE to `output` (None: standard output) and return how many: one vector per
     image of a features file (in file order, or those the `split` of `captions` names, first mention), per caption
     of a captions file's `split`, or (an rmac model) per image of an images input, as `rmac` says (its split and
     batch size are `split` and `batch_size`). An SCO model reads its concept scores from `concepts` and ("ctx +
-    sen") its generated sentences from `sentences`."""
+    sen") its generated sentences from `sentences`. Finished embeddings are committed to `OUT.partial/` as they
+    come, so that `resume` continues an interrupted run (see vltools.infer.runner)."""
+    out = None if output is None else str(output)
+    check_output(out, resume)
     checkpoint = str(loaded.path)
     vectors_in = (loaded.name != "rmac" and hdf5_kind(source) is not None
                   and getattr(loaded.model, "inputs", "regions") == "global")
     _refuse_unread(loaded, source, vectors_in, concepts, sentences)
+    provenance = {"checkpoint": checkpoint, "checkpoint_digest": loaded.digest, "source": str(source)}
     if loaded.name == "rmac":
         query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
-        ids, emb, attrs = encode_rmac(loaded, source, query, device)
-        if emb is None:           # another process of a torchrun job: the first writes every embedding
-            return len(ids)
-        write_embeddings(output, ids, [emb], {"model": "rmac", "checkpoint": checkpoint,
-                                              "checkpoint_digest": loaded.digest, "source": str(source),
-                                              "ids_digest": ids_digest(ids), **attrs})
-        log.info("encoded %d images (%s) with rmac", len(ids), attrs["query"])
-        return len(ids)
+        images = rmac_images(loaded, source, query)
+        digests = {i: input_digest([checkpoint, item.path])
+                   for i, item in zip(images.ids, images.store.items, strict=True)}
+        with _committed(out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device), "images",
+                        batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size}, digests,
+                        resume) as phi:
+            if phi is None:       # another process of a torchrun job: the first writes every embedding
+                return len(images.ids)
+            emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)
+            write_embeddings(output, images.ids, [emb], {"model": "rmac", **provenance,
+                                                         "ids_digest": ids_digest(images.ids), **attrs})
+        log.info("encoded %d images (%s) with rmac", len(images.ids), attrs["query"])
+        return len(images.ids)
     require_separable(loaded.model, loaded.name, checkpoint)
     loaded.model.to(device)
-    attrs = {"model": loaded.name, "checkpoint": checkpoint, "checkpoint_digest": loaded.digest,
-             "source": str(source), "precision": precision}
+    rows = {"model": loaded.name, "checkpoint": checkpoint, "precision": precision}   # what each embedding depends on
+    inputs = [checkpoint, str(source), *(str(path) for path in (captions, concepts, sentences) if path is not None)]
+    attrs = {"model": loaded.name, **provenance, "precision": precision}
+
+    def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
+               written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
+        with _committed(out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device, precision,
+                                                            show_progress=False),
+                        side, batch_size, {**rows, "side": side}, dict.fromkeys(ids, input_digest(inputs)),
+                        resume) as blocks:
+            if blocks is not None:
+                write_embeddings(output, ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
+
     if vectors_in:
         vectors = model_vectors(loaded.config, source, concepts, sentences, loaded.vocab)
         ids = vectors.readers[0 if vectors.readers[0] is not None else 1].ids
@@ -68,11 +93,8 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             ids = chosen.image_ids
         if vectors.sentences is not None:
             vectors.sentences.check(ids, captions or source)
-        _write(output, ids, embed_shared(loaded.model, lambda mine: VectorBlocks(vectors, [ids[k] for k in mine],
-                                                                                   batch_size),
-                                         len(ids), batch_size, "images", device, precision),
-               {**attrs, "side": "images", "concepts": str(concepts or ""), "sentences": str(sentences or ""),
-                "ids_digest": ids_digest(ids)})
+        encode(ids, lambda mine: VectorBlocks(vectors, [ids[k] for k in mine], batch_size), "images",
+               {"concepts": str(concepts or ""), "sentences": str(sentences or ""), "ids_digest": ids_digest(ids)})
         vectors.close()
         count, side = len(ids), "images"
     elif hdf5_kind(source) is not None:
@@ -84,19 +106,15 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         with FeaturesReader(source) as reader:
             check_features(reader, [loaded])
             ids = reader.ids if ids is None else ids
-            _write(output, ids, embed_shared(loaded.model, lambda mine: FeatureBlocks(reader, [ids[k] for k in mine],
-                                                                                      batch_size),
-                                             len(ids), batch_size, "images", device, precision),
-                   {**attrs, "side": "images", "ids_digest": ids_digest(ids)})
+            encode(ids, lambda mine: FeatureBlocks(reader, [ids[k] for k in mine], batch_size), "images",
+                   {"ids_digest": ids_digest(ids)})
             count, side = len(ids), "images"
     else:
         chosen = read_split(source, split)
         tokens = loaded.tokenize(chosen.captions)
-        _write(output, chosen.caption_ids,
-               embed_shared(loaded.model, lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size),
-                            len(tokens), batch_size, "captions", device, precision),
-               {**attrs, "side": "captions", "split": chosen.name, "ids_digest": ids_digest(chosen.caption_ids)},
-               caption_image_ids=[chosen.image_ids[i] for i in chosen.caption_image_index])
+        encode(chosen.caption_ids, lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size), "captions",
+               {"split": chosen.name, "ids_digest": ids_digest(chosen.caption_ids)},
+               [chosen.image_ids[i] for i in chosen.caption_image_index])
         count, side = len(chosen.caption_ids), "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
@@ -110,6 +128,33 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | 
         target = folder / "embeddings.h5" if output is None else output
         encode_file(loaded, source, target, device, **options)
         return read_embeddings(target) if place().main else None
+
+
+@contextlib.contextmanager
+def _committed(out: str | None, ids: Sequence[str], embed: Callable[[list[int]], Iterator[np.ndarray]], unit: str,
+               batch_size: int, rows: dict[str, object], digests: dict[str, str],
+               resume: bool) -> Iterator[Iterator[np.ndarray] | None]:
+    """Embed every id of `ids` through the inference runner, which commits the embeddings to `OUT.partial/` as they
+    come (`embed(positions)` yields the [B, E] embeddings of the items at those positions of `ids`, in blocks of
+    `batch_size`); then yield the embeddings of `ids` in order, in blocks, for the caller to write, and remove the
+    parts. `rows` (attributes) are what the embeddings depend on, which a resumed run must share, and `digests` each
+    id's inputs (an embedding whose input changed is computed again). None on the other processes of a torchrun job,
+    whose embeddings the first writes."""
+    position = {item: number for number, item in enumerate(ids)}
+
+    def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        start = 0
+        for emb in embed([position[i] for i in todo]):
+            yield todo[start:start + len(emb)], {"global": emb}
+            start += len(emb)
+
+    with features_writer(out, rows, "float32", COMMIT_SECONDS, resume, digests) as writer:
+        runner.run("encode", ids, writer, produce, unit, batch_size)
+        if writer is None:
+            yield None
+            return
+        yield (arrays["global"] for _, arrays in writer.parts.rows(ids))
+        writer.parts.remove()
 
 
 def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, concepts: PathLike | None,
@@ -128,13 +173,3 @@ def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, conc
     if sentences is not None and not (vectors_in and loaded.config.get("use_sentence")):
         raise VLToolsError(f"{argument('sentences')}: the {what} reads no generated sentences (only an SCO \"ctx + "
                            f"sen\" model, trained with model.use_sentence, encoding features does); leave it out")
-
-
-def _write(output: PathLike | None, ids: Sequence[str], embeddings: Iterator[np.ndarray], attrs: dict[str, object],
-           caption_image_ids: Sequence[str] | None = None) -> None:
-    """`write_embeddings` on the first process of a torchrun job (or the only one); the others send their
-    embeddings to it (`embed_shared` yields them nothing to write)."""
-    if place().main:
-        write_embeddings(output, ids, embeddings, attrs, caption_image_ids)
-    else:
-        deque(embeddings, maxlen=0)

@@ -32,10 +32,12 @@ Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]
 
 
 class Writer(Protocol):
-    """Where finished results go: `done` holds the ids already durable (from an interrupted run)."""
+    """Where finished results go: `done` holds the ids already durable (from an interrupted run, when `resume`);
+    `output` is what the user calls the output (the -o path, or "standard output")."""
 
     done: Collection[str]
-    path: Path | None
+    resume: bool
+    output: str
 
     def add(self, ids: list[str], results: Results) -> None: ...
 
@@ -67,8 +69,12 @@ def run(stage: str, ids: Sequence[str], writer: Writer | None, produce: Produce,
     every batch is the one a single process makes, and so are its results), and the first writes them all."""
     done = from_main(set(writer.done) if writer is not None else None)
     todo = [i for i in ids if i not in done]
-    if writer is not None and writer.done:
-        log.info(f"{stage}: resuming from {writer.path}: {len(ids) - len(todo)} {unit} done, {len(todo)} to go")
+    if writer is not None and writer.resume:
+        if len(todo) < len(ids):
+            log.info(f"{stage}: resuming {writer.output}: {len(ids) - len(todo)} of {len(ids)} {unit} kept from an "
+                     "interrupted run")
+        else:
+            log.info(f"{stage}: nothing to resume for {writer.output}; starting from the beginning")
     written = 0
     try:
         for batches in progress(gathered(produce([todo[k] for k in share(len(todo), batch_size)])),
@@ -98,8 +104,9 @@ class RecordsWriter:
     """JSONL records keyed by `key`: into `OUT.partial` as they come (resumable), or kept for standard output."""
 
     def __init__(self, partial: PartialRecords | None, output: str | None) -> None:
-        self.partial, self.output = partial, output
-        self.path = partial.path if partial is not None else None
+        self.partial, self.target = partial, output
+        self.output = output_name(output)
+        self.resume = partial is not None and partial.resume
         self.kept: dict[str, dict] = {}
         self.done = partial.done if partial is not None else {}
 
@@ -127,7 +134,7 @@ class RecordsWriter:
                 raise
         if self.partial is not None:
             return self.partial.finish(order)
-        return write_records(self.output, (self.kept[i] for i in order))
+        return write_records(self.target, (self.kept[i] for i in order))
 
 
 @contextlib.contextmanager
@@ -152,7 +159,8 @@ class FeaturesPartsWriter:
     def __init__(self, parts: PartsWriter) -> None:
         self.parts = parts
         self.done = parts.done
-        self.path = parts.folder
+        self.resume = parts.resume
+        self.output = parts.output
 
     def add(self, ids: list[str], results: Results) -> None:
         self.parts.add(ids, **results)

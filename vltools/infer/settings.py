@@ -26,6 +26,10 @@ INDEX_METRICS = ("ip", "l2")     # a saved index (`vltools index`): inner produc
 DEFAULT_FACTORY = "Flat"         # a saved index's FAISS factory string: exact; "IVF4096,PQ64" is approximate
 DEFAULT_TRAIN_SIZE = 262144      # rows sampled to train an IVF / PQ index: 64 per list of IVF4096
 MATCH_BLOCK = (128, 512)         # match's default images x captions per model call (--block-images, --block-captions)
+# --checkpoint-seconds: a resumable stage commits its finished items this often (and after each batch slower than
+# this). A commit costs about 4 ms to write and 10 ms at the final merge (measured: 2,000 one-row parts of 512
+# floats), so 10 s spends about 0.15% of the run on commits and a kill -9 loses at most 10 s of work.
+COMMIT_SECONDS = 10.0
 
 
 @dataclass
@@ -39,7 +43,7 @@ class RunOptions:
     dtype: str = "float16"
     strict: bool = False
     resume: bool = False
-    commit_seconds: float = 60.0
+    commit_seconds: float = COMMIT_SECONDS
     max_pixels: int = DEFAULT_MAX_PIXELS
     seed: int = 0
 

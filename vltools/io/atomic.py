@@ -20,6 +20,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -72,6 +73,27 @@ def check_parent(path: str | os.PathLike) -> None:
 WRITE_FIXES = {errno.EFBIG: "raise the file size limit (ulimit -f) or write it elsewhere",
                errno.EIO: "the disk failed to write: check it, or write it elsewhere"}
 WRITE_FIX = "check that its folder is writable and has free space"
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM while the block writes, then act on them: a write they would cut in half
+    (an HDF5 part whose datasets and ids disagree) is finished first. Python handles signals in the main thread
+    only; in another thread the block runs as it is."""
+    pending: list[int] = []
+    try:
+        previous = {number: signal.signal(number, lambda got, _: pending.append(got))
+                    for number in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:     # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def output_error(path: str | os.PathLike, exc: OSError, note: str = "") -> VLToolsError:

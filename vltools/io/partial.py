@@ -19,6 +19,7 @@ from vltools.io.jsonl import iter_json_lines, json_writer, write_json_lines
 from vltools.io.provenance import input_digest
 from vltools.io.records import write_records
 
+INTERRUPTED = "left by an interrupted run; continue it with --resume, or delete it"
 STATE = "resume_state"     # the key of the first line: {"resume_state": {"options": {...}, "inputs": {...}}}
 
 
@@ -36,7 +37,7 @@ class PartialRecords:
 
     def __init__(self, output: str | os.PathLike, key: str, resume: bool, options: Mapping[str, object] | None = None,
                  inputs: Mapping[str, str | os.PathLike] | None = None) -> None:
-        self.output, self.key = Path(output), key
+        self.output, self.key, self.resume = Path(output), key, resume
         self.path = self.output.with_name(self.output.name + ".partial")
         self.state = {"options": _plain(dict(options or {})),
                       "inputs": {name: [os.path.abspath(path), input_digest([path])]
@@ -45,7 +46,7 @@ class PartialRecords:
         if self.path.exists():
             saved, records = self._read()
             if records and not resume:
-                raise VLToolsError(f"{self.path}: left by an interrupted run; continue it with --resume, or delete it")
+                raise VLToolsError(f"{self.path}: {INTERRUPTED}")
             if resume and records:
                 self._check(saved)
             self.done = records

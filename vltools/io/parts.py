@@ -1,28 +1,35 @@
 """Resumable writing and merging of features files.
 
-A long run writes its rows into a folder of part files (`OUT.h5.partial/part-000000.h5`, ...). Each part
-is written under a temporary name and renamed when complete, so a run killed at any moment (even by
-SIGKILL) leaves only complete parts: `--resume` keeps them and recomputes nothing they hold. When the run
-ends, the parts are merged into the output (atomically) and the folder is removed. `vltools merge` uses
-the same streaming merge to join the outputs of `--shard i/n` runs.
+A long run, with or without `--resume`, writes its rows into a folder of part files
+(`OUT.h5.partial/part-000000.h5`, ...). Each part is written under a temporary name and renamed when complete,
+so a run killed at any moment (even by SIGKILL) leaves only complete parts: `--resume` keeps them and recomputes
+nothing they hold. A part is committed once `commit_seconds` have passed since the last commit (or since the run
+began): a SIGKILL loses at most that much work or the batch in progress, and Ctrl-C, SIGTERM or an error lose
+nothing finished (`discard` commits the open part). When the run ends, the parts are merged into the output
+(atomically) and the folder is removed. `vltools merge` uses the same streaming merge to join the outputs of
+`--shard i/n` runs; a merge keeps at most `OPEN_READERS` files open, so thousands of parts stay under the
+open-files limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import output_error
+from vltools.io.atomic import output_error, signals_held
 from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
 from vltools.io.hdf5 import REWRITE, OutputFile, decode_strings, string_dtype
+from vltools.io.partial import INTERRUPTED
 from vltools.io.progress import log
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
@@ -33,6 +40,7 @@ BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed"
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
 MERGE_BLOCK = 256
+OPEN_READERS = 64     # parts a merge holds open at once (the least recently read is closed)
 PART_NAME = re.compile(r"part-\d{6}\.h5(\.tmp)?")    # what a parts folder holds: parts, and one being written
 
 
@@ -98,57 +106,82 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
     """Stream the rows of features files `sources` into a new file `target`; return the row count.
 
     Rows follow `order` (ids, each in some source) when given, else the sources' concatenation. The files
-    must agree (check_compatible) and must not share ids. Never holds more than a block of rows in memory.
-    `attrs` are the new file's attributes; its provenance (command, time, version) is this process's.
+    must agree (check_compatible) and must not share ids. Never holds more than a block of rows in memory, nor
+    more than `OPEN_READERS` files open. `attrs` are the new file's attributes; its provenance (command, time,
+    version) is this process's.
     """
-    readers = [FeaturesReader(path) for path in sources]
-    try:
-        owner: dict[str, int] = {}
-        for number, reader in enumerate(readers):
-            check_compatible(readers[0], reader)
-            for image_id in reader.ids:
-                if image_id in owner:
-                    first = readers[owner[image_id]].path
-                    raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in {first}; merge each once")
-                owner[image_id] = number
-        dtype = readers[0].attrs.get("dtype", "float16")
-        kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
-        with FeaturesWriter(target, kept, dtype=dtype) as writer:
-            if order is None:
-                for reader in readers:
+    owner, dtype = _owners(sources)
+    kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
+    with FeaturesWriter(target, kept, dtype=dtype) as writer:
+        if order is None:
+            for path in sources:
+                with FeaturesReader(path) as reader:
                     for ids, arrays in reader.iter_batches(MERGE_BLOCK):
                         writer.add(ids, **arrays)
-            else:
-                for start in range(0, len(order), MERGE_BLOCK):
-                    _add_in_order(writer, readers, owner, order[start:start + MERGE_BLOCK])
-            writer.set_failed(failed)
-            return len(writer.ids)
+        else:
+            for ids, arrays in _in_order(sources, owner, order):
+                writer.add(ids, **arrays)
+        writer.set_failed(failed)
+        return len(writer.ids)
+
+
+def _owners(sources: Sequence[Path]) -> tuple[dict[str, int], str]:
+    """Which of `sources` holds each id, after checking that they agree and share no id; and their dtype."""
+    owner: dict[str, int] = {}
+    with FeaturesReader(sources[0]) as first:
+        for number, path in enumerate(sources):
+            with FeaturesReader(path) as reader:
+                check_compatible(first, reader)
+                for image_id in reader.ids:
+                    if image_id in owner:
+                        raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in "
+                                           f"{sources[owner[image_id]]}; merge each once")
+                    owner[image_id] = number
+        return owner, first.attrs.get("dtype", "float16")
+
+
+def _in_order(sources: Sequence[Path], owner: dict[str, int],
+              order: Sequence[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+    """(ids, arrays) blocks of `MERGE_BLOCK` rows of `order`, each row fetched from the source `owner` names; at most
+    `OPEN_READERS` sources are open at once (the least recently read is closed, and opened again if needed)."""
+    readers: OrderedDict[int, FeaturesReader] = OrderedDict()
+
+    def reader(number: int) -> FeaturesReader:
+        if number in readers:
+            readers.move_to_end(number)
+        else:
+            if len(readers) >= OPEN_READERS:
+                readers.popitem(last=False)[1].close()
+            readers[number] = FeaturesReader(sources[number])
+        return readers[number]
+
+    try:
+        for start in range(0, len(order), MERGE_BLOCK):
+            ids = list(order[start:start + MERGE_BLOCK])
+            by_source: dict[int, list[str]] = {}
+            for image_id in ids:
+                by_source.setdefault(owner[image_id], []).append(image_id)
+            fetched = {number: reader(number).read(chunk) for number, chunk in by_source.items()}
+            position = {image_id: (number, row) for number, chunk in by_source.items()
+                        for row, image_id in enumerate(chunk)}
+            fields = next(iter(fetched.values())).keys()
+            yield ids, {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids])
+                        for field in fields}
     finally:
-        for reader in readers:
-            reader.close()
-
-
-def _add_in_order(writer: FeaturesWriter, readers: list[FeaturesReader], owner: dict[str, int],
-                  ids: Sequence[str]) -> None:
-    """Append rows for `ids`, fetched from whichever readers hold them, in the order of `ids`."""
-    by_source: dict[int, list[str]] = {}
-    for image_id in ids:
-        by_source.setdefault(owner[image_id], []).append(image_id)
-    fetched = {number: readers[number].read(chunk) for number, chunk in by_source.items()}
-    position = {image_id: (number, row) for number, chunk in by_source.items() for row, image_id in enumerate(chunk)}
-    fields = readers[0].fields
-    arrays = {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids]) for field in fields}
-    writer.add(list(ids), **arrays)
+        for open_reader in readers.values():
+            open_reader.close()
 
 
 class PartsWriter:
-    """Rows of an unfinished run, committed to complete part files at least every `commit_seconds`.
+    """Rows of an unfinished run, committed to complete part files once `commit_seconds` have passed since the
+    last commit (or since the writer was made), and when the run fails or is interrupted (`discard`).
 
     Each part stores, beside its rows, `/input_digests`: the digest of each row's input (`digests`, by id;
     see vltools.io.provenance.input_digest). On `resume`, rows whose input changed since are dropped from
-    their part and so recomputed; the caller holds the folder's lock (vltools.io.atomic.output_lock). Errors
-    about rows (a value float16 cannot hold) name `output`, the user's name of the file the parts become (the
-    -o path, or "standard output"), never a part under the folder, which may be in the temporary folder.
+    their part and so recomputed; without `resume`, finished parts are refused (as `OUT.partial` records are)
+    rather than deleted. The caller holds the folder's lock (vltools.io.atomic.output_lock). Errors about rows (a
+    value float16 cannot hold) name `output`, the user's name of the file the parts become (the -o path, or
+    "standard output"), never a part under the folder, which may be in the temporary folder.
     """
 
     def __init__(self, folder: Path, attrs: dict[str, object], dtype: str, commit_seconds: float,
@@ -159,6 +192,7 @@ class PartsWriter:
         self.dtype = dtype
         self.commit_seconds = commit_seconds
         self.digests = digests or {}
+        self.resume = resume
         if folder.exists() and not folder.is_dir():
             raise VLToolsError(f"{folder}: is a file, not the folder of parts an interrupted vltools run leaves; "
                                "move it away")
@@ -167,8 +201,8 @@ class PartsWriter:
         if foreign:
             raise VLToolsError(f"{folder}: holds {foreign[0]}, which no vltools run wrote there (it holds only "
                                "part-NNNNNN.h5 files), and the run would remove it with the folder; move it away")
-        if folder.exists() and not resume:
-            shutil.rmtree(folder)
+        if not resume and any(folder.glob("part-*.h5")):
+            raise VLToolsError(f"{folder}: {INTERRUPTED}")
         try:
             folder.mkdir(exist_ok=True)
         except OSError as exc:
@@ -190,11 +224,12 @@ class PartsWriter:
                 self._rewrite(part, keep)
             self.done.update(keep)
         if self.changed:
-            log.warning("%s: %d finished images changed since the interrupted run (file, size, time or boxes); "
-                        "they are computed again", folder, self.changed)
+            log.warning("%s: the inputs of %d finished items changed since the interrupted run (file, size, time or "
+                        "boxes); they are computed again", folder, self.changed)
         self._writer: FeaturesWriter | None = None
+        self._whole = True        # whether every row of the open part was written whole (no add failed in it)
         self._ids: list[str] = []
-        self._started = 0.0
+        self._committed = time.monotonic()
 
     def _rewrite(self, part: Path, keep: list[str]) -> None:
         """Replace `part` by its rows of `keep` (ids whose input is unchanged), or remove it when none are."""
@@ -226,47 +261,64 @@ class PartsWriter:
         return self.folder / f"part-{number:06d}.h5"
 
     def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
-        """Append rows; commit the current part when it has been open for `commit_seconds`. A failed write
-        (full disk) is one line naming the output; the caller then `discard`s the uncommitted part."""
-        try:
-            if self._writer is None:
-                self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype,
-                                              name=self.output)
-                self._started = time.monotonic()
-            self._writer.add(ids, **arrays)
-        except OSError as exc:
-            raise output_error(self.output, exc) from exc
-        self._ids.extend(ids)
-        self.done.update(ids)
-        if time.monotonic() - self._started >= self.commit_seconds:
-            self.commit()
+        """Append rows; commit the open part once `commit_seconds` have passed since the last commit. A failed write
+        (full disk) is one line naming the output; the part it failed in is then dropped by `discard`. Ctrl-C and
+        SIGTERM wait until the rows are written (`signals_held`), so that the part stays whole for `discard`."""
+        with signals_held():
+            try:
+                if self._writer is None:
+                    self._writer = FeaturesWriter(Path(f"{self._next_path()}.tmp"), self.attrs, dtype=self.dtype,
+                                                  name=self.output)
+                self._writer.add(ids, **arrays)
+            except BaseException as exc:
+                self._whole = False
+                if isinstance(exc, OSError):
+                    raise output_error(self.output, exc) from exc
+                raise
+            self._ids.extend(ids)
+            self.done.update(ids)
+            if time.monotonic() - self._committed >= self.commit_seconds:
+                self.commit()
 
     def commit(self) -> None:
-        """Close the current part and rename it to its final name, making its rows durable."""
+        """Close the open part and rename it to its final name, making its rows durable (Ctrl-C and SIGTERM wait
+        until it is done)."""
+        self._committed = time.monotonic()
         if self._writer is None:
             return
-        tmp = self._writer.path
-        try:
-            self._writer.handle.create_dataset(
-                "input_digests", data=np.array([self.digests.get(i, "") for i in self._ids], dtype=object),
-                dtype=string_dtype())
-            self._writer.close()
-        except OSError as exc:
-            self.discard()
-            raise output_error(self.output, exc) from exc
-        self._writer = None
-        self._ids = []
-        final = Path(str(tmp)[: -len(".tmp")])
-        os.replace(tmp, final)
-        self.parts.append(final)
+        with signals_held():
+            tmp = self._writer.path
+            try:
+                self._writer.handle.create_dataset(
+                    "input_digests", data=np.array([self.digests.get(i, "") for i in self._ids], dtype=object),
+                    dtype=string_dtype())
+                self._writer.close()
+            except BaseException as exc:
+                self._whole = False
+                self.discard()
+                if isinstance(exc, OSError):
+                    raise output_error(self.output, exc) from exc
+                raise
+            self._writer = None
+            self._ids = []
+            final = Path(str(tmp)[: -len(".tmp")])
+            os.replace(tmp, final)
+            self.parts.append(final)
 
     def discard(self) -> None:
-        """After a failure: drop the uncommitted part, and the folder when it holds no finished part."""
+        """After a failure or an interruption: commit the open part when its rows were all written whole (they are
+        finished items for --resume), else drop it; remove the folder when it holds no finished part."""
+        if self._writer is not None and self._whole:
+            with contextlib.suppress(Exception):    # a failed commit drops the part; the run's own error stands
+                self.commit()
         if self._writer is not None:
             self._writer.abandon()
             self._writer.path.unlink(missing_ok=True)
             self._writer = None
-        if not self.parts:
+            self.done.difference_update(self._ids)
+            self._ids = []
+        self._whole = True
+        if not any(self.folder.glob("part-*.h5")):
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def merge_into(self, target: Path, attrs: dict[str, object], order: Sequence[str],
@@ -288,6 +340,12 @@ class PartsWriter:
                             dtype=self.dtype) as writer:
             writer.set_failed(failed)
         return 0
+
+    def rows(self, order: Sequence[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        """Commit, then the rows of `order` (all finished) in that order, in (ids, arrays) blocks, without writing a
+        merged file (`encode` streams them into its embeddings file)."""
+        self.commit()
+        return _in_order(self.parts, _owners(self.parts)[0] if self.parts else {}, order)
 
     def remove(self) -> None:
         """Delete the parts folder (once the merged output is safely in place)."""

@@ -127,7 +127,8 @@ class Trainer:
             raise VLToolsError(f"{self.output}: a device or pipe; train writes a checkpoint file (and .last.pt, "
                                ".log.jsonl beside it), give -o PATH of a file")
         if resume and not self.last_path.exists():
-            raise VLToolsError(f"{self.last_path}: no resume file; train without --resume first")
+            log.info("nothing to resume for %s (no %s); starting from the beginning", self.output, self.last_path)
+            resume = False
         for key in ("batch_size", "accumulate", "epochs"):
             if self.options[key] < 1:
                 raise VLToolsError(f"train.{key} must be at least 1, not {self.options[key]}")
@@ -354,8 +355,8 @@ class Trainer:
             log.warning("%s was written by %d process(es), this run has %d: dropout noise is reseeded",
                         self.last_path, len(states), self.env.world_size)
             torch.manual_seed(self.options["seed"] + self.env.rank + self.state["iteration"])
-        log.info("resuming from %s at epoch %d, iteration %d", self.last_path, self.state["epoch"] + 1,
-                 self.state["iteration"])
+        log.info("resuming from %s at epoch %d of %d, iteration %d", self.last_path, self.state["epoch"] + 1,
+                 self.options["epochs"], self.state["iteration"])
         return int(saved["log_lines"])
 
 

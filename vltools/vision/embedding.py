@@ -6,7 +6,7 @@ images of different sizes is padded at the bottom right, with each image's (h, w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -71,14 +71,23 @@ def _batches(store: ImageStore, indices: Sequence[int], batch_size: int, workers
         yield batch
 
 
+def embedding_batches(encode: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], store: ImageStore,
+                      indices: Sequence[int], device: torch.device, batch_size: int = 32, workers: int = 0,
+                      desc: str | None = "embed images") -> Iterator[np.ndarray]:
+    """float32 [B, D] per batch of `batch_size` of `indices`, in order: `encode(padded uint8 images, sizes)` of the
+    store's images; a progress line `desc` unless None (the inference runner reports progress itself)."""
+    batches = _batches(store, indices, batch_size, workers)
+    if desc is not None:
+        batches = progress(batches, total=len(indices), desc=desc, unit="images", size=len)
+    with torch.inference_mode():
+        for batch in batches:
+            images, sizes = pad_batch([image for _, image in batch])
+            yield encode(images.to(device), sizes).float().cpu().numpy()
+
+
 def embed_images(encode: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], store: ImageStore,
                  indices: Sequence[int], device: torch.device, batch_size: int = 32, workers: int = 0,
                  desc: str = "embed images") -> np.ndarray:
     """float32 [len(indices), D]: `encode(padded uint8 images, sizes)` of the store's images, in the order given."""
-    out = []
-    with torch.inference_mode():
-        for batch in progress(_batches(store, indices, batch_size, workers), total=len(indices), desc=desc,
-                              unit="images", size=len):
-            images, sizes = pad_batch([image for _, image in batch])
-            out.append(encode(images.to(device), sizes).float().cpu().numpy())
+    out = list(embedding_batches(encode, store, indices, device, batch_size, workers, desc))
     return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
