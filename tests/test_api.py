@@ -20,6 +20,7 @@ from matching_helpers import make_world, save_tiny
 from tiny_captioning import make_caption_world, save_captioner
 
 import vltools
+import vltools.infer.encode as infer_encode
 from vltools.cli import cli
 from vltools.devices import check_precision
 from vltools.errors import VLToolsError
@@ -377,6 +378,32 @@ def test_encode_returns_the_embeddings_the_stage_writes(world, tmp_path):
         assert found.caption_image_ids == list(theirs["caption_image_ids"].asstr())
     assert (found.side, images.side, len(found.ids), len(images.ids)) == ("captions", "images", 21, 9)
     assert repr(found) == f"Embeddings(captions, 21 x {found.vectors.shape[1]}, vse)"
+
+
+def test_encode_resumes_an_interrupted_run_into_the_same_output(world, tmp_path, monkeypatch):
+    features, captions, _, vse = world
+    whole = vltools.encode(captions, vse, split="test", device="cpu", batch_size=2)
+    real = infer_encode.embed_blocks
+
+    def stopped(*given: object, **options: object):
+        for number, batch in enumerate(real(*given, **options)):
+            if number == 3:
+                raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(infer_encode, "embed_blocks", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2)
+    assert [path.name for path in tmp_path.iterdir()] == ["out.h5.partial"]
+    monkeypatch.setattr(infer_encode, "embed_blocks", real)
+    with pytest.raises(VLToolsError, match="left by an interrupted run; continue it with --resume"):
+        vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2)
+    resumed = vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2,
+                             resume=True)
+    np.testing.assert_allclose(resumed.vectors, whole.vectors, rtol=1e-6, atol=1e-7)
+    assert resumed.ids == whole.ids and [path.name for path in tmp_path.iterdir()] == ["out.h5"]
+    with pytest.raises(VLToolsError, match="^resume needs output=PATH"):
+        vltools.encode(captions, vse, split="test", device="cpu", resume=True)
 
 
 def test_encode_takes_captions_and_features_in_memory(world, tmp_path):

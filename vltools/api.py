@@ -399,7 +399,7 @@ def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) 
 def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel, output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | Records | None = None, concepts: PathLike | None = None,
            sentences: PathLike | Records | None = None, batch_size: int = 256, device: str = "auto",
-           precision: str = "fp32", **rmac: object) -> Embeddings | None:
+           precision: str = "fp32", resume: bool = False, **rmac: object) -> Embeddings | None:
     """`vltools encode SOURCE --model MODEL [-o OUTPUT]`: the embeddings of a separable model (vse, sco; rmac on
     images) for the images of a features file (those the `split` of `captions` names, when given) or the captions
     of a captions file's `split`, written to `output` when given (the HDF5 of `/ids` and `/emb`). Returns them as
@@ -408,7 +408,8 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     gets them, the others None. SOURCE, `captions` and `sentences` may be in memory: records (a list of dicts)
     or features ({"ids": [...], "regions": array, ...}). SCO reads `concepts` (concept scores) and, for "ctx +
     sen", `sentences` (one generated caption per image). An rmac model takes the keywords of
-    `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers)."""
+    `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). `resume`
+    continues an interrupted run into the same `output` (`encode --resume`), keeping what it committed."""
     checks.data(source, "source", ("records", "features"))
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
@@ -428,11 +429,15 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
         checks.texts(rmac.get(name, ()), name)
     checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
     checks.integer(rmac.get("workers", 0), "workers", 0)
+    checks.flag(resume, "resume")
+    if resume and output is None:
+        raise checks.ArgumentError("resume", "needs output=PATH, the file the interrupted run was writing")
     with spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
                                  captions=files["captions"], concepts=concepts, sentences=files["sentences"],
-                                 batch_size=batch_size, precision=precision, rmac=QueryOptions(**rmac))
+                                 batch_size=batch_size, precision=precision, rmac=QueryOptions(**rmac),
+                                 resume=resume)
 
 
 def _ranked(value: object) -> object:
