@@ -108,6 +108,7 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(vltools.score_retrieval(tmp_path / "r.jsonl", captions)) == ranked
     records = [json.loads(line) for line in captions.read_text().splitlines()]
     assert printed(vltools.score_retrieval(list(found.rankings()), records)) == ranked     # in memory
+    assert printed(vltools.score_retrieval(found.rankings(), records)) == ranked     # .rankings() as it comes
     one_fold = vltools.score_retrieval(found, protocol="coco1k", fold_size=7)
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
 

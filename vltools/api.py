@@ -442,7 +442,7 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
 
 def _ranked(value: object) -> object:
     """A `Matches` as its rankings records (the file `match -o` writes), anything else as it is."""
-    return list(value.rankings()) if isinstance(value, Matches) else value
+    return value.rankings() if isinstance(value, Matches) else value
 
 
 def _flat(config: object, name: str) -> dict[str, object]:
