@@ -285,6 +285,22 @@ def test_library_errors_name_python_arguments_where_they_named_force_r_device_an
     assert str(result.exception).startswith("--R 10,1: give increasing positive integers")
 
 
+def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):
+    """A split with no captions was refused as 'choose one with --split' (or --val-split) from Python too."""
+    features, captions, _, vse = world
+    train_only = [{"image_id": r["image_id"], "caption": r["caption"], "split": "train"}
+                  for r in map(json.loads, captions.read_text().splitlines())]
+    calls = {
+        lambda: vltools.encode(train_only, vse, device="cpu"): "(splits present: train; choose one with split)",
+        lambda: vltools.train("vse", [features, train_only], tmp_path / "m.pt"):
+            "(splits present: train; choose one with val_split)",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError, match=re.escape(message)) as error:
+            call()
+        assert "--" not in str(error.value)
+
+
 def test_scores_from_memory_are_checked_as_scores_from_files_are(world, tmp_path):
     features, captions, sgr, _ = world
     found = vltools.match(features, captions, sgr, device="cpu")

@@ -142,8 +142,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     images, captions, concepts = inputs
     vocabulary = ConceptVocabulary.load(concepts)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     items = {item.image_id: item for item in list_inputs([images])}
     for split in (train, val):
         missing = [i for i in split.image_ids if i not in items]

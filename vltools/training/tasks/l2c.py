@@ -92,8 +92,8 @@ class L2CTask:
         self.options = options = config["task"]
         self.prep = CaptionPreprocessing(options["tokenizer"], options["min_count"], options["max_words"])
         records = read_records(pairs_path, "pairs")
-        train = read_pairs(pairs_path, train_split, records, need_descriptions=True, option="--train-split")
-        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True, option="--val-split")
+        train = read_pairs(pairs_path, train_split, records, need_descriptions=True, chosen_by="train_split")
+        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True, chosen_by="val_split")
         self._val_refs: dict[str, list[str]] | None = None
         check_map_features(features, train.image_ids + self.val.image_ids, pairs_path)
         texts = [text for _, text in train.items()]

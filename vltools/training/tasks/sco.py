@@ -168,8 +168,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     context, second, captions = split_inputs(inputs, config["model"])
     concepts, sentences = (None, second) if config["model"]["use_sentence"] else (second, None)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     for split in (train, val):
         for path in (context, concepts):
             if path is not None:
