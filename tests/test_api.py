@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import h5py
 import numpy as np
 import pytest
@@ -283,6 +284,25 @@ def test_library_errors_name_python_arguments_where_they_named_force_r_device_an
     result = CliRunner().invoke(cli, ["score", "semantic", str(tmp_path / "s.h5"), "--proxy", str(tmp_path / "p.h5"),
                                       "--R", "10,1"])
     assert str(result.exception).startswith("--R 10,1: give increasing positive integers")
+
+
+def test_convert_takes_each_kind_s_options_by_the_command_s_names():
+    """Every keyword of vltools.convert(KIND, ...) is a parameter of `vltools convert KIND` (its name or its flag,
+    e.g. precomp's `features` for --features; to-precomp's `captions` argument), and every option but the output is
+    a keyword: flickr's --train / --val / --test were split_files={...} in Python."""
+    from vltools.api import CONVERTERS
+    from vltools.commands.convert import command
+    from vltools.commands.options import is_output_param
+
+    for kind, converter in CONVERTERS.items():
+        params = [param for param in command.commands[kind].params if param.name != "help"]
+        options = [param for param in params if isinstance(param, click.Option)]
+        spellings = {param.name: {param.name} | {flag[2:].replace("-", "_") for flag in param.opts
+                                                  if flag.startswith("--")} for param in params}
+        taken = set(converter.options)
+        assert not [name for name in taken if not any(name in spelled for spelled in spellings.values())], kind
+        assert not [param.name for param in options if not is_output_param(param) and
+                    not spellings[param.name] & taken], kind
 
 
 def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):

@@ -32,7 +32,7 @@ from vltools.data.converters import birds_to_words, karpathy, precomp
 from vltools.data.converters.bottom_up import convert_bottom_up
 from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
 from vltools.data.converters.cub import read_cub
-from vltools.data.converters.flickr import read_flickr
+from vltools.data.converters.flickr import convert_flickr
 from vltools.data.converters.scan_vocab import convert_scan_vocab, convert_to_scan_vocab
 from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
 from vltools.data.converters.visual_genome import visual_genome_records
@@ -140,7 +140,8 @@ CONVERTERS: dict[str, Converter] = {
         "restval_as": _optional(checks.split), "only_splits": _optional(checks.splits)}, records=True),
     "coco": Converter(coco.read_coco, {"split": _optional(checks.split), "id_field": _one_of(coco.ID_FIELDS)},
                       records=True),
-    "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
+    "flickr": Converter(convert_flickr, {"train": _optional(checks.path), "val": _optional(checks.path),
+                                         "test": _optional(checks.path), "drop_unassigned": checks.flag},
                         records=True),
     "birds-to-words": Converter(birds_to_words.read_birds_to_words,
                                 {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
