@@ -244,7 +244,8 @@ def test_caption_checks_its_decoding_limits_as_the_command_line_does(tmp_path, o
 def test_score_retrieval_refuses_what_is_not_a_path_without_calling_it_a_missing_file():
     with pytest.raises(VLToolsError) as error:
         vltools.score_retrieval({"a": 1})
-    assert str(error.value) == "scores must be a file path or a non-empty list of paths, not {'a': 1}"
+    assert str(error.value) == ("scores must be a Matches, rankings records (a list of dicts, as Matches.rankings() "
+                                "gives), a file path or a non-empty list of paths, not {'a': 1}")
     with pytest.raises(VLToolsError, match="^fold_size must be a positive integer, not 0$"):
         vltools.score_retrieval("s.h5", fold_size=0)
     with pytest.raises(VLToolsError, match="^protocol must be one of full, coco1k, not 'coco5k'$"):

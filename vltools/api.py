@@ -311,7 +311,8 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
     ranked = isinstance(scores, list | tuple) and in_memory(scores)    # rankings records (a dict is no scores)
-    with spooled({"scores": scores if ranked else checks.paths(scores, "scores"),
+    also = "a Matches, rankings records (a list of dicts, as Matches.rankings() gives), "
+    with spooled({"scores": scores if ranked else checks.paths(scores, "scores", also),
                   "captions": captions}) as files:
         scores = files["scores"]
         return score_files(scores if isinstance(scores, list) else [scores], files["captions"], protocol, fold_size,
