@@ -306,6 +306,35 @@ def test_convert_takes_each_kind_s_options_by_the_command_s_names():
                     not spellings[param.name] & taken], kind
 
 
+def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(world, tmp_path):
+    """The command line's input check, from Python: vltools.match("caps.jsonl", "feats.h5") said, once the model had
+    loaded, that the captions were 'not a readable HDF5 file ... may be truncated'; vltools.train with CAPS FEATS
+    said 'feats.h5: line 1: not UTF-8 text; convert the file to UTF-8'."""
+    features, captions, sgr, vse = world
+    records = [json.loads(line) for line in captions.read_text().splitlines()]
+    swapped = "{} and {} are in each other's places: {} is {}, which {} takes, and {} is {}, which {} takes; swap them"
+    calls = {
+        lambda: vltools.match(captions, features, sgr): swapped.format(
+            captions, features, captions, "JSON text", "second", features, "HDF5", "first"),
+        lambda: vltools.encode(vse, features): swapped.format(
+            vse, features, vse, "a torch checkpoint", "model", features, "HDF5", "source"),
+        lambda: vltools.train("vse", [captions, features], tmp_path / "m.pt"): swapped.format(
+            captions, features, captions, "JSON text", "CAPS.jsonl", features, "HDF5", "FEATS.h5"),
+        lambda: vltools.train("vse", [records, features], tmp_path / "m.pt"): swapped.format(
+            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "JSON text", "CAPS.jsonl", features, "HDF5",
+            "FEATS.h5"),
+        lambda: vltools.match(features, captions, [sgr, captions]):
+            f"{captions}: model[1] must be a torch checkpoint, but this is JSON text; see help(vltools.match)",
+        lambda: vltools.score_caption(records, features):
+            f"{features}: refs must be JSON lines or JSON, but this is HDF5; see help(vltools.score_caption)",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
+    assert not (tmp_path / "m.pt").exists()
+
+
 def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):
     """A split with no captions was refused as 'choose one with --split' (or --val-split) from Python too."""
     features, captions, _, vse = world
@@ -778,7 +807,7 @@ RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beac
     lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
     lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
     lambda p: vltools.convert(RECORDS, p / "x.json"),
-    lambda p: vltools.train("vse", [RECORDS, {"ids": RECORDS}], p / "m.pt"),
+    lambda p: vltools.train("vse", [{"ids": RECORDS}, RECORDS], p / "m.pt"),     # features whose ids are records
     lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
     lambda p: vltools.search(RECORDS, p / "index.h5"),
     lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path
