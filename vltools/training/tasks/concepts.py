@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from vltools.data.captions import read_split
 from vltools.data.draws import FLIPS, EpochDraws
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.models import schema_version
@@ -138,7 +138,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> ConceptTask:
     """The concept CNN task from `IMAGES CAPS.jsonl CONCEPTS.json` (IMAGES: folder, list file or images JSONL)."""
     if len(inputs) != 3:
-        raise VLToolsError(f"--model concepts takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; got {len(inputs)}")
+        raise VLToolsError(f"{argument('model', 'concepts')} takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; "
+                           f"got {len(inputs)}")
     images, captions, concepts = inputs
     vocabulary = ConceptVocabulary.load(concepts)
     records = read_records(captions, "captions")

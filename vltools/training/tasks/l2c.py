@@ -36,7 +36,7 @@ from vltools.data.l2c import (
     read_image_captions,
     read_pairs,
 )
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval.caption import rouge_l, treebank_tokenize
 from vltools.infer.pairs import describe_pairs
 from vltools.io.features import FeaturesReader
@@ -161,7 +161,7 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> L2CTask:
     """The L2C task from `PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]]`."""
     if not 2 <= len(inputs) <= 4:
-        raise VLToolsError(f"--model l2c takes PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]]; got "
-                           f"{len(inputs)} inputs")
+        raise VLToolsError(f"{argument('model', 'l2c')} takes PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl "
+                           f"[AUX_FEATS.h5]]; got {len(inputs)} inputs")
     pairs, features, captions, aux_features = (*inputs, None, None)[:4]
     return L2CTask(config, pairs, features, captions, aux_features, train_split, val_split, vocab)
