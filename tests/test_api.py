@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import h5py
 import numpy as np
 import pytest
@@ -108,6 +109,7 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(vltools.score_retrieval(tmp_path / "r.jsonl", captions)) == ranked
     records = [json.loads(line) for line in captions.read_text().splitlines()]
     assert printed(vltools.score_retrieval(list(found.rankings()), records)) == ranked     # in memory
+    assert printed(vltools.score_retrieval(found.rankings(), records)) == ranked     # .rankings() as it comes
     one_fold = vltools.score_retrieval(found, protocol="coco1k", fold_size=7)
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
 
@@ -242,7 +244,8 @@ def test_caption_checks_its_decoding_limits_as_the_command_line_does(tmp_path, o
 def test_score_retrieval_refuses_what_is_not_a_path_without_calling_it_a_missing_file():
     with pytest.raises(VLToolsError) as error:
         vltools.score_retrieval({"a": 1})
-    assert str(error.value) == "scores must be a file path or a non-empty list of paths, not {'a': 1}"
+    assert str(error.value) == ("scores must be a Matches, rankings records (a list of dicts, as Matches.rankings() "
+                                "gives), a file path or a non-empty list of paths, not {'a': 1}")
     with pytest.raises(VLToolsError, match="^fold_size must be a positive integer, not 0$"):
         vltools.score_retrieval("s.h5", fold_size=0)
     with pytest.raises(VLToolsError, match="^protocol must be one of full, coco1k, not 'coco5k'$"):
@@ -282,6 +285,70 @@ def test_library_errors_name_python_arguments_where_they_named_force_r_device_an
     result = CliRunner().invoke(cli, ["score", "semantic", str(tmp_path / "s.h5"), "--proxy", str(tmp_path / "p.h5"),
                                       "--R", "10,1"])
     assert str(result.exception).startswith("--R 10,1: give increasing positive integers")
+
+
+def test_convert_takes_each_kind_s_options_by_the_command_s_names():
+    """Every keyword of vltools.convert(KIND, ...) is a parameter of `vltools convert KIND` (its name or its flag,
+    e.g. precomp's `features` for --features; to-precomp's `captions` argument), and every option but the output is
+    a keyword: flickr's --train / --val / --test were split_files={...} in Python."""
+    from vltools.api import CONVERTERS
+    from vltools.commands.convert import command
+    from vltools.commands.options import is_output_param
+
+    for kind, converter in CONVERTERS.items():
+        params = [param for param in command.commands[kind].params if param.name != "help"]
+        options = [param for param in params if isinstance(param, click.Option)]
+        spellings = {param.name: {param.name} | {flag[2:].replace("-", "_") for flag in param.opts
+                                                  if flag.startswith("--")} for param in params}
+        taken = set(converter.options)
+        assert not [name for name in taken if not any(name in spelled for spelled in spellings.values())], kind
+        assert not [param.name for param in options if not is_output_param(param) and
+                    not spellings[param.name] & taken], kind
+
+
+def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(world, tmp_path):
+    """The command line's input check, from Python: vltools.match("caps.jsonl", "feats.h5") said, once the model had
+    loaded, that the captions were 'not a readable HDF5 file ... may be truncated'; vltools.train with CAPS FEATS
+    said 'feats.h5: line 1: not UTF-8 text; convert the file to UTF-8'."""
+    features, captions, sgr, vse = world
+    records = [json.loads(line) for line in captions.read_text().splitlines()]
+    swapped = "{} and {} are in each other's places: {} is {}, which {} takes, and {} is {}, which {} takes; swap them"
+    calls = {
+        lambda: vltools.match(captions, features, sgr): swapped.format(
+            captions, features, captions, "JSON text", "second", features, "HDF5", "first"),
+        lambda: vltools.encode(vse, features): swapped.format(
+            vse, features, vse, "a torch checkpoint", "model", features, "HDF5", "source"),
+        lambda: vltools.train("vse", [captions, features], tmp_path / "m.pt"): swapped.format(
+            captions, features, captions, "JSON text", "CAPS.jsonl", features, "HDF5", "FEATS.h5"),
+        lambda: vltools.train("vse", [records, features], tmp_path / "m.pt"): swapped.format(
+            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "JSON text", "CAPS.jsonl", features, "HDF5",
+            "FEATS.h5"),
+        lambda: vltools.match(features, captions, [sgr, captions]):
+            f"{captions}: model[1] must be a torch checkpoint, but this is JSON text; see help(vltools.match)",
+        lambda: vltools.score_caption(records, features):
+            f"{features}: refs must be JSON lines or JSON, but this is HDF5; see help(vltools.score_caption)",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):
+    """A split with no captions was refused as 'choose one with --split' (or --val-split) from Python too."""
+    features, captions, _, vse = world
+    train_only = [{"image_id": r["image_id"], "caption": r["caption"], "split": "train"}
+                  for r in map(json.loads, captions.read_text().splitlines())]
+    calls = {
+        lambda: vltools.encode(train_only, vse, device="cpu"): "(splits present: train; choose one with split)",
+        lambda: vltools.train("vse", [features, train_only], tmp_path / "m.pt"):
+            "(splits present: train; choose one with val_split)",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError, match=re.escape(message)) as error:
+            call()
+        assert "--" not in str(error.value)
 
 
 def test_scores_from_memory_are_checked_as_scores_from_files_are(world, tmp_path):
@@ -740,7 +807,7 @@ RECORDS = [{"image_id": str(k), "caption": f"a man riding a horse along the beac
     lambda p: vltools.match(RECORDS, p / "caps.jsonl", p / "m.pt"),
     lambda p: vltools.encode(p / "caps.jsonl", RECORDS, p / "o.h5"),
     lambda p: vltools.convert(RECORDS, p / "x.json"),
-    lambda p: vltools.train("vse", [RECORDS, {"ids": RECORDS}], p / "m.pt"),
+    lambda p: vltools.train("vse", [{"ids": RECORDS}, RECORDS], p / "m.pt"),     # features whose ids are records
     lambda p: vltools.train("vse", [p / "f.h5"], p / "m.pt", set={"train.epochs": RECORDS}),
     lambda p: vltools.search(RECORDS, p / "index.h5"),
     lambda p: vltools.score_caption(json.dumps(RECORDS), p / "refs.jsonl"),     # the text of a file, not its path

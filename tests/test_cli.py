@@ -103,6 +103,15 @@ def test_inspect_json_output(tmp_path, vltools_cmd):
     assert json.loads(result.stdout)["kind"] == "captions"
 
 
+def test_inspect_names_a_file_of_no_vltools_kind_by_what_it_is(tmp_path, capsys):
+    """A Flickr token file given to inspect was 'line 1: malformed JSON ...; fix or remove that line'."""
+    (tmp_path / "tokens.txt").write_text("a.jpg#0\tA dog runs .\n")
+    assert _exit_status(["inspect", str(tmp_path / "tokens.txt")]) == 1
+    assert capsys.readouterr().err == (f"vltools: error: {tmp_path / 'tokens.txt'}: FILES must be HDF5 or a torch "
+                                       "checkpoint or JSON lines, but this is plain text, not JSON; see `vltools "
+                                       "inspect --help`\n")
+
+
 def _writing_stages() -> list[tuple[str, ...]]:
     """Every stage and subcommand that writes an output (has -o/--output or an OUT argument), by its path."""
     found = []

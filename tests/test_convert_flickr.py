@@ -7,6 +7,7 @@ import json
 import pytest
 from convert_cli import DATA, convert
 
+import vltools
 from vltools.data.converters.flickr import read_flickr
 from vltools.errors import VLToolsError
 
@@ -39,6 +40,16 @@ def test_token_file_with_split_lists(tmp_path):
     assert counts == {"train": 64, "val": 12, "test": 4, "unassigned": 2}
     odd = [r for r in records if r["image_id"] == "2258277193_586949ec62.jpg.1"]
     assert len(odd) == 5 and odd[0]["split"] == "unassigned"
+
+
+def test_the_api_takes_the_split_lists_by_the_command_s_option_names():
+    """`vltools.convert("flickr", TOKENS, train=LIST)` as `--train LIST`: the API named them split_files={...}."""
+    lines, splits = reference()
+    records = vltools.convert("flickr", TOKENS, train=LISTS["train"], val=LISTS["val"], test=LISTS["test"])
+    assert records == [{"image_id": name, "caption": caption, "caption_id": caption_id,
+                        "split": splits.get(name, "unassigned")} for name, caption_id, caption in lines]
+    with pytest.raises(VLToolsError, match="split_files is not an argument of vltools.convert"):
+        vltools.convert("flickr", TOKENS, split_files={"train": LISTS["train"]})
 
 
 def test_drop_unassigned_and_no_lists():

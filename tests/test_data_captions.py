@@ -44,7 +44,7 @@ def test_read_split_numbers_images_by_first_appearance(tmp_path):
     assert split.caption_image_index.tolist() == [0, 1, 0]
     assert split.caption_ids == ["b#0", "a#1", "b#1"]  # k counts the image's captions over the whole file
     with pytest.raises(VLToolsError, match=r"no captions in split 'test' \(splits present: train, val; choose one "
-                                           r"with --split\)"):
+                                           r"with split\)"):  # from Python; the command line says --split
         read_split(path, "test")
 
 
@@ -145,14 +145,14 @@ def test_no_split_given_means_test_when_captions_have_splits_and_every_caption_w
     assert read_split(split, None).caption_ids == ["b#0"] and read_split(split, None).name == "test"
     assert read_split(split, None, default="train").caption_ids == ["a#0"]
     with pytest.raises(VLToolsError, match=r"bare.jsonl: no captions in split 'val' \(no caption has a split field; "
-                                           r"leave out --split to use every caption\)"):
+                                           r"leave out split to use every caption\)"):
         read_split(bare, "val")
     with pytest.raises(VLToolsError, match=r"no captions in split 'train' \(no caption has a split field; give each "
                                            r"caption a \"split\" field"):
-        read_split(bare, "train", option="--train-split")
+        read_split(bare, "train", chosen_by="train_split")
     with pytest.raises(VLToolsError, match=r"no captions in split 'dev' \(splits present: test, train; choose one "
-                                           r"with --val-split\)"):
-        read_split(split, "dev", option="--val-split")
+                                           r"with val_split\)"):
+        read_split(split, "dev", chosen_by="val_split")
 
 
 def test_split_of_names_the_one_split_that_was_ranked():

@@ -158,7 +158,7 @@ def test_full_rankings_give_the_matrix_numbers_and_topk_lists_what_is_known():
     expected = brute_force(sims, list(image_of))
     caption_images = [images[i] for i in image_of]
     i2t, t2i, shortest = rankings_ranks(_rankings(sims, images, captions, 100), captions, caption_images, "r.jsonl")
-    assert shortest == 15
+    assert shortest is None     # every list ranks all its candidates: nothing is a lower bound
     assert_same(summarize(i2t, t2i), expected)
     # top-2 lists: ranks beyond 2 are unknown; recalls at K <= 2 stay exact, R@5 only counts what is listed
     i2t, t2i, shortest = rankings_ranks(_rankings(sims, images, captions, 2), captions, caption_images, "r.jsonl")
@@ -167,6 +167,8 @@ def test_full_rankings_give_the_matrix_numbers_and_topk_lists_what_is_known():
     assert result["i2t"]["R@1"] == pytest.approx(expected["i2t"]["R@1"])
     assert result["t2i"]["R@1"] == pytest.approx(expected["t2i"]["R@1"])
     assert result["t2i"]["meanr"] is None and result["t2i"]["medr"] is None  # most captions' image is beyond 2
+    # top-20 lists: each caption's list holds all 15 images (complete), each image's 20 of its 45 captions
+    assert rankings_ranks(_rankings(sims, images, captions, 20), captions, caption_images, "r.jsonl")[2] == 20
 
 
 def test_rankings_errors_name_the_ids():

@@ -132,6 +132,21 @@ def test_torchrun_two_gloo_processes_equal_one_process_accumulating(world, tmp_p
     assert len(first["train_state"]["rng"]) == 2  # each rank's dropout RNG, for an exact resume
 
 
+def test_inputs_in_each_other_s_places_are_named_before_anything_is_read(tmp_path, capsys):
+    """`train --model vse CAPS.jsonl FEATS.h5` said 'FEATS.h5: line 1: not UTF-8 text; convert the file to UTF-8'."""
+    (tmp_path / "f.h5").write_bytes(HDF5_SIGNATURE + b"not an HDF5 file")     # the kinds by their first bytes
+    (tmp_path / "c.jsonl").write_text('{"image_id": ', encoding="utf-8")
+    code, err = exit_with(["train", "--model", "vse", str(tmp_path / "c.jsonl"), str(tmp_path / "f.h5"),
+                           "-o", str(tmp_path / "m.pt")], capsys)
+    assert code == 1 and err == (f"vltools: error: {tmp_path / 'c.jsonl'} and {tmp_path / 'f.h5'} are in each other's "
+                                 f"places: {tmp_path / 'c.jsonl'} is JSON text, which CAPS.jsonl takes, and "
+                                 f"{tmp_path / 'f.h5'} is HDF5, which FEATS.h5 takes; swap them\n")
+    code, err = exit_with(["train", "--model", "rmac", str(tmp_path / "c.jsonl"), str(tmp_path / "c.jsonl"),
+                           "-o", str(tmp_path / "m.pt")], capsys)
+    assert code == 1 and err == (f"vltools: error: {tmp_path / 'c.jsonl'}: PROXY.h5 must be HDF5, but this is JSON "
+                                 "text; --model rmac takes IMAGES.jsonl PROXY.h5\n")
+
+
 @pytest.mark.parametrize("model, setting, message", [
     ("vse", "model.embed_size=-5", "model.embed_size must be in [1, 1048576], not -5"),
     ("sgr", "model.sim_dim=0", "model.sim_dim must be in [1, 1048576], not 0"),

@@ -128,8 +128,8 @@ def test_an_image_size_below_the_backbone_stride_is_refused(world):
 
 def test_three_inputs_are_required(world):
     _, inputs, _ = world
-    with pytest.raises(VLToolsError, match="--model concepts takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; "
-                                           "got 2"):
+    with pytest.raises(VLToolsError, match="^model=concepts takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; "
+                                           "got 2$"):     # from Python; the command line says --model concepts
         build_task("concepts", inputs[:2], tiny_config())
 
 

@@ -26,13 +26,14 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from vltools.data.caption_scores import score_caption_files, score_self_retrieval_file
 from vltools.data.converters import birds_to_words, karpathy, precomp
 from vltools.data.converters.bottom_up import convert_bottom_up
 from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
 from vltools.data.converters.cub import read_cub
-from vltools.data.converters.flickr import read_flickr
+from vltools.data.converters.flickr import convert_flickr
 from vltools.data.converters.scan_vocab import convert_scan_vocab, convert_to_scan_vocab
 from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
 from vltools.data.converters.visual_genome import visual_genome_records
@@ -58,13 +59,14 @@ from vltools.infer.settings import FEATURE_DTYPES, RunOptions
 from vltools.io import coco
 from vltools.io.features import FeaturesReader
 from vltools.io.held import Embeddings, held, in_memory
+from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
 from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
-from vltools.training import TASKS
+from vltools.training import TASKS, check_inputs
 from vltools.training.trainer import run_training, training_config
 
 PathLike = str | os.PathLike
@@ -140,7 +142,8 @@ CONVERTERS: dict[str, Converter] = {
         "restval_as": _optional(checks.split), "only_splits": _optional(checks.splits)}, records=True),
     "coco": Converter(coco.read_coco, {"split": _optional(checks.split), "id_field": _one_of(coco.ID_FIELDS)},
                       records=True),
-    "flickr": Converter(read_flickr, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
+    "flickr": Converter(convert_flickr, {"train": _optional(checks.path), "val": _optional(checks.path),
+                                         "test": _optional(checks.path), "drop_unassigned": checks.flag},
                         records=True),
     "birds-to-words": Converter(birds_to_words.read_birds_to_words,
                                 {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
@@ -202,6 +205,31 @@ def _model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
     return list(items)
 
 
+# what each kind of data in memory (vltools.io.held.held) stands for among the kinds of file (vltools.io.kinds.FOUND)
+HELD_FOUND = {"features": "hdf5", "embeddings": "hdf5", "records": "json", "document": "json"}
+
+
+def _found(name: str, value: object) -> tuple[str, str]:
+    """An input as messages name it and its kind (a key of vltools.io.kinds.FOUND): a file by its first bytes, data
+    in memory by what it holds."""
+    kind = held(value)
+    return (os.fspath(value), sniff(value, folder_ok=True)) if kind is None else (f"{name} (in memory)",
+                                                                                  HELD_FOUND[kind])
+
+
+def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]]) -> None:
+    """Refuse at once, as the command line does, a file of another kind than its argument takes (keys of
+    vltools.io.kinds.TAKES), naming two arguments given in each other's places: `vltools.match("caps.jsonl",
+    "feats.h5")` called the captions a truncated HDF5 file once the model had loaded. Left to the arguments' own
+    checks: None, a missing path, a folder, a model-store name and a loaded model."""
+    placed = []
+    for label, (value, takes) in inputs.items():
+        if held(value) is not None or (isinstance(value, str | os.PathLike) and Path(value).is_file()):
+            shown, kind = _found(label, value)
+            placed.append(Placed(shown, label, takes, kind))
+    refuse_wrong_kinds(placed, f"see help(vltools.{function})")
+
+
 def _models(items: list[PathLike | LoadedModel]) -> list[LoadedModel]:
     """Loaded matching models from checkpoints, store names (all their members) and LoadedModels."""
     loaded = [item for item in items if isinstance(item, LoadedModel)]
@@ -244,6 +272,10 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     checks.data(first, "first", ("features", "embeddings"))
     checks.data(second, "second", ("records", "embeddings"))
     items = _model_items(model, "model")
+    _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")),
+                           **{"model" if len(items) == 1 else f"model[{k}]": (item, ("checkpoint",))
+                              for k, item in enumerate(items)},
+                           "first_stage": (first_stage, ("checkpoint",))})
     checks.split(split, "split", optional=True)
     checks.optional_integer(rerank_k, "rerank_k", 1)
     if first_stage is not None and not isinstance(first_stage, LoadedModel):
@@ -285,6 +317,7 @@ def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: Path
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
     checks.integer(batch_size, "batch_size", 1)
+    _check_kinds("search", {"index_file": (index_file, ("hdf5",)), "model": (model, ("checkpoint",))})
     given = checked_queries(given)
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
     with spooled({"index_file": index_file}) as files:
@@ -310,7 +343,8 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
     ranked = isinstance(scores, list | tuple) and in_memory(scores)    # rankings records (a dict is no scores)
-    with spooled({"scores": scores if ranked else checks.paths(scores, "scores"),
+    also = "a Matches, rankings records (a list of dicts, as Matches.rankings() gives), "
+    with spooled({"scores": scores if ranked else checks.paths(scores, "scores", also),
                   "captions": captions}) as files:
         scores = files["scores"]
         return score_files(scores if isinstance(scores, list) else [scores], files["captions"], protocol, fold_size,
@@ -329,6 +363,8 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
         checks.path(model, "model")
     checks.data(features, "features", ("features",))
     checks.data(captions, "captions", ("records",), optional=True)
+    _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),
+                             "captions": (captions, ("jsonl",))})
     checks.path(output, "output", optional=True)
     checks.split(split, "split", optional=True)
     checks.integer(beam, "beam", 1, checks.MAX_BEAM)
@@ -363,6 +399,7 @@ def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, 
     dict. `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
     checks.records(predictions, "predictions")
     checks.records(refs, "refs")
+    _check_kinds("score_caption", {"predictions": (predictions, ("jsonl", "json")), "refs": (refs, ("jsonl", "json"))})
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
     with spooled({"predictions": predictions, "refs": refs}) as files:
@@ -432,6 +469,9 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     checks.flag(resume, "resume")
     if resume and output is None:
         raise checks.ArgumentError("resume", "needs output=PATH, the file the interrupted run was writing")
+    _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
+                            "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
+                            "sentences": (sentences, ("jsonl",))})
     with spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
@@ -442,7 +482,7 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
 
 def _ranked(value: object) -> object:
     """A `Matches` as its rankings records (the file `match -o` writes), anything else as it is."""
-    return list(value.rankings()) if isinstance(value, Matches) else value
+    return value.rankings() if isinstance(value, Matches) else value
 
 
 def _flat(config: object, name: str) -> dict[str, object]:
@@ -482,6 +522,7 @@ def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike 
     checks.split(train_split, "train_split")
     checks.split(val_split, "val_split")
     built = training_config(model, config_file, (), options)
+    check_inputs(model, [_found(name, value) for name, value in given.items()])
     with spooled(given) as files:
         return run_training(model, list(files.values()), output, built, resume, vocab, train_split, val_split)
 

@@ -26,7 +26,7 @@ def command(kind: str, pairs_path: str, split: str | None, train_split: str, see
     from vltools.data.l2c import read_pairs
     from vltools.io.records import write_records
 
-    train = read_pairs(pairs_path, train_split, need_descriptions=True)
+    train = read_pairs(pairs_path, train_split, need_descriptions=True, chosen_by="train_split")
     targets = read_pairs(pairs_path, split)
     texts = baseline_descriptions(kind, [text for _, text in train.items()], len(targets), seed)
     written = write_records(output, ({"pair_id": pair, "caption": text}

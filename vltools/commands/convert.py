@@ -130,8 +130,7 @@ def flickr_command(tokens: str, output: str | None, train: str | None, val: str 
     from vltools.data.converters import flickr
     from vltools.io.records import write_records
 
-    lists = {split: path for split, path in (("train", train), ("val", val), ("test", test)) if path}
-    records = flickr.read_flickr(tokens, lists, drop_unassigned)
+    records = flickr.convert_flickr(tokens, train, val, test, drop_unassigned)
     _wrote(write_records(output, records), "captions", output)
 
 

@@ -20,7 +20,7 @@ import click
 
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error, spool_folder
-from vltools.io.kinds import FOUND, LINE_KINDS, TAKES, accepts, kind_of, peek, sniff
+from vltools.io.kinds import FOUND, LINE_KINDS, Placed, accepts, described, kind_of, peek, refuse_wrong_kinds, sniff
 from vltools.io.progress import log
 
 STDIN = "standard input (-)"
@@ -38,7 +38,7 @@ class InputFile(click.Path):
 
     def takes(self) -> str:
         """What the input takes, in words: "HDF5", "JSON lines or HDF5", ..."""
-        return " or ".join(TAKES[kind][1] for kind in self.kinds)
+        return described(self.kinds)
 
     def reads_stdin(self) -> bool:
         """Whether `-` (standard input) is taken: HDF5 always (spooled), JSON or text lines where the stage reads a
@@ -71,9 +71,9 @@ class Given:
     def name(self) -> str:
         return STDIN if self.path == "-" else self.path
 
-    def fits(self, param: click.Parameter) -> bool:
-        """Whether this file is of a kind that `param` takes."""
-        return accepts(param.type.kinds, self.found)
+    def placed(self) -> Placed:
+        """This input as `vltools.io.kinds.refuse_wrong_kinds` checks it."""
+        return Placed(self.name, self.label, self.param.type.kinds, self.found)
 
 
 def label(param: click.Parameter) -> str:
@@ -93,18 +93,8 @@ def _values(params: list[click.Parameter], values: dict[str, object]) -> list[tu
 
 
 def _refuse_wrong_kinds(given: list[Given], stage: str) -> None:
-    """Refuse the first file that its parameter does not take, in one line; when another input takes it and its own
-    parameter takes that input's file, the two were given in each other's places: say so."""
-    for wrong in given:
-        if wrong.fits(wrong.param):
-            continue
-        for other in given:
-            if other.param is not wrong.param and wrong.fits(other.param) and other.fits(wrong.param):
-                raise VLToolsError(f"{wrong.name} and {other.name} are in each other's places: {wrong.name} is "
-                                   f"{FOUND[wrong.found]}, which {other.label} takes, and {other.name} is "
-                                   f"{FOUND[other.found]}, which {wrong.label} takes; swap them")
-        raise VLToolsError(f"{wrong.name}: {wrong.label} must be {wrong.param.type.takes()}, but this is "
-                           f"{FOUND[wrong.found]}; see `{stage} --help`")
+    """Refuse the first file that its parameter does not take, naming two inputs given in each other's places."""
+    refuse_wrong_kinds([item.placed() for item in given], f"see `{stage} --help`")
 
 
 def check_files(params: list[click.Parameter], values: dict[str, object], stage: str) -> list[Given]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from vltools.commands.inputs import InputFile
 from vltools.commands.options import primary_output
 from vltools.io.numbers import clean_numbers, dumps
 
 
 @primary_output(stdout=True)
 @click.command("inspect")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=InputFile("hdf5", "checkpoint", "jsonl"))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file instead of the readable form.")
 def command(files: tuple[str, ...], as_json: bool) -> None:
     """Validate each FILE (features, proxy, sims, embeddings HDF5; checkpoint; captions, regions, pairs,

@@ -15,7 +15,8 @@ from vltools.commands.options import (
     primary_output,
     threads_option,
 )
-from vltools.training import TASKS
+from vltools.io.kinds import sniff
+from vltools.training import TASKS, check_inputs
 
 
 @primary_output("output")
@@ -81,6 +82,7 @@ def command(model_name: str, inputs: tuple[str, ...], output: str, config_file: 
     of the same image is no negative), task.vocab_splits train+val (default: train) and task.val_captions 5000
     (default: 0, every validation caption).
     """
+    check_inputs(model_name, [(path, sniff(path, folder_ok=True)) for path in inputs])
     from vltools.training.trainer import run_training, training_config
 
     options = {"train.epochs": epochs, "train.batch_size": batch_size, "train.lr": lr, "train.lr_update": lr_update,

@@ -19,7 +19,7 @@ import torch
 
 from vltools.data.blocks import BatchedDataset
 from vltools.data.converters.scan_vocab import load_vocabulary as read_vocabulary_json
-from vltools.errors import VLToolsError, require_file
+from vltools.errors import VLToolsError, argument, require_file
 from vltools.io.bounded import parse_json
 from vltools.io.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from vltools.io.features import FeaturesReader
@@ -69,13 +69,13 @@ def split_of(records: Sequence[dict], ids: Sequence[str], ranked: Iterable[str])
 
 
 def read_split(captions_path: str | os.PathLike, split: str | None, records: Sequence[dict] | None = None,
-               option: str = "--split", default: str = DEFAULT_SPLIT) -> CaptionSplit:
+               chosen_by: str = "split", default: str = DEFAULT_SPLIT) -> CaptionSplit:
     """The captions of `split` from a captions JSONL (records without a split are in none); `split` None follows
     `default_split` (the name is then "" when it means every caption).
 
-    `option` is the option that chose the split, named in the error when the split has no captions; a stage's
-    `--split` may always be left out (for every caption of a file without splits), its --train-split and
-    --val-split may not."""
+    `chosen_by` is the argument that chose the split (its Python name, spelled as the caller wrote it: `--split`
+    on the command line, `split` from Python), named in the error when the split has no captions; `split` may
+    always be left out (for every caption of a file without splits), `train_split` and `val_split` may not."""
     records = read_records(captions_path, "captions") if records is None else records
     if not records:
         raise VLToolsError(f"{captions_path}: no captions; give a captions JSONL ({{image_id, caption}} a line)")
@@ -84,7 +84,7 @@ def read_split(captions_path: str | os.PathLike, split: str | None, records: Seq
         split = default_split(records, default)
     pairs = [(i, r) for i, r in zip(all_ids, records, strict=True) if split is None or r.get("split") == split]
     if not pairs:
-        raise VLToolsError(f"{captions_path}: no captions in split {split!r} ({_splits_found(records, option)})")
+        raise VLToolsError(f"{captions_path}: no captions in split {split!r} ({_splits_found(records, chosen_by)})")
     chosen = [r for _, r in pairs]
     index: dict[str, int] = {}
     for record in chosen:
@@ -98,15 +98,16 @@ def read_split(captions_path: str | os.PathLike, split: str | None, records: Seq
     )
 
 
-def _splits_found(records: Sequence[dict], option: str) -> str:
-    """What the error of an empty split says about the splits there are, and what to do with `option`."""
+def _splits_found(records: Sequence[dict], chosen_by: str) -> str:
+    """What the error of an empty split says about the splits there are, and what to do with the argument
+    `chosen_by`."""
     found = sorted({str(r["split"]) for r in records if "split" in r})
     if not found:
-        fix = ("leave out --split to use every caption" if option == "--split"
+        fix = (f"leave out {argument('split')} to use every caption" if chosen_by == "split"
                else 'give each caption a "split" field (e.g. train, val, test)')
         return f"no caption has a split field; {fix}"
     unassigned = " and captions without one" if any("split" not in r for r in records) else ""
-    return f"splits present: {', '.join(found)}{unassigned}; choose one with {option}"
+    return f"splits present: {', '.join(found)}{unassigned}; choose one with {argument(chosen_by)}"
 
 
 def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from vltools.data.blocks import BatchedDataset
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import read, refuse_nonfinite
 from vltools.io.progress import log
@@ -75,15 +75,16 @@ def group_pairs(records: Sequence[dict], name: str, path: str | os.PathLike) -> 
 
 
 def read_pairs(path: str | os.PathLike, split: str | None, records: Sequence[dict] | None = None,
-               need_descriptions: bool = False, option: str = "--split") -> PairSplit:
+               need_descriptions: bool = False, chosen_by: str = "split") -> PairSplit:
     """The pairs of `split` (None: all) of a pairs JSONL; with `need_descriptions` every pair must have one.
-    `option` (the option that chose the split) is named in the error when the split has no pairs."""
+    `chosen_by` (the argument that chose the split, by its Python name) is named in the error when the split has no
+    pairs."""
     records = read_records(path, "pairs") if records is None else records
     chosen = [r for r in records if split is None or r.get("split") == split]
     if not chosen:
         found = sorted({str(r.get("split")) for r in records})
         raise VLToolsError(f"{path}: no pairs in split {split!r} (splits present: {', '.join(found)}); "
-                           f"choose one with {option}")
+                           f"choose one with {argument(chosen_by)}")
     pairs = group_pairs(chosen, split or "all", path)
     if need_descriptions:
         bare = [pid for pid, texts in zip(pairs.pair_ids, pairs.descriptions, strict=True) if not texts]

@@ -111,7 +111,7 @@ def rankings_scores(path: PathLike, captions: PathLike | None, split: str | None
     ranked = read_records(path, "rankings")
     ids, images = captions_of(captions, split, (record["query"] for record in ranked if record["direction"] == "t2i"))
     i2t, t2i, shortest = retrieval_eval.rankings_ranks(ranked, ids, images, path)
-    if shortest < 10:
+    if shortest is not None and shortest < 10:
         log.warning("the shortest ranking lists only %d ids: recalls at larger K are lower bounds", shortest)
     return retrieval_eval.summarize(i2t, t2i)
 

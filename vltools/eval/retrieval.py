@@ -126,11 +126,13 @@ def fold_metrics(sims: np.ndarray, caption_image_index: np.ndarray, fold_size: i
 
 
 def rankings_ranks(rankings: list[dict], caption_ids: list[str], caption_image_ids: list[str],
-                   source: object) -> tuple[np.ndarray, np.ndarray, int]:
+                   source: object) -> tuple[np.ndarray, np.ndarray, int | None]:
     """0-based ranks (inf when beyond the listed top-k) of every image (i2t) and caption (t2i) query.
 
     `rankings` are validated rankings records (`{query, direction, ids, scores}`, ids in rank order); every
-    image and every caption must be a query, and listed ids must be known. Also returns the shortest list length.
+    image and every caption must be a query, and listed ids must be known. Also returns the length of the shortest
+    list that leaves out some of its direction's candidates (None when every list ranks them all: its ranks, and
+    every recall, are exact).
     """
     images = list(dict.fromkeys(caption_image_ids))
     image_of = dict(zip(caption_ids, caption_image_ids, strict=True))
@@ -164,5 +166,6 @@ def rankings_ranks(rankings: list[dict], caption_ids: list[str], caption_image_i
 
     i2t = np.array([first_hit(rows["i2t"][image], captions_of[image]) for image in images])
     t2i = np.array([first_hit(rows["t2i"][caption], {image_of[caption]}) for caption in caption_ids])
-    shortest = min(len(ids) for direction in rows.values() for ids in direction.values())
-    return i2t, t2i, shortest
+    candidates = {"i2t": len(caption_ids), "t2i": len(images)}
+    cut = [len(ids) for direction, lists in rows.items() for ids in lists.values() if len(ids) < candidates[direction]]
+    return i2t, t2i, min(cut, default=None)

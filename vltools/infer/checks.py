@@ -137,12 +137,13 @@ def path(value: object, name: str, optional: bool = False) -> str | os.PathLike 
     return value
 
 
-def paths(value: object, name: str) -> list[str | os.PathLike]:
-    """One path or a non-empty list (or tuple) of paths, as a list."""
+def paths(value: object, name: str, also: str = "") -> list[str | os.PathLike]:
+    """One path or a non-empty list (or tuple) of paths, as a list; `also` names what else the argument takes
+    (data in memory that the caller has let through), for the refusal."""
     if isinstance(value, str | os.PathLike):
         return [path(value, name)]
     if not isinstance(value, list | tuple) or not value:
-        raise ArgumentError(name, f"must be a file path or a non-empty list of paths, not {shown(value)}")
+        raise ArgumentError(name, f"must be {also}a file path or a non-empty list of paths, not {shown(value)}")
     return [path(item, name) for item in value]
 
 

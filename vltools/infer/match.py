@@ -11,7 +11,7 @@ when every pair was scored) from one of four inputs.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,11 +97,13 @@ class Matches:
         return (f"Matches({self.direction}{'' if self.backward is None else ' + t2i'}, {len(self.row_ids)} {rows} x "
                 f"{len(self.column_ids)} {columns}, top {self.forward[1].shape[-1]}, {sims})")
 
-    def rankings(self) -> Iterator[dict]:
-        """Rankings records (the rankings JSONL kind): every row's list, then every column's."""
-        yield from ranking_records(self.row_ids, self.column_ids, *self.forward, self.direction)
+    def rankings(self) -> list[dict]:
+        """Rankings records (the rankings JSONL kind): every row's list, then every column's. A list, so that it is
+        records in memory wherever the API takes a rankings file (`score_retrieval`, `report`, ...)."""
+        records = list(ranking_records(self.row_ids, self.column_ids, *self.forward, self.direction))
         if self.backward is not None:
-            yield from ranking_records(self.column_ids, self.row_ids, *self.backward, "t2i")
+            records += ranking_records(self.column_ids, self.row_ids, *self.backward, "t2i")
+        return records
 
 
 def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:

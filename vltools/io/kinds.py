@@ -8,10 +8,12 @@ No numpy, no h5py: the command line checks its inputs with these before a stage'
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from vltools.errors import require_file
+from vltools.errors import VLToolsError, require_file
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 HEAD_BYTES = 64   # how much of a file `sniff` reads
@@ -60,6 +62,42 @@ def sniff(path: str | os.PathLike, folder_ok: bool = False) -> str:
 def accepts(takes: tuple[str, ...], found: str) -> bool:
     """Whether an input that takes any of `takes` (keys of TAKES) accepts a file of kind `found`."""
     return any(found in TAKES[kind][0] for kind in takes)
+
+
+def described(takes: Sequence[str]) -> str:
+    """What an input that takes `takes` (keys of TAKES) takes, in words: "HDF5", "JSON lines or HDF5", ..."""
+    return " or ".join(TAKES[kind][1] for kind in takes)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One input a stage or an API function was given: the file as given (`name`), how the caller names the input
+    (`label`: FEATS.h5, --model, first, inputs[1]), what it takes (keys of TAKES) and what was found (FOUND)."""
+
+    name: str
+    label: str
+    takes: tuple[str, ...]
+    found: str
+
+    def fits(self, other: Placed) -> bool:
+        """Whether this file is of a kind that the input `other` takes."""
+        return accepts(other.takes, self.found)
+
+
+def refuse_wrong_kinds(given: Sequence[Placed], hint: str) -> None:
+    """Refuse the first input whose file is of a kind it does not take, in one line ending with `hint` (where to
+    read what it takes); when another input takes that file and the first takes the other's, the two were given
+    in each other's places: say so."""
+    for wrong in given:
+        if wrong.fits(wrong):
+            continue
+        for other in given:
+            if other.label != wrong.label and wrong.fits(other) and other.fits(wrong):
+                raise VLToolsError(f"{wrong.name} and {other.name} are in each other's places: {wrong.name} is "
+                                   f"{FOUND[wrong.found]}, which {other.label} takes, and {other.name} is "
+                                   f"{FOUND[other.found]}, which {wrong.label} takes; swap them")
+        raise VLToolsError(f"{wrong.name}: {wrong.label} must be {described(wrong.takes)}, but this is "
+                           f"{FOUND[wrong.found]}; {hint}")
 
 
 def peek(stream: BinaryIO | None, size: int = HEAD_BYTES) -> bytes:

@@ -61,3 +61,12 @@ def read_flickr(path: str | os.PathLike, split_files: SplitFiles | None = None,
     if not records:
         raise input_error(path, None, "no captions left after dropping unassigned images", "check the split lists")
     return records
+
+
+def convert_flickr(tokens: str | os.PathLike, train: str | os.PathLike | None = None,
+                   val: str | os.PathLike | None = None, test: str | os.PathLike | None = None,
+                   drop_unassigned: bool = False) -> list[dict]:
+    """`vltools convert flickr TOKENS --train LIST --val LIST --test LIST`, and `vltools.convert("flickr", TOKENS,
+    train=LIST, ...)` with the same keywords: the records of `read_flickr` with the lists given."""
+    lists = {split: path for split, path in (("train", train), ("val", val), ("test", test)) if path is not None}
+    return read_flickr(tokens, lists, drop_unassigned)

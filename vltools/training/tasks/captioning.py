@@ -251,8 +251,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     options = config["task"]
     init, reference = _objective_models(model_name, options, vocab)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     needs = MODELS[model_name].features
     if reference is not None:
         needs = tuple(dict.fromkeys(needs + reference.features))

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from vltools.data.captions import read_split
 from vltools.data.draws import FLIPS, EpochDraws
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
 from vltools.models import schema_version
@@ -138,12 +138,13 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> ConceptTask:
     """The concept CNN task from `IMAGES CAPS.jsonl CONCEPTS.json` (IMAGES: folder, list file or images JSONL)."""
     if len(inputs) != 3:
-        raise VLToolsError(f"--model concepts takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; got {len(inputs)}")
+        raise VLToolsError(f"{argument('model', 'concepts')} takes three inputs, IMAGES CAPS.jsonl CONCEPTS.json; "
+                           f"got {len(inputs)}")
     images, captions, concepts = inputs
     vocabulary = ConceptVocabulary.load(concepts)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     items = {item.image_id: item for item in list_inputs([images])}
     for split in (train, val):
         missing = [i for i in split.image_ids if i not in items]

@@ -36,7 +36,7 @@ from vltools.data.l2c import (
     read_image_captions,
     read_pairs,
 )
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval.caption import rouge_l, treebank_tokenize
 from vltools.infer.pairs import describe_pairs
 from vltools.io.features import FeaturesReader
@@ -92,8 +92,8 @@ class L2CTask:
         self.options = options = config["task"]
         self.prep = CaptionPreprocessing(options["tokenizer"], options["min_count"], options["max_words"])
         records = read_records(pairs_path, "pairs")
-        train = read_pairs(pairs_path, train_split, records, need_descriptions=True, option="--train-split")
-        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True, option="--val-split")
+        train = read_pairs(pairs_path, train_split, records, need_descriptions=True, chosen_by="train_split")
+        self.val = read_pairs(pairs_path, val_split, records, need_descriptions=True, chosen_by="val_split")
         self._val_refs: dict[str, list[str]] | None = None
         check_map_features(features, train.image_ids + self.val.image_ids, pairs_path)
         texts = [text for _, text in train.items()]
@@ -161,7 +161,7 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
                train_split: str = "train", val_split: str = "val") -> L2CTask:
     """The L2C task from `PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]]`."""
     if not 2 <= len(inputs) <= 4:
-        raise VLToolsError(f"--model l2c takes PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl [AUX_FEATS.h5]]; got "
-                           f"{len(inputs)} inputs")
+        raise VLToolsError(f"{argument('model', 'l2c')} takes PAIRS.jsonl FEATS.h5 [CAPTIONS.jsonl "
+                           f"[AUX_FEATS.h5]]; got {len(inputs)} inputs")
     pairs, features, captions, aux_features = (*inputs, None, None)[:4]
     return L2CTask(config, pairs, features, captions, aux_features, train_split, val_split, vocab)

@@ -140,8 +140,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
         raise VLToolsError(f"{argument('model', model_name)} takes two inputs, FEATS.h5 CAPS.jsonl; got {len(inputs)}")
     features, captions = inputs
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     for split in (train, val):
         check_images(split, features, captions)
     check_choice("task.vocab_splits", config["task"]["vocab_splits"], VOCAB_SPLITS)

@@ -32,7 +32,7 @@ from vltools.data.sco import (
     collate_sco,
     sco_tokens,
 )
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.eval.retrieval import retrieval_metrics
 from vltools.infer.similarity import similarity_blocks
 from vltools.io.hdf5 import is_hdf5
@@ -70,8 +70,9 @@ def split_inputs(inputs: Sequence[str], model_config: dict) -> tuple[str | None,
         return (context if use_context else None), (concepts if use_concepts else None), captions
     if len(inputs) == 2 and use_context != use_concepts:
         return (inputs[0] if use_context else None), (inputs[0] if use_concepts else None), inputs[1]
-    raise VLToolsError(f"--model sco takes CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl (or one features file and the captions "
-                       f"when model.use_context or model.use_concepts is false); got {len(inputs)} inputs")
+    raise VLToolsError(f"{argument('model', 'sco')} takes CONTEXT.h5 CONCEPTS.h5 CAPS.jsonl (or one features file "
+                       "and the captions when model.use_context or model.use_concepts is false); got "
+                       f"{len(inputs)} inputs")
 
 
 def sentence_inputs(inputs: Sequence[str], use_concepts: bool) -> tuple[str, str, str]:
@@ -81,8 +82,9 @@ def sentence_inputs(inputs: Sequence[str], use_concepts: bool) -> tuple[str, str
         raise VLToolsError("model.use_sentence=true puts the generated sentence in the concepts' place: set "
                            "model.use_concepts=false")
     if len(inputs) != 3:
-        raise VLToolsError(f"--model sco with model.use_sentence=true takes CONTEXT.h5 GENERATED.jsonl CAPS.jsonl "
-                           f"(the generated sentences: `{SENTENCES_COMMAND}`); got {len(inputs)} inputs")
+        raise VLToolsError(f"{argument('model', 'sco')} with model.use_sentence=true takes CONTEXT.h5 "
+                           f"GENERATED.jsonl CAPS.jsonl (the generated sentences: `{SENTENCES_COMMAND}`); got "
+                           f"{len(inputs)} inputs")
     if is_hdf5(inputs[1]):
         raise VLToolsError(f"{inputs[1]}: is HDF5 where the generated sentences (a captions JSONL, "
                            f"`{SENTENCES_COMMAND}`) were expected; give CONTEXT.h5 GENERATED.jsonl CAPS.jsonl")
@@ -168,8 +170,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     context, second, captions = split_inputs(inputs, config["model"])
     concepts, sentences = (None, second) if config["model"]["use_sentence"] else (second, None)
     records = read_records(captions, "captions")
-    train, val = (read_split(captions, split, records, option) for split, option in
-                  ((train_split, "--train-split"), (val_split, "--val-split")))
+    train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
+                  ((train_split, "train_split"), (val_split, "val_split")))
     for split in (train, val):
         for path in (context, concepts):
             if path is not None:

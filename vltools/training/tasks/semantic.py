@@ -202,8 +202,8 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     rows = {split: proxy.split_rows(split) for split in (train_split, val_split)}
     for split, found in rows.items():
         if len(found) < 2:
-            raise VLToolsError(f"{proxy_path}: split {split!r} has {len(found)} images; give --train-split / "
-                               "--val-split naming splits of the proxy")
+            raise VLToolsError(f"{proxy_path}: split {split!r} has {len(found)} images; give "
+                               f"{argument('train_split')} / {argument('val_split')} naming splits of the proxy")
     store = ImageStore([items[i] for i in proxy.ids], config["task"]["image_size"], config["task"]["cache_images"])
     task = SemanticTask(config, images_path, proxy_path, proxy, store, rows[train_split], rows[val_split])
     task.init_whitening(resolve_device(config["train"]["device"]))
