@@ -107,6 +107,16 @@ def test_the_inputs_of_train_and_of_the_image_stages_are_checked_before_torch_lo
     assert not (folder / "new.pt").exists() and not (folder / "out.h5").exists()
 
 
+def test_an_unknown_model_name_is_refused_before_torch_loads_and_before_standard_input_is_read(world):
+    """`extract-regions ... | match --model NAME - caps.jsonl` with a name the store does not hold said so only
+    after the whole extraction had been read from the pipe."""
+    features, captions, _ = world
+    said = fresh("match", "--model", "nosuch", "-", captions.name, cwd=features.parent)
+    assert said["code"] == 1 and not said["torch"]
+    assert said["err"].startswith("vltools: error: --model nosuch: neither a checkpoint file nor a model in the store")
+    assert "read HDF5 from standard input" not in said["err"]
+
+
 def test_a_misspelt_device_is_a_usage_error_before_torch_loads(world):
     """`--device gpu` once took 11 s and exited 1."""
     features, captions, vse = world

@@ -21,6 +21,7 @@ import click
 from vltools.errors import VLToolsError
 from vltools.io.atomic import output_error, spool_folder
 from vltools.io.kinds import FOUND, LINE_KINDS, Placed, accepts, described, kind_of, peek, refuse_wrong_kinds, sniff
+from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
 
 STDIN = "standard input (-)"
@@ -99,8 +100,8 @@ def _refuse_wrong_kinds(given: list[Given], stage: str) -> None:
 
 def check_files(params: list[click.Parameter], values: dict[str, object], stage: str) -> list[Given]:
     """Check the input files (not standard input) that a stage run with `values` was given: each must be there
-    (unless it may name a stored model) and of a kind its parameter takes; two inputs swapped are named. Returns
-    what was found, for `take_stdin`. `stage`: the command as typed (`vltools match`), for the hint."""
+    (or be a stored model's name, where one is taken) and of a kind its parameter takes; two inputs swapped are
+    named. Returns what was found, for `take_stdin`. `stage`: the command as typed (`vltools match`), for the hint."""
     given, dashes = [], []
     for param, path in _values(params, values):
         if path == "-":
@@ -108,7 +109,9 @@ def check_files(params: list[click.Parameter], values: dict[str, object], stage:
         elif Path(path).is_dir() and not accepts(param.type.kinds, "folder"):
             raise VLToolsError(f"{path}: is a directory; give {label(param)} {param.type.takes()} file"
                                + (" or a model name" if param.type.names else ""))
-        elif not (param.type.names and not Path(path).exists()):
+        elif param.type.names and not Path(path).exists():
+            resolve_models([path], param.name)     # a stored model's name, or the one-line error saying how to get it
+        else:
             given.append(Given(param, path, sniff(path, folder_ok=accepts(param.type.kinds, "folder"))))
     if len(dashes) > 1:
         raise VLToolsError(f"{STDIN} is given to {' and '.join(map(label, dashes))}; it can feed "
