@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from kill_helpers import interrupted_then_resumed
 from matching_helpers import VOCAB, fails, make_world, save_tiny
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
 
 import vltools
+import vltools.infer.match as match_step
 from vltools.cli import cli, main
 from vltools.io.checkpoints import load_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
@@ -222,7 +224,7 @@ def test_features_with_another_region_count_fail_in_one_line_naming_the_options_
     def no_work(*args, **kwargs):
         raise AssertionError("work started before the features were checked")
 
-    for name in ("read_split", "similarity_blocks", "rerank"):
+    for name in ("read_split", "similarity_columns", "rerank"):
         monkeypatch.setattr(match_module, name, no_work)
     monkeypatch.setattr(LoadedModel, "tokenize", no_work)
     out = tmp_path / "ranks.jsonl"
@@ -340,8 +342,9 @@ def test_a_saved_index_over_more_images_than_the_split_searches_the_split_alone(
 
 
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
-    """6 images in blocks of 2 (process 0 scores blocks 0 and 2 against every caption, process 1 block 1) with the
-    SGR + SAF ensemble: the first gathers the rows and writes the rankings and the sims one process writes."""
+    """18 captions in blocks of 4 (process 0 scores blocks 0, 2 and 4 against every image, process 1 blocks 1 and 3)
+    with the SGR + SAF ensemble: the first gathers the columns and writes the rankings and the sims one process
+    writes."""
     _, features, captions, models = world
     one, two = one_and_two_processes(tmp_path, monkeypatch, "match", "--model", models["sgr"], "--model",
                                      models["saf"], features, captions, "--block-images", "2", "--block-captions", "4",
@@ -349,3 +352,59 @@ def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_pa
     assert len(read_records(two / "rankings.jsonl", "rankings")) == 6 + 18
     assert (one / "rankings.jsonl").read_bytes() == (two / "rankings.jsonl").read_bytes()
     same_but_created(one / "sims.h5", two / "sims.h5")
+
+
+def test_an_interrupted_plain_match_continues_with_resume(world, tmp_path, capsys, monkeypatch):
+    """Issue 41: a match with a cross-attention model (hours on a CPU for Flickr30K) kept nothing when stopped; each
+    finished caption block is now committed as it comes, and --resume keeps them, says how many, and writes the
+    rankings and the sims an uninterrupted run writes."""
+    _, features, captions, models = world
+    args = ["match", "--model", str(models["sgr"]), "--model", str(models["saf"]), str(features), str(captions),
+            "--block-captions", "4", "--block-images", "4", "--top-k", "3"]
+    run(*args, "-o", str(tmp_path / "whole.jsonl"), "--sims", str(tmp_path / "whole.h5"))
+    out = tmp_path / "out.jsonl"
+    err = interrupted_then_resumed(monkeypatch, capsys, match_step, "similarity_columns", 2, *args, "-o", out,
+                                   "--sims", tmp_path / "out.h5")
+    assert f"match: resuming {out}: 8 of 18 captions kept from an interrupted run\n" in err
+    assert not (tmp_path / "out.jsonl.partial").exists()
+    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    whole, resumed = read_sims(tmp_path / "whole.h5"), read_sims(tmp_path / "out.h5")
+    assert (resumed.image_ids, resumed.caption_ids) == (whole.image_ids, whole.caption_ids)
+    np.testing.assert_array_equal(resumed.sims, whole.sims)
+
+
+def test_a_resume_with_another_model_or_without_kept_work_is_refused_or_said(world, tmp_path, capsys, monkeypatch):
+    """The captions kept by an interrupted SGR match are not SAF's: a resume with SAF is refused in one line naming
+    the option, and the kept work stays. A resume with nothing kept says so; a short match refuses --resume."""
+    _, features, captions, models = world
+    out = tmp_path / "out.jsonl"
+    args = [str(features), str(captions), "--block-captions", "4", "-o", str(out)]
+    real = match_step.similarity_columns
+
+    def stopped(*given, **options):
+        yield next(real(*given, **options))
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(match_step, "similarity_columns", stopped)
+        with pytest.raises(SystemExit) as stop:
+            main(["-q", "match", "--model", str(models["sgr"]), *args])
+    assert stop.value.code == 130
+    capsys.readouterr()
+    [refusal] = [line for line in fails(capsys, "match", "--model", str(models["saf"]), *args, "--resume").splitlines()
+                 if not line.endswith("words like these (its training log says how much of its own captions it kept)")]
+    assert refusal.startswith(f"vltools: error: {out}.partial/part-000000.h5: the interrupted run used models=")
+    assert f"this run '{models['saf']} (" in refusal and "resume with the same options" in refusal
+    assert [p.name for p in (tmp_path / "out.jsonl.partial").iterdir()] == ["part-000000.h5"]
+    assert not out.exists()
+    main(["match", "--model", str(models["sgr"]), str(features), str(captions), "-o", str(tmp_path / "fresh.jsonl"),
+          "--resume"])
+    assert f"match: nothing to resume for {tmp_path / 'fresh.jsonl'}; starting from the beginning\n" in \
+        capsys.readouterr().err
+    err = fails(capsys, "match", "--model", str(models["sgr"]), *args, "--rerank", "3", "--first-stage",
+                str(models["vse"]), "--resume")
+    assert err.splitlines() == ["vltools: error: --resume continues a match of region features by --model that "
+                                "scores every pair; --rerank K scores only its candidates, keeps nothing to resume "
+                                "and starts over anyway: drop --resume"]
+    err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--resume")
+    assert err.startswith("vltools: error: --resume needs -o PATH")

@@ -14,6 +14,7 @@ from vltools.commands.options import (
     output_option,
     precision_option,
     primary_output,
+    resume_option,
     threads_option,
 )
 from vltools.devices import resolve_device
@@ -66,10 +67,12 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @precision_option()
 @device_option()
 @threads_option()
+@resume_option("-o, --model, inputs and options", "captions (every pair scored by --model)", "OUT.partial/",
+               "The short runs (--rerank, sims, embeddings, --index-file) write at the end and take no --resume.")
 def command(first: str, second: str | None, model_paths: tuple[str, ...], split: str | None, top_k: int,
             output: str | None, sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str,
             index_file: str | None, nprobe: int, block_images: int, block_captions: int, image_cache_mb: float,
-            precision: str, device: str) -> None:
+            precision: str, device: str, resume: bool) -> None:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
@@ -82,7 +85,7 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
     from vltools.infer.loader import load_model, load_models
-    from vltools.infer.match import SIDES, Search, input_kind, match_files
+    from vltools.infer.match import SIDES, Matches, Search, check_resume, input_kind, match_files
     from vltools.io.model_store import resolve_models
     from vltools.io.records import write_records
     from vltools.io.sims import write_sims
@@ -91,6 +94,7 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
         raise click.UsageError("Missing argument '[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]' (only --index-file searches "
                                "one input)")
     kind = input_kind(first, bool(model_paths), rerank_k)
+    check_resume(kind, rerank_k, output, resume)
     first_stage_model = None
     if first_stage is not None and kind == "features":
         stage_paths = resolve_models([first_stage], "first_stage")
@@ -101,13 +105,17 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     loaded = load_models(resolve_models(model_paths)) if kind == "features" else []
     options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
                      nprobe, index_file)
-    matches = match_files(first, second, loaded, split, options, bool(sims_path), rerank_k, first_stage_model)
+
+    def write(matches: Matches) -> None:
+        if sims_path:
+            write_sims(sims_path, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
+                       attrs=matches.attrs)
+        write_records(output, matches.rankings())
+
+    matches = match_files(first, second, loaded, split, options, bool(sims_path), rerank_k, first_stage_model,
+                          output, resume, write)
     if matches is None:        # another process of a torchrun job: the first writes
         return
-    if sims_path:
-        write_sims(sims_path, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
-                   attrs=matches.attrs)
-    write_records(output, matches.rankings())
     what = " + ".join(i.name for i in loaded) or kind
     rows, columns = SIDES[matches.direction]
     log.info("matched %d %s x %d %s with %s", len(matches.row_ids), rows, len(matches.column_ids), columns, what)

@@ -181,12 +181,14 @@ def shard_option() -> Callable:
                              "`vltools merge`.")
 
 
-def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial") -> Callable:
-    """`--resume`: continue from what an interrupted run made durable (every run commits as it goes)."""
+def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial",
+                  note: str = "") -> Callable:
+    """`--resume`: continue from what an interrupted run made durable (every run commits as it goes); `note` says
+    which runs of the stage do not (a sentence, or nothing)."""
     return click.option("--resume", is_flag=True,
                         help=f"Continue an interrupted run with the same {same}: every run, with or without --resume, "
                              f"keeps its finished {items} in {where} as it goes; --resume skips them and says how "
-                             "many, or that there is nothing to resume.")
+                             f"many, or that there is nothing to resume.{' ' + note if note else ''}")
 
 
 def _alias(old: str, name: str) -> Callable:

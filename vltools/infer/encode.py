@@ -5,9 +5,8 @@ so that `--resume` continues an interrupted run."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -18,12 +17,10 @@ from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
-from vltools.infer import runner
 from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
-from vltools.infer.runner import check_output, features_writer
-from vltools.infer.settings import COMMIT_SECONDS
+from vltools.infer.runner import check_output, committed
 from vltools.io.atomic import spool_folder
 from vltools.io.embeddings import read_embeddings, write_embeddings
 from vltools.io.features import FeaturesReader
@@ -57,9 +54,9 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         images = rmac_images(loaded, source, query)
         digests = {i: input_digest([checkpoint, item.path])
                    for i, item in zip(images.ids, images.store.items, strict=True)}
-        with _committed(out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device), "images",
-                        batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size}, digests,
-                        resume) as phi:
+        with committed("encode", out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device),
+                       "images", batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size},
+                       digests, resume) as phi:
             if phi is None:       # another process of a torchrun job: the first writes every embedding
                 return len(images.ids)
             emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)
@@ -75,10 +72,10 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
 
     def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
                written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
-        with _committed(out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device, precision,
-                                                            show_progress=False),
-                        side, batch_size, {**rows, "side": side}, dict.fromkeys(ids, input_digest(inputs)),
-                        resume) as blocks:
+        with committed("encode", out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device,
+                                                                     precision, show_progress=False),
+                       side, batch_size, {**rows, "side": side}, dict.fromkeys(ids, input_digest(inputs)),
+                       resume) as blocks:
             if blocks is not None:
                 write_embeddings(output, ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
 
@@ -128,33 +125,6 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | 
         target = folder / "embeddings.h5" if output is None else output
         encode_file(loaded, source, target, device, **options)
         return read_embeddings(target) if place().main else None
-
-
-@contextlib.contextmanager
-def _committed(out: str | None, ids: Sequence[str], embed: Callable[[list[int]], Iterator[np.ndarray]], unit: str,
-               batch_size: int, rows: dict[str, object], digests: dict[str, str],
-               resume: bool) -> Iterator[Iterator[np.ndarray] | None]:
-    """Embed every id of `ids` through the inference runner, which commits the embeddings to `OUT.partial/` as they
-    come (`embed(positions)` yields the [B, E] embeddings of the items at those positions of `ids`, in blocks of
-    `batch_size`); then yield the embeddings of `ids` in order, in blocks, for the caller to write, and remove the
-    parts. `rows` (attributes) are what the embeddings depend on, which a resumed run must share, and `digests` each
-    id's inputs (an embedding whose input changed is computed again). None on the other processes of a torchrun job,
-    whose embeddings the first writes."""
-    position = {item: number for number, item in enumerate(ids)}
-
-    def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
-        start = 0
-        for emb in embed([position[i] for i in todo]):
-            yield todo[start:start + len(emb)], {"global": emb}
-            start += len(emb)
-
-    with features_writer(out, rows, "float32", COMMIT_SECONDS, resume, digests) as writer:
-        runner.run("encode", ids, writer, produce, unit, batch_size)
-        if writer is None:
-            yield None
-            return
-        yield (arrays["global"] for _, arrays in writer.parts.rows(ids))
-        writer.parts.remove()
 
 
 def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, concepts: PathLike | None,

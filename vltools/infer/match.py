@@ -10,8 +10,9 @@ when every pair was scored) from one of four inputs.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import CaptionSplit, check_images, read_split
 from vltools.devices import PRECISIONS
-from vltools.distributed import gather_rows, place, share
+from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
@@ -35,12 +36,13 @@ from vltools.infer.index import (
 )
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
-from vltools.infer.similarity import similarity_blocks
+from vltools.infer.runner import check_output, committed
+from vltools.infer.similarity import similarity_columns
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
 from vltools.io.embeddings import EmbeddingsFile, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
-from vltools.io.provenance import ids_digest
+from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.records import ranking_records
 from vltools.io.sims import average_sims, read_sims
 from vltools.text.vocab import Coverage
@@ -113,11 +115,17 @@ def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.nda
 
 def match_features(features: PathLike, captions: PathLike, models: Sequence[LoadedModel], split: str | None = None,
                    search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
-                   first_stage: LoadedModel | None = None) -> Matches | None:
+                   first_stage: LoadedModel | None = None, output: PathLike | None = None, resume: bool = False,
+                   write: Callable[[Matches], None] | None = None) -> Matches | None:
     """The captions of `split` (see `read_split`) and the images they name, ranked both ways by the mean
     similarity of `models`; with `rerank_k`, `first_stage` (separable) proposes that many candidates per query
-    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it). Under
-    torchrun the processes share the blocks of images, and the other processes than the first return None."""
+    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it).
+
+    Without reranking every pair is scored, caption block by caption block, through the inference runner: each
+    finished caption's similarities are committed to `OUT.partial/` beside the rankings `output` (a temporary
+    folder for standard output) as they come, so that `resume` continues an interrupted run; `write` gets the
+    `Matches` before those parts are removed, so that a failed write keeps them. Under torchrun the processes
+    share the blocks of captions, and the other processes than the first return None."""
     options = search_options or Search()
     if rerank_k is not None and first_stage is None:
         raise VLToolsError(f"{argument('rerank_k', 'K')} needs {argument('first_stage', 'VSE.pt')}, the separable "
@@ -138,34 +146,67 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     coverage.report(" + ".join(item.path.name for item in models))
     modules = [item.model for item in models]
     sims = None
-    with FeaturesReader(features) as reader:
-        caption_blocks = CaptionBlocks(tokens, options.block_captions)
+    with FeaturesReader(features) as reader, contextlib.ExitStack() as stack:
+        images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         if rerank_k is not None:
-            images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
             first_stage.model.to(options.device)
             plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
                                                                options.block_captions), options.index, options.nprobe,
                               saved, saved_positions)
-            i2t, t2i = rerank(modules, plan, images, caption_blocks, rerank_k, options.top_k, options.device,
-                              options.precision, options.image_cache_mb)
+            i2t, t2i = rerank(modules, plan, images, CaptionBlocks(tokens, options.block_captions), rerank_k,
+                              options.top_k, options.device, options.precision, options.image_cache_mb)
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
             backward = (np.asarray(t2i[0]), np.asarray(t2i[1]))
-        else:       # under torchrun each process scores its blocks of images (every N-th), the first gets all
-            mine = share(len(chosen.image_ids), options.block_images)
-            rows = similarity_blocks(modules, FeatureBlocks(reader, [chosen.image_ids[k] for k in mine],
-                                                            options.block_images),
-                                     caption_blocks, options.device, options.precision, options.image_cache_mb)
-            found = gather_rows(rows.numpy(), mine)
-            if found is None:
+        else:
+            found = stack.enter_context(_all_pairs(modules, images, chosen, tokens, options, output, resume,
+                                                   [features, captions, *(item.path for item in models)],
+                                                   ",".join(f"{i.path} ({i.digest})" for i in models)))
+            if found is None:       # another process of a torchrun job: the first writes
                 return None
             forward, backward = _topk_both(torch.from_numpy(found), options.top_k)
             sims = found if full else None
-    attrs = {"models": ",".join(str(i.path) for i in models), "model_names": ",".join(i.name for i in models),
-             "checkpoint_digests": ",".join(i.digest for i in models), "features": str(features),
-             "captions": str(captions), "split": chosen.name, "precision": options.precision,
-             "image_ids_digest": ids_digest(chosen.image_ids), "caption_ids_digest": ids_digest(chosen.caption_ids)}
-    return Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
-                   [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+        attrs = {"models": ",".join(str(i.path) for i in models), "model_names": ",".join(i.name for i in models),
+                 "checkpoint_digests": ",".join(i.digest for i in models), "features": str(features),
+                 "captions": str(captions), "split": chosen.name, "precision": options.precision,
+                 "image_ids_digest": ids_digest(chosen.image_ids),
+                 "caption_ids_digest": ids_digest(chosen.caption_ids)}
+        matches = Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
+                          [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+        if write is not None:
+            write(matches)
+    return matches
+
+
+@contextlib.contextmanager
+def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: CaptionSplit, tokens: list,
+               options: Search, output: PathLike | None, resume: bool, inputs: list[PathLike],
+               models: str) -> Iterator[np.ndarray | None]:
+    """The [images, captions] similarities of every pair (None on the other processes of a torchrun job), each
+    caption's column committed as it comes (`vltools.infer.runner.committed`: the caption's row of a part) and the
+    parts removed when the block ends. What a column depends on (`models`: each model's path and checkpoint digest;
+    the files, split, images, precision) is recorded with the parts, so that a resume with other ones is refused;
+    `inputs` are the files whose change since the interrupted run has its captions scored again."""
+    rows = {"models": models, "features": str(inputs[0]), "captions": str(inputs[1]), "caption_split": chosen.name,
+            "images": ids_digest(chosen.image_ids), "precision": options.precision}
+
+    def columns(mine: list[int]) -> Iterator[np.ndarray]:
+        blocks = CaptionBlocks([tokens[k] for k in mine], options.block_captions)
+        for block in similarity_columns(modules, images, blocks, options.device, options.precision,
+                                        options.image_cache_mb):
+            yield block.T.contiguous().numpy()
+
+    with committed("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
+                   options.block_captions, rows, dict.fromkeys(chosen.caption_ids, input_digest(inputs)),
+                   resume) as blocks:
+        if blocks is None:
+            yield None
+            return
+        found = np.empty((len(chosen.image_ids), len(chosen.caption_ids)), dtype=np.float32)
+        start = 0
+        for block in blocks:
+            found[:, start:start + len(block)] = block.T
+            start += len(block)
+        yield found
 
 
 def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, chosen: CaptionSplit,
@@ -351,22 +392,43 @@ def check_index_file(kind: str, second: PathLike | None, options: Search, rerank
                            "FEATS.h5 CAPS.jsonl")
 
 
+def check_resume(kind: str, rerank_k: int | None, output: PathLike | None, resume: bool) -> None:
+    """Refuse `--resume` where nothing is kept to resume: without -o (`check_output`), and in the short modes
+    (reranking, sims or embeddings inputs, a saved index), which write their output at the end."""
+    check_output(None if output is None else str(output), resume)
+    if resume and (kind != "features" or rerank_k is not None):
+        what = f"{argument('rerank_k', 'K')} scores only its candidates" if kind == "features" else \
+            f"a match of {kind} files scores no pair"
+        raise VLToolsError(f"--resume continues a match of region features by --model that scores every pair; {what}, "
+                           "keeps nothing to resume and starts over anyway: drop --resume")
+
+
 def match_files(first: PathLike, second: PathLike | None, models: Sequence[LoadedModel] = (), split: str | None = None,
                 search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
-                first_stage: LoadedModel | None = None) -> Matches | None:
+                first_stage: LoadedModel | None = None, output: PathLike | None = None, resume: bool = False,
+                write: Callable[[Matches], None] | None = None) -> Matches | None:
     """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models);
-    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index. Under torchrun the processes share the
-    pairs that models score (without --rerank), the first runs the other modes alone, and the others return None."""
+    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index. `write` (the command's writing of
+    `output` and the sims) gets the `Matches` on the first process; a match scoring every pair commits what it
+    scored beside `output` until then, for `resume` (see `match_features`). Under torchrun the processes share the
+    pairs that models score (without --rerank), the first runs the other modes alone, and the others return
+    None."""
     kind = input_kind(first, bool(models), rerank_k)
     options = search_options or Search()
+    check_resume(kind, rerank_k, output, resume)
     check_index(kind, options.index, models, rerank_k)
     check_index_file(kind, second, options, rerank_k, full)
     if not place().main and (kind != "features" or rerank_k is not None):
         return None
+    if kind == "features":
+        return match_features(first, second, models, split, search_options, full, rerank_k, first_stage, output,
+                              resume, write)
     if kind == "embeddings" and options.index_file is not None:
-        return match_index(first, options.index_file, options)
-    if kind == "sims":
-        return match_sims(first, second, (search_options or Search()).top_k)
-    if kind == "embeddings":
-        return match_embeddings(first, second, search_options, full)
-    return match_features(first, second, models, split, search_options, full, rerank_k, first_stage)
+        matches = match_index(first, options.index_file, options)
+    elif kind == "sims":
+        matches = match_sims(first, second, options.top_k)
+    else:
+        matches = match_embeddings(first, second, search_options, full)
+    if write is not None:
+        write(matches)
+    return matches

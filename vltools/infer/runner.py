@@ -20,7 +20,7 @@ import numpy as np
 
 from vltools.distributed import from_main, gather, gathered, place, share
 from vltools.errors import VLToolsError
-from vltools.infer.settings import parse_shard
+from vltools.infer.settings import COMMIT_SECONDS, parse_shard
 from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, output_name, spool_folder
 from vltools.io.partial import PartialRecords
 from vltools.io.parts import PartsWriter
@@ -197,3 +197,31 @@ def finish_features(writer: FeaturesPartsWriter, out: str | None, attrs: dict[st
         count = writer.parts.merge_into(target, attrs, order, failed)
     writer.parts.remove()
     return count
+
+
+@contextlib.contextmanager
+def committed(stage: str, out: str | None, ids: Sequence[str], compute: Callable[[list[int]], Iterator[np.ndarray]],
+              unit: str, batch_size: int, rows: dict[str, object], digests: dict[str, str],
+              resume: bool) -> Iterator[Iterator[np.ndarray] | None]:
+    """One float32 row per id of `ids` through `run`, which commits the rows to `OUT.partial/` as they come (each
+    as its part's /global row: encode's embeddings, match's columns of similarities); `compute(positions)` yields
+    the [B, ...] rows of the items at those positions of `ids`, in blocks of `batch_size`. Then yield every row of
+    `ids` in order, in blocks, for the caller to write, and remove the parts once the caller is done (a failed
+    write keeps them for --resume). `rows` (attributes) are what the rows depend on, which a resumed run must
+    share, and `digests` each id's inputs (a row whose input changed is computed again). None on the other
+    processes of a torchrun job, whose rows the first writes."""
+    position = {item: number for number, item in enumerate(ids)}
+
+    def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        start = 0
+        for block in compute([position[i] for i in todo]):
+            yield todo[start:start + len(block)], {"global": block}
+            start += len(block)
+
+    with features_writer(out, rows, "float32", COMMIT_SECONDS, resume, digests) as writer:
+        run(stage, ids, writer, produce, unit, batch_size)
+        if writer is None:
+            yield None
+            return
+        yield (arrays["global"] for _, arrays in writer.parts.rows(ids))
+        writer.parts.remove()

@@ -94,33 +94,30 @@ def ensemble_similarity(models: Sequence[nn.Module], image_embs: Sequence[torch.
     return total / len(models)
 
 
-def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[ImageBlock],
-                      captions: Sequence[CaptionBlock], device: str | torch.device = "cpu",
-                      precision: str = "fp32", image_cache_mb: float = 2048.0,
-                      desc: str = "similarity") -> torch.Tensor:
-    """The full [n_images, n_captions] float32 CPU matrix of the models' mean similarity, block by block.
+def similarity_columns(models: nn.Module | Sequence[nn.Module], images: Sequence[ImageBlock],
+                       captions: Sequence[CaptionBlock], device: str | torch.device = "cpu",
+                       precision: str = "fp32", image_cache_mb: float = 2048.0) -> Iterator[torch.Tensor]:
+    """Per caption block, the [n_images, block] float32 CPU columns of the models' mean similarity: every image
+    block against it. A caller that keeps each block as it comes (match commits them for --resume) never needs the
+    whole matrix at once.
 
-    `images` and `captions` are sequences of blocks (`FeatureBlocks`, `CaptionBlocks`, or lists of
-    tuples already in memory); rows and columns follow their order. Runs under inference mode with the
-    models in eval mode, moved to `device`; `precision="bf16"` uses autocast.
+    `images` and `captions` are sequences of blocks (`FeatureBlocks`, `CaptionBlocks`, or lists of tuples already
+    in memory); rows and columns follow their order. Runs under inference mode with the models in eval mode, moved
+    to `device`; `precision="bf16"` uses autocast.
     """
     models = as_models(models)
     device = resolve_device(device) if isinstance(device, str) else device
-    image_sizes, caption_sizes = block_sizes(images), block_sizes(captions)
-    row_starts = np.concatenate([[0], np.cumsum(image_sizes)]).astype(int)
-    out = torch.empty(int(row_starts[-1]), int(sum(caption_sizes)), dtype=torch.float32)
+    row_starts = np.concatenate([[0], np.cumsum(block_sizes(images))]).astype(int)
     budget = image_cache_mb * 2**20
     # per image block: the embeddings and (SGR, SAF) global vectors; the captions' global vectors are computed
     # once per caption block, not once per image block
     cache: dict[int, tuple[list[torch.Tensor], list[torch.Tensor | None]]] = {}
     cached_bytes = 0
-    column = 0
     with evaluating(models, device), torch.inference_mode(), autocast(device, precision):
-        for caption_index in progress(range(len(captions)), total=out.numel(), desc=desc, unit="pairs",
-                                      size=lambda index: out.shape[0] * caption_sizes[index]):
-            caption_embs, lengths = encode_captions(models, captions[caption_index], device)
+        for block in captions:
+            caption_embs, lengths = encode_captions(models, block, device)
             caption_globals = global_vectors(models, caption_embs, "captions", lengths)
-            width = caption_sizes[caption_index]
+            out = torch.empty(int(row_starts[-1]), len(lengths), dtype=torch.float32)
             for image_index in range(len(images)):
                 entry = cache.get(image_index)
                 if entry is None:
@@ -134,6 +131,20 @@ def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[
                 rows = slice(row_starts[image_index], row_starts[image_index + 1])
                 sims = ensemble_similarity(models, image_embs, caption_embs, lengths,
                                            list(zip(image_globals, caption_globals, strict=True)))
-                out[rows, column:column + width] = sims.cpu()
-            column += width
+                out[rows] = sims.cpu()
+            yield out
+
+
+def similarity_blocks(models: nn.Module | Sequence[nn.Module], images: Sequence[ImageBlock],
+                      captions: Sequence[CaptionBlock], device: str | torch.device = "cpu",
+                      precision: str = "fp32", image_cache_mb: float = 2048.0,
+                      desc: str = "similarity") -> torch.Tensor:
+    """The full [n_images, n_captions] float32 CPU matrix of the models' mean similarity, block by block (see
+    `similarity_columns`), with a progress line counting pairs."""
+    out = torch.empty(sum(block_sizes(images)), sum(block_sizes(captions)), dtype=torch.float32)
+    column = 0
+    for block in progress(similarity_columns(models, images, captions, device, precision, image_cache_mb),
+                          total=out.numel(), desc=desc, unit="pairs", size=lambda block: block.numel()):
+        out[:, column:column + block.shape[1]] = block
+        column += block.shape[1]
     return out
