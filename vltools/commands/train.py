@@ -22,7 +22,7 @@ from vltools.training import TASKS, check_inputs
 @primary_output("output")
 @click.command("train")
 @click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
-@click.argument("inputs", nargs=-1, required=True, type=InputFile("hdf5", "jsonl"))
+@click.argument("inputs", nargs=-1, required=True, type=InputFile("hdf5", "jsonl", "images"))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Best checkpoint; PATH.last.pt (resume file) and PATH.log.jsonl are written beside it.")
 @click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
