@@ -55,6 +55,16 @@ def test_without_a_fix_a_malformed_line_is_skipped(tmp_path):
     assert list(iter_json_lines(path, None)) == [(1, {"id": "a"}), (2, {"id": "b"})]
 
 
+def test_without_a_fix_a_last_line_cut_inside_a_character_ends_the_reading(tmp_path):
+    """A kill while `OUT.partial` was being appended can cut its last record inside a UTF-8 character: that record
+    is computed again (with a fix, the same file is a one-line error)."""
+    path = tmp_path / "out.partial"
+    path.write_bytes('{"id": "a"}\n{"id": "b", "caption": "café'.encode()[:-1])
+    assert list(iter_json_lines(path, None)) == [(1, {"id": "a"})]
+    with pytest.raises(VLToolsError, match=r"out\.partial: line 2: not UTF-8 text"):
+        list(iter_json_lines(path, "fix it"))
+
+
 def test_a_line_nested_too_deep_is_malformed_json_naming_the_line(tmp_path):
     depth = bounded.MAX_JSON_DEPTH
     path = tmp_path / "deep.jsonl"

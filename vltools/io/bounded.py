@@ -63,10 +63,11 @@ def parse_json(text: str) -> object:
                                    number.start() if number else 0) from None
 
 
-def text_lines(stream: BinaryIO, path: object) -> Iterator[tuple[int, str]]:
+def text_lines(stream: BinaryIO, path: object, cut_ends: bool = False) -> Iterator[tuple[int, str]]:
     """(line number, text with its line ending) of each line of a binary stream of UTF-8 text (a byte order mark
     at its start is dropped); a line longer than MAX_LINE_BYTES, or not UTF-8, is a one-line error naming `path`
-    and the line, and the long one is never held in memory."""
+    and the line, and the long one is never held in memory. `cut_ends`: a line that is not UTF-8 ends the lines
+    instead (a file whose writer was killed inside a character)."""
     number = 0
     while raw := stream.readline(MAX_LINE_BYTES + 1):
         number += 1
@@ -76,6 +77,8 @@ def text_lines(stream: BinaryIO, path: object) -> Iterator[tuple[int, str]]:
         try:
             yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as exc:
+            if cut_ends:
+                return
             raise input_error(path, f"line {number}", f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of "
                               "the line)", "convert the file to UTF-8") from None
 

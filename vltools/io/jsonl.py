@@ -52,8 +52,8 @@ class _Numbered:
     """The lines of a stream for jsonlines.Reader (bounded.text_lines), remembering the number of the last one
     given, which is the line of the value the reader returned."""
 
-    def __init__(self, stream: BinaryIO, name: object) -> None:
-        self.lines, self.number = text_lines(stream, name), 0
+    def __init__(self, stream: BinaryIO, name: object, cut_ends: bool = False) -> None:
+        self.lines, self.number = text_lines(stream, name, cut_ends), 0
 
     def __iter__(self) -> Iterator[str]:
         for number, text in self.lines:
@@ -66,9 +66,9 @@ def iter_json_lines(path: str | os.PathLike, fix: str | None) -> Iterator[tuple[
     jsonlines.Reader with the bounded parser (whose every failure is a json.JSONDecodeError, the cause jsonlines
     gives); a `null` line is None. A malformed line is a one-line error naming
     the file and the line and ending with `fix`; with `fix` None it is skipped (the last line of a file whose
-    writer was killed)."""
+    writer was killed), and a line that is not UTF-8 text ends the reading (one cut inside a character)."""
     with _opened(path) as (stream, name):
-        lines = _Numbered(stream, name)
+        lines = _Numbered(stream, name, cut_ends=fix is None)
         reader = jsonlines.Reader(lines, loads=parse_json)
         while True:
             try:
