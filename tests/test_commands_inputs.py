@@ -117,6 +117,20 @@ def test_an_unknown_model_name_is_refused_before_torch_loads_and_before_standard
     assert "read HDF5 from standard input" not in said["err"]
 
 
+def test_a_vltools_hdf5_file_of_another_kind_is_refused_before_torch_loads(world):
+    """`search feats.h5` once said so only after torch had loaded (about 5.5 s); the first bytes say only HDF5, the
+    file's declared kind says which."""
+    features, _, vse = world
+    folder = features.parent
+    said = fresh("search", features.name, "--model", vse.name, "-q", "a red cube", cwd=folder)
+    assert said == {"code": 1, "torch": False, "err": (
+        f"vltools: error: {features.name}: INDEX.h5|IMG_EMB.h5 takes a vltools index or embeddings file, but this "
+        "is a vltools features file; see `vltools search --help`\n")}
+    said = fresh("index", features.name, "-o", "index.h5", cwd=folder)
+    assert said["code"] == 1 and not said["torch"] and not (folder / "index.h5").exists()
+    assert said["err"].startswith(f"vltools: error: {features.name}: EMB.h5 takes a vltools embeddings file, but ")
+
+
 def test_a_misspelt_device_is_a_usage_error_before_torch_loads(world):
     """`--device gpu` once took 11 s and exited 1."""
     features, captions, vse = world

@@ -122,7 +122,8 @@ def test_models_and_targets_that_do_not_fit_are_one_line(world, tmp_path, capsys
     one_line(fails(capsys, "search", str(tmp_path / "caps.h5"), "--model", str(folder / "vse.pt"), *query),
              "caps.h5: holds captions embeddings; queries search images")
     one_line(fails(capsys, "search", str(folder / "feats.h5"), "--model", str(folder / "vse.pt"), *query),
-             "feats.h5: is a features file; search a saved index (vltools index) or an image embeddings file")
+             "feats.h5: INDEX.h5|IMG_EMB.h5 takes a vltools index or embeddings file, but this is a vltools features "
+             "file")
     assert not (tmp_path / "out.jsonl").exists()
     with pytest.raises(VLToolsError, match="another checkpoint"):
         vltools.search("a red cube", folder / "images.h5", model=other)

@@ -37,7 +37,7 @@ from vltools.io.progress import log
 @click.option("--pairs", "pairs_path", type=InputFile("jsonl", stdin=True),
               help="Describe the image pairs of this pairs JSONL (L2C; FEATURES from segment-pool): one "
                    "{pair_id, caption} line per pair, in input order.")
-@click.argument("features", type=InputFile("hdf5"))
+@click.argument("features", type=InputFile("hdf5", formats=("features",)))
 @click.argument("captions", required=False, type=InputFile("jsonl", stdin=True))
 @click.option("--split", type=SPLIT, help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
 @output_option("-o", "--output", type=click.Path(dir_okay=False),

@@ -12,7 +12,7 @@ from vltools.io.progress import log
 
 @primary_output("output", stdout=True)
 @click.command("index")
-@click.argument("embeddings", metavar="EMB.h5", type=InputFile("hdf5"))
+@click.argument("embeddings", metavar="EMB.h5", type=InputFile("hdf5", formats=("embeddings",)))
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Saved index, an HDF5 file (default: standard output, never a terminal).")
 @click.option("--factory", default=DEFAULT_FACTORY, show_default=True,

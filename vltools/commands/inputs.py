@@ -31,11 +31,12 @@ class InputFile(click.Path):
     """The type of every input file of a stage: a path to a file of one of `kinds` (keys of vltools.io.kinds.TAKES;
     "folder" and "images" accept a folder). `-` is standard input where HDF5 is taken, and where JSON or text lines
     are when `stdin` (the stage reads them from a pipe); `names`: a value that is no file may name a stored model
-    (`--model NAME`), left to the stage."""
+    (`--model NAME`), left to the stage; `formats`: the vltools HDF5 files taken (features, embeddings, index, sims,
+    proxy, logp), by the kind each declares (an HDF5 file that declares none is left to the stage)."""
 
-    def __init__(self, *kinds: str, stdin: bool = False, names: bool = False) -> None:
+    def __init__(self, *kinds: str, stdin: bool = False, names: bool = False, formats: tuple[str, ...] = ()) -> None:
         super().__init__(allow_dash=True)   # a folder where a file is taken: check_files says so, in one line
-        self.kinds, self.stdin, self.names = kinds, stdin, names
+        self.kinds, self.stdin, self.names, self.formats = kinds, stdin, names, formats
 
     def takes(self) -> str:
         """What the input takes, in words: "HDF5", "JSON lines or HDF5", ..."""
@@ -117,7 +118,26 @@ def check_files(params: list[click.Parameter], values: dict[str, object], stage:
         raise VLToolsError(f"{STDIN} is given to {' and '.join(map(label, dashes))}; it can feed "
                            "one input only, give the others as files")
     _refuse_wrong_kinds(given, stage)
+    for item in given:
+        _refuse_other_format(item, stage)
     return given
+
+
+def _refuse_other_format(item: Given, stage: str) -> None:
+    """Refuse a readable vltools HDF5 file of another kind than its parameter's `formats` (embeddings for a features
+    input, a features file as an index), in one line, before torch loads (h5py is imported here, when needed)."""
+    formats = item.param.type.formats
+    if item.found != "hdf5" or not formats:
+        return
+    from vltools.io.hdf5 import hdf5_kind
+
+    try:
+        declared = hdf5_kind(item.path)
+    except VLToolsError:
+        return          # unreadable: the stage's reader says so, after the outputs are checked
+    if declared not in ("hdf5", *formats):
+        raise VLToolsError(f"{item.name}: {item.label} takes a vltools {' or '.join(formats)} file, but this is a "
+                           f"vltools {declared} file; see `{stage} --help`")
 
 
 def take_stdin(params: list[click.Parameter], values: dict[str, object], given: list[Given], stage: str,

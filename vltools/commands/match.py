@@ -32,7 +32,8 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 
 @primary_output("output", stdout=True)
 @click.command("match", epilog=MEMORY_NOTE)
-@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5", type=InputFile("hdf5"))
+@click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5",
+                type=InputFile("hdf5", formats=("features", "embeddings", "sims")))
 @click.argument("second", metavar="[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]", required=False,
                 type=InputFile("jsonl", "hdf5", stdin=True))
 @click.option("--model", "model_paths", multiple=True, metavar="CKPT|NAME", type=InputFile("checkpoint", names=True),
@@ -55,7 +56,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 @click.option("--index", default=EXACT, show_default=True,
               help="Search over separable embeddings: exact (blocked matmul) or a FAISS index factory string "
                    "such as Flat, IVF1024,Flat, IVF4096,PQ64 (needs faiss).")
-@click.option("--index-file", type=InputFile("hdf5"), metavar="INDEX",
+@click.option("--index-file", type=InputFile("hdf5", formats=("index",)), metavar="INDEX",
               help="A saved index (vltools index) searched without rebuilding: by the queries' embeddings "
                    "IMG_EMB.h5 or CAP_EMB.h5 alone (no second input), or as the first stage of --rerank.")
 @click.option("--nprobe", type=Integer(min=1), default=16, show_default=True,

@@ -12,8 +12,8 @@ from vltools.io.progress import log
 
 @primary_output("output", stdout=True)
 @click.command("mine-triplets")
-@click.argument("proxy_path", metavar="PROXY.h5", type=InputFile("hdf5"))
-@click.option("--embeddings", type=InputFile("hdf5"),
+@click.argument("proxy_path", metavar="PROXY.h5", type=InputFile("hdf5", formats=("proxy",)))
+@click.option("--embeddings", type=InputFile("hdf5", formats=("embeddings",)),
               help="Image embeddings (vltools encode) of the split's images: keep the largest-loss triplets. "
                    "Without it, irrelevant images are drawn at random.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),

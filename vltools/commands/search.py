@@ -21,7 +21,7 @@ from vltools.io.progress import log
 
 @primary_output("output", stdout=True)
 @click.command("search")
-@click.argument("target", metavar="INDEX.h5|IMG_EMB.h5", type=InputFile("hdf5"))
+@click.argument("target", metavar="INDEX.h5|IMG_EMB.h5", type=InputFile("hdf5", formats=("index", "embeddings")))
 @click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
               help="The checkpoint that encoded the images (vse or sco for text queries, rmac for query images), "
                    "as the images file records it.")
