@@ -45,9 +45,9 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     out = None if output is None else str(output)
     check_output(out, resume)
     checkpoint = str(loaded.path)
-    vectors_in = (loaded.name != "rmac" and hdf5_kind(source) is not None
-                  and getattr(loaded.model, "inputs", "regions") == "global")
-    _refuse_unread(loaded, source, vectors_in, concepts, sentences)
+    features_in = loaded.name != "rmac" and hdf5_kind(source) is not None     # else captions, or rmac's images
+    vectors_in = features_in and getattr(loaded.model, "inputs", "regions") == "global"
+    _refuse_unread(loaded, features_in, vectors_in, concepts, sentences)
     provenance = {"checkpoint": checkpoint, "checkpoint_digest": loaded.digest, "source": str(source)}
     if loaded.name == "rmac":
         query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
@@ -94,7 +94,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
                {"concepts": str(concepts or ""), "sentences": str(sentences or ""), "ids_digest": ids_digest(ids)})
         vectors.close()
         count, side = len(ids), "images"
-    elif hdf5_kind(source) is not None:
+    elif features_in:
         ids = None
         if captions is not None:
             chosen = read_split(captions, split)
@@ -127,15 +127,16 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | 
         return read_embeddings(target) if place().main else None
 
 
-def _refuse_unread(loaded: LoadedModel, source: PathLike, vectors_in: bool, concepts: PathLike | None,
+def _refuse_unread(loaded: LoadedModel, features_in: bool, vectors_in: bool, concepts: PathLike | None,
                    sentences: PathLike | None) -> None:
     """Refuse concept scores or generated sentences that `loaded` would not read (they were ignored without a
     word: a vse model given --sentences encoded the features alone): only an SCO model encoding a features file
     (`vectors_in`) reads concepts (a context-only one passes over them, as the SCO recipe gives them to every
-    variant), and only one trained with model.use_sentence ("ctx + sen") reads sentences."""
+    variant), and only one trained with model.use_sentence ("ctx + sen") reads sentences. `features_in`: the
+    source is a features file (not captions, nor rmac's images)."""
     if concepts is None and sentences is None:
         return
-    captions_in = loaded.name != "rmac" and hdf5_kind(source) is None
+    captions_in = loaded.name != "rmac" and not features_in
     what = f"{loaded.name} model {loaded.path}{' encoding captions' if captions_in else ''}"
     if concepts is not None and not vectors_in:
         raise VLToolsError(f"{argument('concepts')}: the {what} reads no concept scores (only an SCO model "
