@@ -37,9 +37,8 @@ from vltools.infer.index import (
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.runner import check_output, committed
-from vltools.infer.similarity import similarity_blocks, similarity_columns
+from vltools.infer.similarity import similarity_columns
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
-from vltools.io.atomic import is_device, is_stdout
 from vltools.io.embeddings import EmbeddingsFile, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
@@ -182,17 +181,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
 def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: CaptionSplit, tokens: list,
                options: Search, output: PathLike | None, resume: bool, inputs: list[PathLike],
                models: str) -> Iterator[np.ndarray | None]:
-    """The [images, captions] similarities of every pair (None on the other processes of a torchrun job). Into a
-    file (or under torchrun, whose processes share the captions through the parts), each caption's column is
-    committed as it comes (`vltools.infer.runner.committed`: the caption's row of a part) and the
+    """The [images, captions] similarities of every pair (None on the other processes of a torchrun job), each
+    caption's column committed as it comes (`vltools.infer.runner.committed`: the caption's row of a part) and the
     parts removed when the block ends. What a column depends on (`models`: each model's path and checkpoint digest;
     the files, split, images, precision) is recorded with the parts, so that a resume with other ones is refused;
     `inputs` are the files whose change since the interrupted run has its captions scored again."""
-    if not place().active and (is_stdout(output) or is_device(output)):   # nothing to resume: no parts on disk
-        blocks = CaptionBlocks(tokens, options.block_captions)
-        yield similarity_blocks(modules, images, blocks, options.device, options.precision,
-                                options.image_cache_mb).numpy()
-        return
     rows = {"models": models, "features": str(inputs[0]), "captions": str(inputs[1]), "caption_split": chosen.name,
             "images": ids_digest(chosen.image_ids), "precision": options.precision}
 

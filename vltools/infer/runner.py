@@ -209,7 +209,11 @@ def committed(stage: str, out: str | None, ids: Sequence[str], compute: Callable
     `ids` in order, in blocks, for the caller to write, and remove the parts once the caller is done (a failed
     write keeps them for --resume). `rows` (attributes) are what the rows depend on, which a resumed run must
     share, and `digests` each id's inputs (a row whose input changed is computed again). None on the other
-    processes of a torchrun job, whose rows the first writes."""
+    processes of a torchrun job, whose rows the first writes. Into standard output (or a device) in one process,
+    where nothing could be resumed, the rows come straight from `compute`, with no parts on disk."""
+    if not place().active and (is_stdout(out) or is_device(out)):
+        yield progress(compute(list(range(len(ids)))), total=len(ids), desc=stage, unit=unit, size=len)
+        return
     position = {item: number for number, item in enumerate(ids)}
 
     def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
