@@ -3,7 +3,9 @@ committed, and how many files a merge holds open."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from vltools.errors import VLToolsError
 from vltools.io import parts as parts_module
 from vltools.io.features import FeaturesReader, FeaturesWriter
-from vltools.io.parts import PartsWriter, merge_features
+from vltools.io.parts import PartsWriter, merge_features, signals_held
 
 ATTRS = {"backbone": "resnet18", "weights": "none", "regions": "grid", "image_size": 64}
 
@@ -226,3 +228,25 @@ def test_a_parts_folder_holding_anything_but_parts_is_refused_and_left_as_it_is(
     with pytest.raises(VLToolsError, match=r"out.h5.partial: is a file, not the folder of parts an interrupted "):
         PartsWriter(folder, ATTRS, "float32", commit_seconds=0, resume=resume)
     assert folder.read_text() == "a file of the same name"
+
+
+class _Stop(BaseException):
+    """What the test's SIGTERM handler raises (as the CLI's raises Terminated)."""
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_signals_held_acts_on_ctrl_c_and_sigterm_once_the_write_is_done(number):
+    """A Ctrl-C in the middle of a part's write left datasets and ids of different lengths; the signal now waits."""
+    def stop(*_):
+        raise _Stop
+
+    before = signal.signal(number, stop)
+    steps = []
+    try:
+        with pytest.raises(_Stop), signals_held():
+            steps.append("started")
+            os.kill(os.getpid(), number)
+            steps.append("finished")
+        assert steps == ["started", "finished"] and signal.getsignal(number) is stop
+    finally:
+        signal.signal(number, before)

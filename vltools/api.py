@@ -60,6 +60,7 @@ from vltools.io import coco
 from vltools.io.features import FeaturesReader
 from vltools.io.held import Embeddings, held, in_memory
 from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
+from vltools.io.lock import output_lock
 from vltools.io.model_store import resolve_models
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
@@ -119,13 +120,14 @@ class Converter:
     first, then the keywords `options` checks (each by its validator, default values included, so that a missing
     required one is named). `records`: the function returns records, which `convert` writes when given an
     output; `output`: the function's parameter that the API's `output` fills (neither: it takes its outputs as
-    keywords). `sources`: the source is one or more paths. `memory`: the arguments ("source" or an option) that may
-    be data in memory, and of which kinds (see `vltools.io.held.held`)."""
+    keywords, named in `outputs`). `sources`: the source is one or more paths. `memory`: the arguments ("source"
+    or an option) that may be data in memory, and of which kinds (see `vltools.io.held.held`)."""
 
     function: Callable[..., list[dict] | dict[str, object]]
     options: dict[str, Check] = field(default_factory=dict)
     records: bool = False
     output: str | None = None
+    outputs: tuple[str, ...] = ()
     sources: bool = False
     memory: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -157,7 +159,7 @@ CONVERTERS: dict[str, Converter] = {
     "precomp": Converter(precomp.convert_precomp, {
         "split": checks.split, "features": _optional(checks.path), "captions": _optional(checks.path),
         "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
-        "dtype": _one_of(FEATURE_DTYPES)}),
+        "dtype": _one_of(FEATURE_DTYPES)}, outputs=("features", "captions")),
     "to-precomp": Converter(precomp.write_precomp, {
         "captions": _records, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
         output="out_dir", memory={"source": ("features",), "captions": ("records",)}),
@@ -253,7 +255,8 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
                            **{k: v for k, v in options.items() if k in region_fields})
     run = RunOptions(device=device, batch_size=batch_size, workers=workers, strict=strict,
                      **{k: v for k, v in options.items() if k in run_fields})
-    return extract_region_features(inputs, output, chosen, run)
+    with output_lock(output):
+        return extract_region_features(inputs, output, chosen, run)
 
 
 def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings, model: ModelLike = (),
@@ -376,8 +379,8 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     chosen = resolve_device(device)
     method = "beam" if beam > 1 else "greedy"
     found: list[dict] = []
-    with spooled({"features": features, "captions": captions}) as files, FeaturesReader(files["features"]) as reader, \
-            autocast(chosen, precision):
+    with output_lock(output), spooled({"features": features, "captions": captions}) as files, \
+            FeaturesReader(files["features"]) as reader, autocast(chosen, precision):
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
         records = split_records(files["captions"], split) if captions is not None else None
         image_ids = images_to_caption(reader, records, files["captions"])
@@ -472,7 +475,7 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
                             "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
                             "sentences": (sentences, ("jsonl",))})
-    with spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
+    with output_lock(output), spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
                                  captions=files["captions"], concepts=concepts, sentences=files["sentences"],
@@ -523,7 +526,7 @@ def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike 
     checks.split(val_split, "val_split")
     built = training_config(model, config_file, (), options)
     check_inputs(model, [_found(name, value) for name, value in given.items()])
-    with spooled(given) as files:
+    with output_lock(output), spooled(given) as files:
         return run_training(model, list(files.values()), output, built, resume, vocab, train_split, val_split)
 
 
@@ -559,11 +562,12 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
     if converter.output:
         options[converter.output] = output
     given = {"source": source, **options}
-    with spooled({name: given[name] for name in converter.memory if name in given}) as files:
+    outputs = [output, *(options.get(name) for name in converter.outputs)]
+    with output_lock(*outputs), spooled({name: given[name] for name in converter.memory if name in given}) as files:
         given.update(files)
         written = converter.function(given.pop("source"), **given)
-    if converter.records and output is not None:
-        write_records(output, written)
+        if converter.records and output is not None:
+            write_records(output, written)
     return written
 
 
@@ -623,7 +627,7 @@ def report(out: PathLike, *, rankings: PathLike | Records | Matches | Sequence[P
     checks.text(title, "title")
     checks.flag(force, "force")
     checks.integer(max_boxes, "max_boxes", 1)
-    with spooled({key: value for group in given.values() for key, value in group.items()}) as files:
+    with output_lock(out), spooled({key: value for group in given.values() for key, value in group.items()}) as files:
         named = {group: [os.fspath(files[key]) for key in keys if files[key] is not None]
                  for group, keys in given.items()}
         single = {group: (named[group] or [None])[0] for group in ("captions", "pairs", "boxes")}

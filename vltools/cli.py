@@ -10,8 +10,10 @@ import importlib
 import importlib.util
 import os
 import signal
+import stat
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import click
 
@@ -19,15 +21,11 @@ from vltools import __version__
 from vltools.commands.inputs import check_files, take_stdin
 from vltools.commands.options import PrimaryOutput, binary_format, is_output_param, option_spelling, writes_stdout
 from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
-from vltools.io.atomic import (
-    OUTPUT_ERRNOS,
-    after_failure,
-    empty_stdout_file,
-    output_error,
-    output_lock,
-    refuse_terminal,
-)
+from vltools.io.lock import output_lock
+from vltools.io.output import refuse_terminal
+from vltools.io.owners import start_time
 from vltools.io.progress import configure, log
+from vltools.io.write_errors import OUTPUT_ERRNOS, output_error
 from vltools.training import TASKS
 
 # stage name -> (module in vltools.commands defining `command`, one-line help); a stage is listed once its module
@@ -122,7 +120,7 @@ def with_example(command: click.Command, example: str) -> click.Command:
 
 def _guarded(callback: Callable, params: list[click.Parameter], primary: PrimaryOutput | None) -> Callable:
     """Wrap a stage's callback so that its input files are checked (vltools.commands.inputs: a missing file, one of
-    the wrong kind, two swapped) and it holds the lock of each output (see vltools.io.atomic) for its whole run: a
+    the wrong kind, two swapped) and it holds the lock of each output (vltools.io.lock), once, for its whole run: a
     second process writing the same output stops at once, before any work, and a missing or read-only folder, or
     binary data for a terminal, is reported before the work too. Standard input is read last, when all else has
     been checked (HDF5 on it is copied to a temporary file, removed when the stage ends)."""
@@ -137,9 +135,8 @@ def _guarded(callback: Callable, params: list[click.Parameter], primary: Primary
             if what is not None and writes_stdout(primary, name, kwargs.get(name)):
                 refuse_terminal(what)
         with contextlib.ExitStack() as stack:
-            for name, value in kwargs.items():
-                if name in outputs and isinstance(value, str):
-                    stack.enter_context(output_lock(value))
+            stack.enter_context(output_lock(*(value for name, value in kwargs.items()
+                                              if name in outputs and isinstance(value, str))))
             return callback(*args, **take_stdin(params, kwargs, given, stage, stack))
 
     run.locks_output = True
@@ -259,6 +256,71 @@ def main(argv: list[str] | None = None) -> None:
         _main(argv)
 
 
+def _stdout_file() -> os.stat_result | None:
+    """The status of standard output when it is a regular file (`> out.h5`), else None."""
+    try:
+        if sys.stdout.fileno() != 1:
+            return None
+        info = os.fstat(1)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
+def _process_start() -> float | None:
+    """When this process started (seconds since the epoch, to about a second; Linux), else None."""
+    try:
+        ticks = start_time(os.getpid())
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, TypeError, ValueError):
+        return None
+
+
+def _empty_stdout_file() -> tuple[int, int] | None:
+    """(device, inode) of standard output when it is an empty regular file at the start of a run (the shell's
+    `> out.h5`), to be passed to `_removed_if_empty`; else None."""
+    info = _stdout_file()
+    return (info.st_dev, info.st_ino) if info is not None and info.st_size == 0 else None
+
+
+def _stderr_is(key: tuple[int, int]) -> bool:
+    """Whether standard error goes to the file (device, inode) `key` (the shell's `> log 2>&1`)."""
+    try:
+        errors = os.fstat(2)
+    except OSError:
+        return False
+    return (errors.st_dev, errors.st_ino) == key
+
+
+def _removed_if_empty(empty: tuple[int, int] | None) -> str:
+    """What a failed run did about the empty file standard output was redirected to (`empty` from
+    `_empty_stdout_file`), as words to append to its error line ("" when there is none).
+
+    Call it only for a run whose primary output was standard output (no -o, or -o -): any other file standard
+    output went to is a log the user keeps. A redirected file is created by the shell, not by vltools, so a
+    failed run would leave it empty, and make would take it for up to date. It is removed when this run can tell
+    it is the file the shell made for it: still empty, still the same file under its name, not where standard
+    error goes, and created or truncated when this process started (within 2 s); otherwise it is kept and the
+    error says so."""
+    info = _stdout_file()
+    if empty is None or info is None or (info.st_dev, info.st_ino) != empty or info.st_size or _stderr_is(empty):
+        return ""
+    try:
+        name = os.readlink("/proc/self/fd/1")
+        same = os.stat(name)
+    except OSError:  # no /proc, or a file with no name (deleted): nothing a user would find
+        return ""
+    started = _process_start()
+    if (same.st_dev, same.st_ino) != empty or started is None or same.st_mtime < started - 2.0:
+        return f"; {name} (standard output) was left empty"
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+        return f"; removed the empty {name} that standard output was redirected to"
+    return f"; {name} (standard output) was left empty"
+
+
 def _writes_stdout(args: list[str]) -> bool:
     """Whether the run `args` asked for sends its primary output to standard output, as its stage declared
     (`options.primary_output`; a stage that declared none never does): read from the arguments as typed, not
@@ -286,8 +348,8 @@ def _writes_stdout(args: list[str]) -> bool:
 
 
 def _after_failure(empty: tuple[int, int] | None, args: list[str]) -> str:
-    """`after_failure` for a run whose primary output was standard output; any other run leaves the file alone."""
-    return after_failure(empty) if empty is not None and _writes_stdout(args) else ""
+    """`_removed_if_empty` for a run whose primary output was standard output; any other run leaves the file alone."""
+    return _removed_if_empty(empty) if empty is not None and _writes_stdout(args) else ""
 
 
 def _main(argv: list[str] | None) -> None:
@@ -296,9 +358,9 @@ def _main(argv: list[str] | None) -> None:
     An OSError that escaped the stage (a file it could not read or write) is one line naming the file. A closed
     pipe on standard output (`vltools ... | head`) ends the run quietly with status 0, as `head` expects. When a
     run whose primary output was standard output fails, the empty file that standard output was redirected to is
-    removed or named (`after_failure`); a file that only took the messages of a stage writing elsewhere is kept."""
+    removed or named (`_removed_if_empty`); a file that only took the messages of a stage writing elsewhere is kept."""
     args = sys.argv[1:] if argv is None else argv
-    empty = empty_stdout_file()
+    empty = _empty_stdout_file()
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
     except Terminated:

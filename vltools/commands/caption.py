@@ -25,7 +25,7 @@ from vltools.commands.options import (
     threads_option,
 )
 from vltools.devices import autocast, resolve_device
-from vltools.io.atomic import is_stdout
+from vltools.io.output import is_stdout
 from vltools.io.progress import log
 
 

@@ -27,7 +27,7 @@ def command(captions: str, output: str | None, k: int, split: str | None, tagger
     """Write the concept vocabulary of CAPS.jsonl: nouns, verbs, adjectives and numbers of the --split captions,
     Snowball-stemmed (tenses and plurals unified), the K most frequent; the file records the tagger used."""
     from vltools.data.captions import read_split
-    from vltools.io.atomic import text_output
+    from vltools.io.output import text_output
     from vltools.io.provenance import ids_digest, provenance
 
     chosen = read_split(captions, split, default="train")

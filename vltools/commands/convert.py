@@ -29,7 +29,7 @@ def command() -> None:
 
 
 def _wrote(count: int, what: str, output: str | None) -> None:
-    from vltools.io.atomic import is_stdout
+    from vltools.io.output import is_stdout
 
     log.info("wrote %d %s to %s", count, what, "standard output" if is_stdout(output) else output)
 

@@ -32,9 +32,9 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
     """For each of the first --queries i2i rankings (vltools match) and its --top results, write
     OUT/<query>__<result>.png (a "/" in an id becomes "_"): the two images side by side, the regions that
     contributed most to their similarity highlighted in red."""
-    from vltools.io.atomic import atomic_path
     from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, load_checkpoint
     from vltools.io.fields import INTEGER
+    from vltools.io.output import written
     from vltools.io.records import id_file_name, read_records
     from vltools.models import model_from_checkpoint
     from vltools.vision.embedding import ImageStore
@@ -65,6 +65,6 @@ def command(rankings: str, model_path: str, images_path: str, out_dir: str, quer
         cam_a, cam_b, similarity = pair_heatmaps(model, image_a, image_b, k)
         picture = side_by_side(overlay(image_a, cam_a), overlay(image_b, cam_b))
         name = id_file_name([first, second], ".png")
-        with atomic_path(folder / name) as tmp:
+        with written(folder / name) as tmp:
             picture.save(tmp, format="PNG")
         log.info("%s ~ %s: similarity %.3f -> %s", first, second, similarity, folder / name)

@@ -19,10 +19,11 @@ from pathlib import Path
 import click
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import output_error, spool_folder
 from vltools.io.kinds import FOUND, LINE_KINDS, Placed, accepts, described, kind_of, peek, refuse_wrong_kinds, sniff
 from vltools.io.model_store import resolve_models
 from vltools.io.progress import log
+from vltools.io.scratch import scratch_folder
+from vltools.io.write_errors import output_error
 
 STDIN = "standard input (-)"
 
@@ -158,7 +159,7 @@ def take_stdin(params: list[click.Parameter], values: dict[str, object], given: 
             raise VLToolsError(f"{STDIN}: {piped.label} reads {FOUND[piped.found]} from a file only; save it to a "
                                "file and give its path")
         return values
-    folder = stack.enter_context(spool_folder())
+    folder = stack.enter_context(scratch_folder())
     spool = folder / "stdin.h5"
     try:
         with open(spool, "wb") as copy:

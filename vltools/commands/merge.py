@@ -24,10 +24,10 @@ def command(files: tuple[str, ...], output: str | None) -> None:
     dtypes; where they came from (source, split, command, time, digests) may differ and is kept per part in the
     `parts` attribute. An id in two files is an error. /failed lists are concatenated. Streams rows.
     """
-    from vltools.io.atomic import binary_output
+    from vltools.io.output import written
     from vltools.io.parts import merge_files
 
     paths = [Path(f) for f in files]
-    with binary_output(output) as target:
+    with written(output) as target:
         count = merge_files(paths, target)
     log.info(f"merge: wrote {count} images from {len(paths)} files to {output or 'standard output'}")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vltools.errors import VLToolsError, argument, input_error, shown_ids
-from vltools.io.atomic import atomic_path
+from vltools.io.output import written
 from vltools.io.progress import log
 
 if TYPE_CHECKING:    # types only: `vltools score --help` reads DEFAULT_R without loading scipy and h5py
@@ -156,7 +156,7 @@ def plot_curves(path: str | os.PathLike, summary: dict[str, object]) -> None:
         axis.grid(True, alpha=0.3)
     figure.tight_layout()
     try:
-        with atomic_path(path) as tmp:
+        with written(path) as tmp:
             figure.savefig(tmp, format="png", dpi=100)
     finally:
         plt.close(figure)

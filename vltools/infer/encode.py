@@ -21,13 +21,13 @@ from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
 from vltools.infer.runner import check_output, committed
-from vltools.io.atomic import spool_folder
 from vltools.io.embeddings import read_embeddings, write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
 from vltools.io.held import Embeddings
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
+from vltools.io.scratch import scratch_folder
 
 PathLike = str | os.PathLike
 
@@ -121,7 +121,7 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | 
                       **options: object) -> Embeddings | None:
     """`encode_file` (with its keyword `options`), returning the embeddings it wrote, read back from the file
     (the first process of a torchrun job; the others None); `output` None: a temporary file, removed."""
-    with spool_folder() as folder:
+    with scratch_folder() as folder:
         target = folder / "embeddings.h5" if output is None else output
         encode_file(loaded, source, target, device, **options)
         return read_embeddings(target) if place().main else None

@@ -21,7 +21,7 @@ from vltools.errors import VLToolsError, argument, input_error
 from vltools.infer import runner
 from vltools.infer.runner import check_output, features_writer, finish_features
 from vltools.infer.settings import RunOptions
-from vltools.io.atomic import output_name
+from vltools.io.output import output_name
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name

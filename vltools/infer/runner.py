@@ -21,11 +21,12 @@ import numpy as np
 from vltools.distributed import from_main, gather, gathered, place, share
 from vltools.errors import VLToolsError
 from vltools.infer.settings import COMMIT_SECONDS, parse_shard
-from vltools.io.atomic import binary_output, is_device, is_stdout, output_lock, output_name, spool_folder
+from vltools.io.output import is_device, is_stdout, output_name, written
 from vltools.io.partial import PartialRecords
 from vltools.io.parts import PartsWriter
 from vltools.io.progress import log, progress
 from vltools.io.records import write_records
+from vltools.io.scratch import scratch_folder
 
 Results = Mapping[str, np.ndarray] | Sequence[dict]
 Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]
@@ -172,7 +173,7 @@ class FeaturesPartsWriter:
 @contextlib.contextmanager
 def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commit_seconds: float, resume: bool,
                     digests: dict[str, str]) -> Iterator[FeaturesPartsWriter | None]:
-    """Parts under `OUT.partial/` (locked with OUT), or in a spool folder when OUT is standard output or a
+    """Parts under `OUT.partial/` (covered by the lock of OUT), or in a spool folder when OUT is standard output or a
     device; rows whose input digest changed since an interrupted run are recomputed; errors about rows name OUT
     (or standard output), not a part. None on the other processes of a torchrun job, whose rows the first
     writes."""
@@ -181,11 +182,9 @@ def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commi
         return
     with contextlib.ExitStack() as stack:
         if is_stdout(out) or is_device(out):
-            folder = stack.enter_context(spool_folder()) / "parts"
+            folder = stack.enter_context(scratch_folder()) / "parts"
         else:
             folder = Path(f"{out}.partial")
-            stack.enter_context(output_lock(out))
-            stack.enter_context(output_lock(folder))
         yield FeaturesPartsWriter(PartsWriter(folder, attrs, dtype, commit_seconds, resume, digests,
                                               output_name(out)))
 
@@ -193,7 +192,7 @@ def features_writer(out: str | None, attrs: dict[str, object], dtype: str, commi
 def finish_features(writer: FeaturesPartsWriter, out: str | None, attrs: dict[str, object], order: Sequence[str],
                     failed: list[str]) -> int:
     """Merge the parts into OUT (atomically, or to standard output) in `order`, with the failure lines."""
-    with binary_output(out) as target:
+    with written(out) as target:
         count = writer.parts.merge_into(target, attrs, order, failed)
     writer.parts.remove()
     return count

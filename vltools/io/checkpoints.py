@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 
 from vltools.errors import VLToolsError, require_file
-from vltools.io.atomic import DeferredWrites, atomic_path, check_room
 from vltools.io.fields import INTEGER, MAPPING, REQUIRED, TEXT, TEXTS, Kind, field, optional
+from vltools.io.output import written
 from vltools.io.provenance import provenance
+from vltools.io.write_errors import DeferredWrites, check_room
 
 CHECKPOINT_FORMAT = "vltools.checkpoint"
 DIGEST_KEYS = ("model", "config", "vocab", "state_dict", "train_state")
@@ -92,7 +93,7 @@ def save_state_dict(path: str | os.PathLike, state_dict: dict) -> None:
 
 def _save(path: str | os.PathLike, payload: dict, nbytes: int) -> None:
     """torch.save `payload` to `path` atomically, after checking there is room for its `nbytes` of tensors."""
-    with atomic_path(path) as tmp:
+    with written(path) as tmp:
         check_room(tmp, nbytes)
         with DeferredWrites(tmp, truncate=True) as stream:   # torch.save reports a failed write without its cause
             torch.save(payload, stream)

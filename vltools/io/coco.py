@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 
 from vltools.errors import argument, input_error
-from vltools.io.atomic import write_json
+from vltools.io.output import write_json
 from vltools.io.records import check_converted, read_records
 from vltools.io.sources import field, json_list, load_json, record_unique
 

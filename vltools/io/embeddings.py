@@ -14,7 +14,6 @@ import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import binary_output
 from vltools.io.fields import TEXT, field, optional
 from vltools.io.hdf5 import (
     OutputFile,
@@ -28,6 +27,7 @@ from vltools.io.hdf5 import (
     write_strings,
 )
 from vltools.io.held import Embeddings
+from vltools.io.output import written
 
 REENCODE = "rerun vltools encode"
 
@@ -90,7 +90,7 @@ def read_embeddings(path: str | os.PathLike) -> Embeddings:
 def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
                      attrs: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
     """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
-    with binary_output(path) as target, OutputFile(target) as handle:
+    with written(path) as target, OutputFile(target) as handle:
         set_attrs(handle, "embeddings", attrs)
         write_strings(handle, "ids", ids)
         if caption_image_ids is not None:

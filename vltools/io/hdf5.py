@@ -11,10 +11,11 @@ import h5py
 import numpy as np
 
 from vltools.errors import VLToolsError, first_line, require_file
-from vltools.io.atomic import DeferredWrites, binary_output, check_room
 from vltools.io.fields import TEXT, field
 from vltools.io.kinds import sniff
+from vltools.io.output import written
 from vltools.io.provenance import ids_digest, provenance
+from vltools.io.write_errors import DeferredWrites, check_room
 
 FORMAT_VERSION = 1
 
@@ -374,7 +375,7 @@ def write_arrays(path: str | os.PathLike | None, kind: str, arrays: dict[str, ob
                  attrs: dict[str, object] | None = None) -> None:
     """Write a small HDF5 file of whole arrays (string lists become id datasets with their digests: `write_strings`),
     atomically or to stdout."""
-    with binary_output(path) as target, OutputFile(target) as handle:
+    with written(path) as target, OutputFile(target) as handle:
         handle.check_room(sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray)))
         set_attrs(handle, kind, attrs or {})
         for name, value in arrays.items():

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import input_error
-from vltools.io.atomic import binary_output
 from vltools.io.fields import INTEGER, REQUIRED, TEXT, field, optional
 from vltools.io.hdf5 import (
     OutputFile,
@@ -29,6 +28,7 @@ from vltools.io.hdf5 import (
     set_attrs,
     write_strings,
 )
+from vltools.io.output import written
 
 REBUILD = "rebuild it with vltools index"
 # the attributes a saved index is read with: (kind, default when absent)
@@ -56,7 +56,7 @@ def write_index(path: str | os.PathLike | None, ids: Sequence[str], data: np.nda
                 attrs: dict[str, object]) -> None:
     """Write the serialized index `data` (uint8) with its row ids and `attrs`, atomically (or to stdout)."""
     data = np.asarray(data, dtype=np.uint8)
-    with binary_output(path) as target, OutputFile(target) as handle:
+    with written(path) as target, OutputFile(target) as handle:
         handle.check_room(data.nbytes)
         set_attrs(handle, "index", {**attrs, "count": len(ids)})
         write_strings(handle, "ids", ids)

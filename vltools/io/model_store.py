@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vltools.errors import VLToolsError, argument
-from vltools.io.atomic import atomic_path
+from vltools.io.output import written
 from vltools.io.released import RELEASED, how_to_get
 from vltools.io.state import read_state
 
@@ -62,7 +62,7 @@ def read_index(folder: Path | None = None) -> dict[str, dict]:
 
 def _write_index(entries: dict[str, dict], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    with atomic_path(folder / INDEX) as tmp:
+    with written(folder / INDEX) as tmp:
         tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -93,7 +93,7 @@ def add_model(name: str, checkpoints: Sequence[str | os.PathLike], copy: bool = 
         copied = []
         for i, path in enumerate(paths):
             destination = target / f"{i}-{path.name}"
-            with atomic_path(destination) as tmp:
+            with written(destination) as tmp:
                 shutil.copyfile(path, tmp)
             copied.append(destination)
         paths = copied

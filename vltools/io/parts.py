@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -26,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import output_error, signals_held
 from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
 from vltools.io.hdf5 import REWRITE, OutputFile, decode_strings, string_dtype
 from vltools.io.partial import INTERRUPTED
 from vltools.io.progress import log
+from vltools.io.write_errors import output_error
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
 PROVENANCE_ATTRS = {"vltools_version", "command", "created", "shard", "inputs_digest", "source", "split",
@@ -42,6 +43,27 @@ WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "creat
 MERGE_BLOCK = 256
 OPEN_READERS = 64     # parts a merge holds open at once (the least recently read is closed)
 PART_NAME = re.compile(r"part-\d{6}\.h5(\.tmp)?")    # what a parts folder holds: parts, and one being written
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM while the block writes, then act on them: a write they would cut in half
+    (an HDF5 part whose datasets and ids disagree) is finished first. Python handles signals in the main thread
+    only; in another thread the block runs as it is."""
+    pending: list[int] = []
+    try:
+        previous = {number: signal.signal(number, lambda got, _: pending.append(got))
+                    for number in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:     # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def is_provenance(key: str) -> bool:
@@ -179,9 +201,9 @@ class PartsWriter:
     Each part stores, beside its rows, `/input_digests`: the digest of each row's input (`digests`, by id;
     see vltools.io.provenance.input_digest). On `resume`, rows whose input changed since are dropped from
     their part and so recomputed; without `resume`, finished parts are refused (as `OUT.partial` records are)
-    rather than deleted. The caller holds the folder's lock (vltools.io.atomic.output_lock). Errors about rows (a
-    value float16 cannot hold) name `output`, the user's name of the file the parts become (the -o path, or
-    "standard output"), never a part under the folder, which may be in the temporary folder.
+    rather than deleted. The caller holds the lock of the output the folder belongs to (vltools.io.lock). Errors
+    about rows (a value float16 cannot hold) name `output`, the user's name of the file the parts become (the -o
+    path, or "standard output"), never a part under the folder, which may be in the temporary folder.
     """
 
     def __init__(self, folder: Path, attrs: dict[str, object], dtype: str, commit_seconds: float,

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import text_output
 from vltools.io.ids import id_problem
 from vltools.io.jsonl import iter_json_lines, write_json_lines
+from vltools.io.output import text_output
 from vltools.io.progress import log
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import ArgumentError, VLToolsError, first_line, shown
-from vltools.io.atomic import spool_folder
 from vltools.io.embeddings import write_embeddings_of
 from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter
 from vltools.io.held import Embeddings, held
 from vltools.io.jsonl import json_writer
+from vltools.io.scratch import scratch_folder
 
 SUFFIXES = {"records": "jsonl", "document": "json", "features": "h5", "embeddings": "h5"}
 
@@ -113,7 +113,7 @@ def spooled(values: Mapping[str, object]) -> Iterator[dict[str, object]]:
     if not any(held(value) for value in values.values()):
         yield dict(values)
         return
-    with spool_folder() as folder:
+    with scratch_folder() as folder:
         files = {}
         try:
             for name, value in values.items():

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vltools.errors import input_error
-from vltools.io.atomic import atomic_path
 from vltools.io.jsonl import iter_json_lines
+from vltools.io.output import written
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -111,7 +111,7 @@ def save_figure(figure: Figure, path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     try:
-        with atomic_path(path) as tmp:
+        with written(path) as tmp:
             figure.savefig(tmp, format="png", dpi=100)
     finally:
         plt.close(figure)

@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 
 from vltools.errors import ArgumentError, VLToolsError, argument
-from vltools.io.atomic import atomic_folder
 from vltools.io.numbers import dumps
+from vltools.io.output import written_folder
 from vltools.io.progress import log
 from vltools.io.provenance import provenance
 from vltools.reporting.boxes import Box, read_boxes
@@ -79,7 +79,7 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
                  thumb_size: int, page_size: int, force: bool,
                  boxes: dict[str, list[Box]] | None = None) -> dict[str, int]:
     """Write the whole folder atomically; return counts (cards, thumbnails, broken images)."""
-    with atomic_folder(out, force, is_report, "vltools report", "index.html and data/summary.js") as stage:
+    with written_folder(out, force, is_report, "vltools report", "index.html and data/summary.js") as stage:
         assets = resources.files("vltools.reporting") / "assets"
         (stage / "assets").mkdir()
         for name in ASSETS:

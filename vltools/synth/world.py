@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_folder
+from vltools.io.output import written_folder
 from vltools.io.progress import progress
 from vltools.io.records import write_records
 from vltools.synth.grammar import difference_descriptions, image_captions, region_captions
@@ -340,6 +340,6 @@ def write_world(out: str | os.PathLike, options: WorldOptions, force: bool = Fal
     An existing non-empty `out` is refused, unless `force` and it holds an earlier synthetic world.
     """
     options.check()
-    with atomic_folder(out, force, is_world, "synthetic world", "README.txt from vltools synth") as staging:
+    with written_folder(out, force, is_world, "synthetic world", "README.txt from vltools synth") as staging:
         counts = build_world(staging, options)
     return counts

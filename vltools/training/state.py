@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.atomic import atomic_path, output_error
 from vltools.io.fields import INTEGER, MAPPING, NUMBER, REQUIRED, Kind, field, optional
 from vltools.io.jsonl import write_json_lines
 from vltools.io.numbers import dumps
+from vltools.io.output import written
+from vltools.io.write_errors import output_error
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
 RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
@@ -58,7 +59,7 @@ class JsonLog:
         kept = []
         if keep is not None and path.exists():
             kept = path.read_text(encoding="utf-8").splitlines(keepends=True)[:keep]
-        with atomic_path(path) as tmp:
+        with written(path) as tmp:
             tmp.write_text("".join(kept), encoding="utf-8")
         self.lines = len(kept)
 

@@ -29,11 +29,11 @@ from torch import nn
 
 from vltools.devices import resolve_device
 from vltools.errors import VLToolsError
-from vltools.io.atomic import spool_folder
 from vltools.io.checkpoints import load_checkpoint, save_state_dict
 from vltools.io.progress import labelled
 from vltools.io.provenance import ids_digest
 from vltools.io.records import read_records
+from vltools.io.scratch import scratch_folder
 from vltools.models import model_from_checkpoint, schema_version
 from vltools.models.concepts import build_concept_cnn, concept_loss
 from vltools.synth.labels import LABELS, attribute_columns, object_targets
@@ -160,7 +160,7 @@ def train_synth_backbone(world: str | os.PathLike, output: str | os.PathLike, *,
         "task": {"image_size": image_size, "val_batch_size": 64},
         "model": {"backbone": backbone},
     }, options={"train.epochs": epochs, "train.seed": seed, "train.device": device})
-    with labelled(f"synth-backbone {Path(output).name}"), spool_folder() as folder:
+    with labelled(f"synth-backbone {Path(output).name}"), scratch_folder() as folder:
         seed_everything(seed)
         task = SynthBackboneTask(config, str(world), world_split(world, "train"), world_split(world, "val"))
         train(task, config, folder / "labels.pt", Distributed(device=resolve_device(device)))

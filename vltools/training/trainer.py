@@ -46,9 +46,9 @@ from torch.utils.data import DataLoader, Dataset
 from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast, float32_mode
 from vltools.errors import ArgumentError, VLToolsError, argument, first_line
-from vltools.io.atomic import check_parent, is_device, output_lock
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import clean_numbers
+from vltools.io.output import check_parent, is_device
 from vltools.io.progress import labelled, log, progress
 from vltools.io.provenance import input_digest
 from vltools.models import check_model_config
@@ -159,15 +159,13 @@ class Trainer:
 
     def run(self) -> dict:
         """Train to the configured number of epochs; return the final state (epoch, iteration, best)."""
-        # one writer of PATH (and so of PATH.last.pt and PATH.log.jsonl) at a time: a second run stops at once
-        with output_lock(self.output):
-            keep = self._resume() if self.resume else None
-            self.log = JsonLog(self.log_path, keep, self.env.main)
-            if not self.resume:
-                self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
-            with deterministic(self.env.device.type == "cpu"), float32_mode(self.options["precision"]):
-                for epoch in range(self.state["epoch"], self.options["epochs"]):
-                    self._epoch(epoch)
+        keep = self._resume() if self.resume else None
+        self.log = JsonLog(self.log_path, keep, self.env.main)
+        if not self.resume:
+            self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
+        with deterministic(self.env.device.type == "cpu"), float32_mode(self.options["precision"]):
+            for epoch in range(self.state["epoch"], self.options["epochs"]):
+                self._epoch(epoch)
         if self.state["skipped_steps"] and self.env.main:
             log.info("%d of %d steps were skipped: their fp16 gradients overflowed the loss scale (now %g)",
                      self.state["skipped_steps"], self.state["iteration"], self.scaler.get_scale())

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError, argument, input_error
-from vltools.io.atomic import binary_output
 from vltools.io.features import FeaturesWriter
+from vltools.io.output import written
 from vltools.io.progress import log, progress
 from vltools.io.sources import features_attrs
 
@@ -258,6 +258,6 @@ def convert_bottom_up(inputs: Sequence[str | os.PathLike], output: str | os.Path
         log.info("images have %d to %d boxes: padding to %d, /num_regions keeps the counts",
                  min(numbers), max(numbers), max(numbers))
     attrs = features_attrs("bottom-up", "detector", ", ".join(map(str, inputs)))
-    with binary_output(output) as path:
+    with written(output) as path:
         write_detections(detections, numbers, path, attrs, max_regions, dtype)
     return {"images": len(counts)}

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import ArgumentError, VLToolsError, argument, input_error
-from vltools.io.atomic import atomic_path, binary_output, check_parent, is_stdout
 from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.output import check_parent, is_stdout, written
 from vltools.io.progress import log, progress
 from vltools.io.records import check_converted, iter_records, write_records
 from vltools.io.sources import features_attrs, numbered_lines
@@ -207,12 +207,12 @@ def convert_precomp(directory: str | os.PathLike, split: str, features: str | os
         return {"captions": write_records(captions, data.records)}
     if data.images is None:
         raise VLToolsError(f"{directory}: no {split}_ims.npy to convert to {argument('features')}")
-    with binary_output(features) as target:
+    with written(features) as target:
         write_precomp_features(data.images, data.image_ids, target, data.files.images, dtype)
-        written = {"images": len(data.image_ids)}
+        counts = {"images": len(data.image_ids)}
         if captions is not None:
-            written["captions"] = write_records(captions, data.records)
-    return written
+            counts["captions"] = write_records(captions, data.records)
+    return counts
 
 
 def group_captions(captions_path: str | os.PathLike, image_ids: Sequence[str],
@@ -270,7 +270,7 @@ def write_precomp(features: str | os.PathLike, captions: str | os.PathLike, out_
         shape = reader.shape(field)
         rows = max(1, chunk_bytes // max(int(np.prod(shape[1:])) * 4, 1))
         with contextlib.ExitStack() as stack:
-            temps = {name: stack.enter_context(atomic_path(path)) for name, path in paths.items()}
+            temps = {name: stack.enter_context(written(path)) for name, path in paths.items()}
             with open(temps["ims"], "wb") as stream:
                 header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
                           "shape": shape}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from vltools.errors import VLToolsError, input_error
-from vltools.io.atomic import write_json
+from vltools.io.output import write_json
 from vltools.io.sources import load_json
 from vltools.text.vocab import Vocabulary
 
