@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -68,7 +69,7 @@ def test_split_shards_and_resume(trained, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="killed by the test"):
         run(*base, "--split", "val", "-o", str(out), "--batch-size", "1")
     monkeypatch.undo()
-    partial.write_text(partial.read_text(encoding="utf-8") + '{"pair_id": "p7", "cap', encoding="utf-8")
+    assert sorted(p.name for p in partial.iterdir()) == ["chunk-000000.jsonl", "state.json"]
     result = CliRunner().invoke(cli, ["caption", *base, "--split", "val", "-o", str(out), "--resume", "--beam", "2"])
     assert result.exit_code == 1 and "the interrupted run used --beam 3, this run 2" in str(result.exception)
     run(*base, "--split", "val", "-o", str(out), "--resume")
@@ -151,9 +152,8 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(trained, tmp_pa
                              for n in range(48)), encoding="utf-8")
     args = ["caption", "--pairs", pairs, "--model", model, world["features"], "--batch-size", "1"]
     output, partial = tmp_path / "d.jsonl", tmp_path / "d.jsonl.partial"
-    killed_midway(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= 6,
-                  *args, "-o", output)
-    done = partial.read_text(encoding="utf-8").count("\n") - 2
+    killed_midway(lambda: len(_kept(partial)) >= 4, *args, "--checkpoint-seconds", "0", "-o", output)
+    done = len(_kept(partial))
     assert not output.exists() and 4 <= done < 48
     run(*map(str, args[1:]), "-o", str(output), "--resume")
     assert not partial.exists()
@@ -180,3 +180,9 @@ def test_all_descriptions_empty_is_one_line_exit_1_and_writes_nothing(trained, t
         "nothing was written; check that the checkpoint is trained and that the features come from the extractor it "
         "was trained on"]
     assert list(tmp_path.iterdir()) == []
+
+
+def _kept(partial: Path) -> list[str]:
+    """The ids of the descriptions in the committed chunks of checkpoint folder `partial`."""
+    return [json.loads(line)["id"] for chunk in sorted(partial.glob("chunk-*.jsonl"))
+            for line in chunk.read_text(encoding="utf-8").splitlines()]

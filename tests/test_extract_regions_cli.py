@@ -249,14 +249,14 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     out = tmp_path / "resumed.h5"
     partial = Path(f"{out}.partial")
     process = start(*args, "-o", out)
-    wait_until(process, lambda: len(list(partial.glob("part-*.h5"))) >= 3)
+    wait_until(process, lambda: len(list(partial.glob("chunk-*.h5"))) >= 3)
     capsys.readouterr()
     assert _vltools(*args, "--resume", "-o", out) == 1  # a second writer while the first runs
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"another process is writing it (pid {process.pid} " in lines[0]
     kill(process)
     assert not out.exists()
-    done = len(list(partial.glob("part-*.h5")))
+    done = len(_chunk_ids(partial))
     assert 3 <= done < 24
     result = _subprocess(*args, "--resume", "-o", out)
     assert result.returncode == 0, result.stderr.decode()
@@ -264,6 +264,15 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
         result.stderr.decode()
     assert not partial.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full.h5", "resumed.h5", "synth"]
     _same_rows(full, out)
+
+
+def _chunk_ids(partial: Path) -> list[str]:
+    """The ids of the finished images in the committed chunks of checkpoint folder `partial`."""
+    ids: list[str] = []
+    for chunk in sorted(partial.glob("chunk-*.h5")):
+        with h5py.File(chunk, "r") as handle:
+            ids += [value.decode() for value in handle["ids"][:]]
+    return ids
 
 
 def _same_rows(full: Path, out: Path) -> None:
@@ -290,11 +299,10 @@ def test_a_plain_run_stopped_by_ctrl_c_or_sigterm_before_its_first_commit_contin
     out = tmp_path / "out.h5"
     partial = Path(f"{out}.partial")
     process = start(*args, "-o", out)
-    wait_until(process, lambda: (partial / "part-000000.h5.tmp").exists())   # the first images are written
+    wait_until(process, lambda: (partial / "chunk-000000.h5.tmp").exists())   # the first images are written
     assert kill(process, number) == status
-    with FeaturesReader(partial / "part-000000.h5") as part:
-        kept = len(part.ids)
-    assert 1 <= kept < 40 and [p.name for p in partial.iterdir()] == ["part-000000.h5"]
+    kept = len(_chunk_ids(partial))
+    assert 1 <= kept < 40 and sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5", "state.json"]
     assert _vltools(*args, "-o", out) == 1
     assert capsys.readouterr().err == f"vltools: error: {partial}: left by an interrupted run; continue it with " \
                                       "--resume, or delete it\n"
@@ -360,7 +368,7 @@ def test_resume_recomputes_rows_whose_image_changed(tmp_path):
     out = tmp_path / "out.h5"
     partial = Path(f"{out}.partial")
     assert _vltools("-q", *args, "--strict", "-o", out) == 1  # stops at zz_bad.png: five images done in parts
-    assert not out.exists() and len(list(partial.glob("part-*.h5"))) == 5
+    assert not out.exists() and len(_chunk_ids(partial)) == 5
     rng = np.random.default_rng(1)
     Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(folder / "img002.png")
     (folder / "zz_bad.png").unlink()

@@ -1,4 +1,5 @@
-"""The one inference runner: shards, resume after a failure, records and features writers."""
+"""The one inference runner: shards, resume after a failure, records and rows kept by the checkpoint, read back in
+input order."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.infer import runner
-from vltools.io.features import FeaturesReader
-from vltools.io.parts import PartsWriter
+from vltools.infer.caption import write_checked_captions
+from vltools.io.checkpoint import Records, Rows
+from vltools.io.features import FeaturesReader, field_dtypes, write_features
 from vltools.io.progress import configure
 
 IDS = [f"im{n}" for n in range(7)]
+FEATURES = Rows("float32", field_dtypes("float32"), "image id")
 
 
 def captions(todo, fail_at=None, seen=None):
@@ -35,38 +38,39 @@ def test_shard_ids_takes_every_nth_from_i():
 def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path, capsys):
     configure()
     out = tmp_path / "caps.jsonl"
-    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {"--beam": 3}, {}) as writer:
-        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im4"))
-    assert not out.exists() and len((tmp_path / "caps.jsonl.partial").read_text().splitlines()) == 1 + 3
+    with pytest.raises(RuntimeError), runner.checkpoint(str(out), Records(), {"--beam": 3}, "d", False, 0) as kept:
+        runner.run("caption", IDS, kept, lambda todo: captions(todo, fail_at="im4"))
+    assert not out.exists()
+    assert sorted(p.name for p in (tmp_path / "caps.jsonl.partial").iterdir()) == ["chunk-000000.jsonl", "state.json"]
     seen: list[str] = []
     capsys.readouterr()
-    with runner.records_writer(str(out), "image_id", True, {"--beam": 3}, {}) as writer:
-        assert runner.run("caption", IDS, writer, lambda todo: captions(todo, seen=seen)) == 4
-        assert writer.finish(IDS) == 7
+    with runner.checkpoint(str(out), Records(), {"--beam": 3}, "d", True, 0) as kept:
+        assert runner.run("caption", IDS, kept, lambda todo: captions(todo, seen=seen)) == 4
+        assert write_checked_captions(kept, str(out), IDS, "model.pt") == 7
     assert capsys.readouterr().err == f"vltools: caption: resuming {out}: 3 of 7 items kept from an interrupted run\n"
     assert seen == IDS[3:]
     assert [json.loads(line) for line in out.read_text().splitlines()] == \
         [{"image_id": i, "caption": i[::-1]} for i in IDS]
-    assert not (tmp_path / "caps.jsonl.partial").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.jsonl"]
 
 
 def test_resume_with_other_options_is_refused(tmp_path):
     out = tmp_path / "caps.jsonl"
-    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {"--beam": 3}, {}) as writer:
-        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im4"))
+    with pytest.raises(RuntimeError), runner.checkpoint(str(out), Records(), {"--beam": 3}, "d", False, 0) as kept:
+        runner.run("caption", IDS, kept, lambda todo: captions(todo, fail_at="im4"))
     with pytest.raises(VLToolsError, match="the interrupted run used --beam 3, this run 5"):
-        with runner.records_writer(str(out), "image_id", True, {"--beam": 5}, {}):
+        with runner.checkpoint(str(out), Records(), {"--beam": 5}, "d", True, 0):
             pass
 
 
 def test_a_failure_before_any_result_leaves_nothing(tmp_path):
     out = tmp_path / "caps.jsonl"
-    with pytest.raises(RuntimeError), runner.records_writer(str(out), "image_id", False, {}, {}) as writer:
-        runner.run("caption", IDS, writer, lambda todo: captions(todo, fail_at="im0"))
+    with pytest.raises(RuntimeError), runner.checkpoint(str(out), Records(), {}, "d", False, 0) as kept:
+        runner.run("caption", IDS, kept, lambda todo: captions(todo, fail_at="im0"))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_features_parts_are_merged_in_input_order(tmp_path):
+def test_rows_are_written_in_input_order_whatever_order_a_step_returns_them(tmp_path):
     out = tmp_path / "feats.h5"
     rows = {i: np.full((2, 4), n, dtype=np.float32) for n, i in enumerate(IDS)}
 
@@ -75,13 +79,14 @@ def test_features_parts_are_merged_in_input_order(tmp_path):
             ids = todo[start:start + 2][::-1]   # a step may return its batch in any order
             yield ids, {"regions": np.stack([rows[i] for i in ids])}
 
-    attrs = {"backbone": "test"}
-    with runner.features_writer(str(out), attrs, "float32", 0.0, False, {i: "d" for i in IDS}) as writer:
-        assert runner.run("extract", IDS, writer, regions) == 7
-        assert runner.finish_features(writer, str(out), attrs, IDS, []) == 7
+    with runner.checkpoint(str(out), FEATURES, {}, "d", False, 0.0) as kept:
+        assert runner.run("extract", IDS, kept, regions) == 7
+        assert write_features(str(out), {"backbone": "test"}, "float32", kept.gather(IDS), []) == 7
+        kept.remove()
     with FeaturesReader(out) as reader:
         assert list(reader.ids) == IDS
         assert np.array_equal(reader.read(IDS, ["regions"])["regions"], np.stack([rows[i] for i in IDS]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feats.h5"]
 
 
 def _regions(rows, interrupt_after=None):
@@ -95,31 +100,29 @@ def _regions(rows, interrupt_after=None):
     return produce
 
 
-def test_an_interrupted_features_run_without_resume_keeps_its_finished_rows_for_resume(tmp_path, capsys):
-    """A plain extract-regions stopped by Ctrl-C or SIGTERM before its first commit kept nothing (the open part was
-    dropped), and --resume then said nothing; the finished rows are now committed, and --resume says how many it
-    keeps, or that there is nothing to resume."""
+def test_an_interrupted_run_keeps_its_finished_rows_for_resume_and_says_how_many(tmp_path, capsys):
+    """A run stopped by Ctrl-C or SIGTERM before its first commit keeps its finished rows (the open chunk is
+    committed), and --resume says how many it keeps, or that there is nothing to resume."""
     configure()
     out = tmp_path / "feats.h5"
     rows = {i: np.full((2, 4), n, dtype=np.float32) for n, i in enumerate(IDS)}
-    attrs = {"backbone": "test"}
-    digests = {i: "d" for i in IDS}
-    with pytest.raises(KeyboardInterrupt), \
-            runner.features_writer(str(out), attrs, "float32", 3600.0, False, digests) as writer:
-        runner.run("extract-regions", IDS, writer, _regions(rows, interrupt_after=4), "images")
-    assert not out.exists() and [p.name for p in (tmp_path / "feats.h5.partial").iterdir()] == ["part-000000.h5"]
+    with pytest.raises(KeyboardInterrupt), runner.checkpoint(str(out), FEATURES, {}, "d", False, 3600.0) as kept:
+        runner.run("extract-regions", IDS, kept, _regions(rows, interrupt_after=4), "images")
+    assert not out.exists()
+    assert sorted(p.name for p in (tmp_path / "feats.h5.partial").iterdir()) == ["chunk-000000.h5", "state.json"]
     capsys.readouterr()
-    with runner.features_writer(str(out), attrs, "float32", 3600.0, True, digests) as writer:
-        assert runner.run("extract-regions", IDS, writer, _regions(rows), "images") == 3
-        runner.finish_features(writer, str(out), attrs, IDS, [])
+    with runner.checkpoint(str(out), FEATURES, {}, "d", True, 3600.0) as kept:
+        assert runner.run("extract-regions", IDS, kept, _regions(rows), "images") == 3
+        write_features(str(out), {}, "float32", kept.gather(IDS))
+        kept.remove()
     assert capsys.readouterr().err == \
         f"vltools: extract-regions: resuming {out}: 4 of 7 images kept from an interrupted run\n"
     with FeaturesReader(out) as reader:
         assert list(reader.ids) == IDS
         assert np.array_equal(reader.read(IDS, ["regions"])["regions"], np.stack([rows[i] for i in IDS]))
     out.unlink()
-    with runner.features_writer(str(out), attrs, "float32", 3600.0, True, digests) as writer:
-        assert runner.run("extract-regions", IDS, writer, _regions(rows), "images") == 7
+    with runner.checkpoint(str(out), FEATURES, {}, "d", True, 3600.0) as kept:
+        assert runner.run("extract-regions", IDS, kept, _regions(rows), "images") == 7
     assert capsys.readouterr().err == \
         f"vltools: extract-regions: nothing to resume for {out}; starting from the beginning\n"
 
@@ -131,36 +134,32 @@ def test_resume_needs_an_output_file():
 
 
 @pytest.mark.parametrize("to_file", [True, False])
-def test_a_check_that_refuses_the_records_leaves_nothing_not_even_the_partial(tmp_path, capsys, to_file):
-    """Results refused as a whole (caption: all empty) are not worth resuming: no OUT, no OUT.partial."""
+def test_captions_refused_as_a_whole_leave_nothing_not_even_the_checkpoint(tmp_path, capsys, to_file):
+    """Results refused as a whole (caption: all empty) are not worth resuming: no OUT, no OUT.partial/."""
     out = str(tmp_path / "caps.jsonl") if to_file else None
-    seen: list[list[dict]] = []
 
-    def refuse(records):
-        seen.append(records)
-        raise VLToolsError("refused")
+    def empty(todo):
+        for ids, records in captions(todo):
+            yield ids, [{**record, "caption": ""} for record in records]
 
-    with pytest.raises(VLToolsError, match="refused"), \
-            runner.records_writer(out, "image_id", False, {}, {}) as writer:
-        runner.run("caption", IDS, writer, captions)
-        writer.finish(list(reversed(IDS)), refuse)
-    assert seen == [[{"image_id": i, "caption": i[::-1]} for i in reversed(IDS)]]
+    with pytest.raises(VLToolsError, match="all 7 captions it wrote are empty"), \
+            runner.checkpoint(out, Records(), {}, "d", False) as kept:
+        runner.run("caption", IDS, kept, empty)
+        write_checked_captions(kept, out, list(reversed(IDS)), "model.pt")
     assert list(tmp_path.iterdir()) == [] and capsys.readouterr().out == ""
-    with runner.records_writer(out, "image_id", False, {}, {}) as writer:      # a check that passes writes all
-        runner.run("caption", IDS, writer, captions)
-        assert writer.finish(IDS, seen.append) == len(IDS)
+    with runner.checkpoint(out, Records(), {}, "d", False) as kept:      # captions that pass are written, in order
+        runner.run("caption", IDS, kept, captions)
+        assert write_checked_captions(kept, out, list(reversed(IDS)), "model.pt") == len(IDS)
     written = (tmp_path / "caps.jsonl").read_text() if to_file else capsys.readouterr().out
-    assert [json.loads(line)["image_id"] for line in written.splitlines()] == IDS
+    assert [json.loads(line)["image_id"] for line in written.splitlines()] == list(reversed(IDS))
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["caps.jsonl"] if to_file else [])
 
 
 @pytest.mark.parametrize("field", ["boxes", "label_scores"])
-def test_nan_detector_outputs_are_refused_by_id_naming_the_output_and_leave_no_partial_folder(tmp_path, field):
-    """The tester's detector with NaN weights: the refusal named OUT.partial/part-000000.h5 'corrupt' at the merge
-    and left OUT.partial/ behind; a NaN box or score is now refused as it is written, naming OUT, and the run's
-    failure removes a folder that holds no finished part."""
-    folder = tmp_path / "feats.h5.partial"
-    writer = runner.FeaturesPartsWriter(PartsWriter(folder, {}, "float16", commit_seconds=3600, resume=False,
-                                                    output="feats.h5"))
+def test_nan_detector_outputs_are_refused_by_id_naming_the_output_and_leave_no_checkpoint(tmp_path, field):
+    """The tester's detector with NaN weights: a NaN box or score is refused as it is kept, naming OUT, and the
+    run's failure removes a checkpoint that holds no finished chunk."""
+    out = tmp_path / "feats.h5"
     rows = {"regions": np.zeros((2, 2, 3), np.float32)}
     bad = {"boxes": np.zeros((2, 2, 4), np.float32), "label_scores": np.zeros((2, 2), np.float32)}
     bad[field][1] = np.nan
@@ -168,11 +167,29 @@ def test_nan_detector_outputs_are_refused_by_id_naming_the_output_and_leave_no_p
     def produce(ids):
         yield ids, {**rows, **bad}
 
-    with pytest.raises(VLToolsError) as error:
-        runner.run("extract-regions", ["a", "b"], writer, produce)
-    assert str(error.value) == f"feats.h5: image id 'b': the model gave NaN or infinite /{field} values; check the " \
+    with pytest.raises(VLToolsError) as error, \
+            runner.checkpoint(str(out), Rows("float16", field_dtypes("float16"), "image id"), {}, "d", False) as kept:
+        runner.run("extract-regions", ["a", "b"], kept, produce)
+    assert str(error.value) == f"{out}: image id 'b': the model gave NaN or infinite /{field} values; check the " \
                                "weights and the image"
-    assert not folder.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("to_file", [True, False])
+def test_computed_rows_come_back_in_order_and_leave_no_checkpoint(tmp_path, to_file):
+    out = str(tmp_path / "emb.h5") if to_file else None
+    vectors = np.arange(len(IDS) * 3, dtype=np.float32).reshape(len(IDS), 3)
+
+    def compute(positions):
+        for start in range(0, len(positions), 2):
+            yield vectors[positions[start:start + 2]]
+
+    with runner.computed_rows("encode", out, IDS, compute, "images", 2, {"model": "m"}, "d", False,
+                              Rows("float32")) as blocks:
+        assert np.array_equal(np.concatenate(list(blocks)), vectors)
+        if to_file:
+            assert sorted(p.name for p in (tmp_path / "emb.h5.partial").iterdir()) == ["chunk-000000.h5", "state.json"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_failures_are_listed_in_input_order():

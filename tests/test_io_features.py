@@ -65,18 +65,6 @@ def test_duplicate_ids_refused_by_writer(tmp_path):
             writer.add(["a"], regions=np.zeros((1, 2, 2)))
 
 
-def test_append_reopens_a_partial_file(tmp_path):
-    path = tmp_path / "f.h5"
-    with FeaturesWriter(path, {}) as writer:
-        writer.add(["a"], regions=np.ones((1, 2, 2)))
-    with FeaturesWriter(path, {}, append=True) as writer:
-        assert writer.ids == {"a"}
-        writer.add(["b"], regions=np.full((1, 2, 2), 2.0))
-    with FeaturesReader(path) as reader:
-        assert reader.ids == ["a", "b"]
-        assert reader.read(["b"])["regions"].max() == 2.0
-
-
 def test_rows_missing_from_a_dataset_is_an_error(tmp_path):
     path = tmp_path / "f.h5"
     write_example(path)

@@ -63,7 +63,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
             output: str | None, beam: int,
             sample: bool, temperature: float, max_len: int | None, length_penalty: float, logp: bool,
             block_images: int, block_captions: int, batch_size: int, device: str, precision: str, seed: int,
-            resume: bool, shard: str | None) -> None:
+            resume: bool, checkpoint_seconds: float, shard: str | None) -> None:
     """Caption the images of FEATURES (all, in file order, or those of CAPTIONS [--split], in first-appearance
     order) with beam search (batched over images and beams), greedy decoding or sampling: one
     {"image_id", "caption"} line per image, in input order.
@@ -77,16 +77,17 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
     from vltools.infer import runner
     from vltools.infer.caption import (
         caption_batches,
-        check_captions,
         images_to_caption,
         shared_logp_matrix,
         split_records,
+        write_checked_captions,
     )
     from vltools.infer.loader import load_model
-    from vltools.infer.runner import records_writer, shard_ids
+    from vltools.infer.runner import shard_ids
+    from vltools.io.checkpoint import Records
     from vltools.io.features import FeaturesReader
     from vltools.io.logp import write_logp
-    from vltools.io.provenance import provenance
+    from vltools.io.provenance import input_digest, provenance
     from vltools.io.records import caption_ids
 
     if pairs_path is not None:
@@ -96,7 +97,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
             raise click.UsageError("--resume needs -o OUT.jsonl")
         with autocast(resolve_device(device), precision):
             _describe(model_path, features, pairs_path, split, output, beam, max_len, batch_size, device, precision,
-                      resume, shard)
+                      resume, checkpoint_seconds, shard)
         return
     if split is not None and captions is None:
         raise click.UsageError("--split needs CAPTIONS, the captions JSONL that holds the splits")
@@ -121,7 +122,7 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
         image_ids = shard_ids(image_ids, shard)
         method = "sample" if sample else "beam" if beam > 1 else "greedy"
         max_len = max_len or loaded.prep.max_words or 16
-        # what each caption depends on, recorded in OUT.partial so that --resume refuses other ones
+        # what each caption depends on, recorded in OUT.partial/ so that --resume refuses other ones
         options = {"--temperature": temperature, "--seed": seed} if sample else \
             {"--beam": beam, "--length-penalty": length_penalty}
 
@@ -132,27 +133,28 @@ def command(model_path: str, pairs_path: str | None, features: str, captions: st
                                               device=chosen):
                 yield ids, [{"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True)]
 
-        with records_writer(output, "image_id", resume, {"--sample": sample, **options, "--max-len": max_len,
-                                                         "--precision": precision},
-                            {"--model": model_path, "FEATURES": features}) as writer:
-            runner.run("caption", image_ids, writer, produce, "captions", batch_size)
-            if writer is None:     # another process of a torchrun job: the first writes every caption
+        with runner.checkpoint(output, Records(), {"--sample": sample, **options, "--max-len": max_len,
+                                                   "--precision": precision},
+                               input_digest([model_path, features]), resume, checkpoint_seconds) as kept:
+            runner.run("caption", image_ids, kept, produce, "captions", batch_size)
+            if kept is None:     # another process of a torchrun job: the first writes every caption
                 return
-            written = writer.finish(image_ids, lambda records: check_captions(records, model_path))
+            written = write_checked_captions(kept, output, image_ids, model_path)
     log.info("caption: wrote %d captions (%s)", written, method if method != "beam" else f"beam {beam}")
 
 
 def _describe(model_path: str, features: str, pairs_path: str, split: str | None, output: str | None, beam: int,
               max_len: int | None, batch_size: int, device: str, precision: str, resume: bool,
-              shard: str | None) -> None:
+              checkpoint_seconds: float, shard: str | None) -> None:
     """`caption --pairs`: the L2C descriptions of the pairs of PAIRS [--split], resumable and shardable."""
     from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
     from vltools.infer import runner
-    from vltools.infer.caption import check_captions
+    from vltools.infer.caption import write_checked_captions
     from vltools.infer.loader import load_model
     from vltools.infer.pairs import describe_batches
-    from vltools.infer.runner import records_writer, shard_ids
-    from vltools.io.provenance import ids_digest
+    from vltools.infer.runner import shard_ids
+    from vltools.io.checkpoint import Records
+    from vltools.io.provenance import ids_digest, input_digest
 
     loaded = load_model(model_path, "l2c")
     pairs = read_pairs(pairs_path, split)
@@ -160,13 +162,13 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
     pair_index = {pair_id: n for n, pair_id in enumerate(pairs.pair_ids)}
     order = shard_ids(pairs.pair_ids, shard)
     max_len = max_len or loaded.prep.max_words or 64
-    inputs = {"--model": model_path, "FEATURES": features}
+    inputs = [model_path, features]
     options: dict[str, object] = {"--beam": beam, "--max-len": max_len, "--precision": precision}
     if is_stdout(pairs_path):      # no file to digest: record the pairs themselves
         options["--pairs -"] = ids_digest([f"{p}\t{a}\t{b}" for p, a, b in
                                            zip(pairs.pair_ids, pairs.image_a, pairs.image_b, strict=True)])
     else:
-        inputs["--pairs"] = pairs_path
+        inputs.append(pairs_path)
     maps = FeatureMaps(features)
 
     def produce(todo: list[str]) -> Iterator[tuple[list[str], list[dict]]]:
@@ -178,9 +180,9 @@ def _describe(model_path: str, features: str, pairs_path: str, split: str | None
             ids = todo[start:start + batch_size]
             yield ids, [{"pair_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
 
-    with records_writer(output, "pair_id", resume, options, inputs) as writer:
-        runner.run("caption --pairs", order, writer, produce, "pairs", batch_size)
-        if writer is None:         # another process of a torchrun job: the first writes every description
+    with runner.checkpoint(output, Records(), options, input_digest(inputs), resume, checkpoint_seconds) as kept:
+        runner.run("caption --pairs", order, kept, produce, "pairs", batch_size)
+        if kept is None:         # another process of a torchrun job: the first writes every description
             return
-        written = writer.finish(order, lambda records: check_captions(records, model_path, "pair descriptions"))
+        written = write_checked_captions(kept, output, order, model_path, "pair descriptions")
     log.info("caption: wrote %d pair descriptions (beam %d)", written, beam)

@@ -54,12 +54,13 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
 @device_option()
 @precision_option()
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable image instead of skipping it.")
-@resume_option(items="images", where="OUT.partial/")
+@resume_option(items="images")
 @shard_option()
 @threads_option()
 def command(inputs: tuple[str, ...], model_path: str, output: str | None, concepts_path: str | None,
             levels: tuple[int, ...], image_size: int, crop_size: int | None, batch_size: int, workers: int,
-            device: str, precision: str, strict: bool, resume: bool, shard: str | None) -> None:
+            device: str, precision: str, strict: bool, resume: bool, checkpoint_seconds: float,
+            shard: str | None) -> None:
     """Write /global = p (N, K) for the images of INPUTS (folder, image files, tar of images, list file or images
     JSONL): each image's r grid regions scored by the concept CNN, max-pooled element-wise over the regions. SCO
     trains on this file."""
@@ -84,7 +85,7 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
                                "use the concepts file the CNN was trained with")
     train_size = checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 224)
     run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype="float32",
-                     strict=strict, resume=resume, max_pixels=DEFAULT_MAX_PIXELS)
+                     strict=strict, resume=resume, commit_seconds=checkpoint_seconds, max_pixels=DEFAULT_MAX_PIXELS)
     info = {"backbone": loaded.settings["backbone"], "checkpoint": model_path,
             "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
     scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)

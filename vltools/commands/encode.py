@@ -56,12 +56,13 @@ from vltools.devices import resolve_device
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac: image decoding processes.")
-@resume_option("-o, checkpoint, inputs and options", "embeddings", "OUT.partial/")
+@resume_option("-o, checkpoint, inputs and options", "embeddings")
 @threads_option()
 def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],
-            subtract_words: tuple[str, ...], image_size: int | None, workers: int, resume: bool) -> None:
+            subtract_words: tuple[str, ...], image_size: int | None, workers: int, resume: bool,
+            checkpoint_seconds: float) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
@@ -78,4 +79,5 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
                         image_size=image_size, workers=workers)
     encode_file(load_model(model_path, "encodable"), source, output, resolve_device(device), split=split,
                 captions=captions_path, concepts=concepts_path, sentences=sentences_path,
-                batch_size=batch_size, precision=precision, rmac=rmac, resume=resume)
+                batch_size=batch_size, precision=precision, rmac=rmac, resume=resume,
+                checkpoint_seconds=checkpoint_seconds)

@@ -73,7 +73,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 def command(first: str, second: str | None, model_paths: tuple[str, ...], split: str | None, top_k: int,
             output: str | None, sims_path: str | None, rerank_k: int | None, first_stage: str | None, index: str,
             index_file: str | None, nprobe: int, block_images: int, block_captions: int, image_cache_mb: float,
-            precision: str, device: str, resume: bool) -> None:
+            precision: str, device: str, resume: bool, checkpoint_seconds: float) -> None:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
@@ -105,7 +105,7 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
         first_stage_model = load_model(stage_paths[0])
     loaded = load_models(resolve_models(model_paths)) if kind == "features" else []
     options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
-                     nprobe, index_file)
+                     nprobe, index_file, checkpoint_seconds)
 
     def write(matches: Matches) -> None:
         if sims_path:

@@ -24,8 +24,8 @@ def command(files: tuple[str, ...], output: str | None) -> None:
     dtypes; where they came from (source, split, command, time, digests) may differ and is kept per part in the
     `parts` attribute. An id in two files is an error. /failed lists are concatenated. Streams rows.
     """
+    from vltools.io.merge import merge_files
     from vltools.io.output import written
-    from vltools.io.parts import merge_files
 
     paths = [Path(f) for f in files]
     with written(output) as target:

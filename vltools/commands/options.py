@@ -181,14 +181,22 @@ def shard_option() -> Callable:
                              "`vltools merge`.")
 
 
-def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial",
+def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial/",
                   note: str = "") -> Callable:
-    """`--resume`: continue from what an interrupted run made durable (every run commits as it goes); `note` says
-    which runs of the stage do not (a sentence, or nothing)."""
-    return click.option("--resume", is_flag=True,
-                        help=f"Continue an interrupted run with the same {same}: every run, with or without --resume, "
-                             f"keeps its finished {items} in {where} as it goes; --resume skips them and says how "
-                             f"many, or that there is nothing to resume.{' ' + note if note else ''}")
+    """`--resume` and `--checkpoint-seconds`: every run of a per-item stage keeps its finished items in its
+    checkpoint as it goes (vltools.io.checkpoint), and --resume continues from it; `note` says which runs of the
+    stage do not (a sentence, or nothing)."""
+    return lambda func: apply([
+        click.option("--resume", is_flag=True,
+                     help=f"Continue an interrupted run with the same {same}: every run, with or without --resume, "
+                          f"keeps its finished {items} in {where} as it goes; --resume skips them and says how "
+                          "many, or that there is nothing to resume; the inputs of an item changed since are "
+                          f"computed again.{' ' + note if note else ''}"),
+        click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=COMMIT_SECONDS, show_default=True,
+                     help=f"Finished {items} are made durable in {where} (for --resume) once this many seconds "
+                          "have passed since the last time, and when the run stops: a kill -9 loses at most this "
+                          "much work or the batch in progress."),
+    ], func)
 
 
 def _alias(old: str, name: str) -> Callable:
@@ -242,11 +250,7 @@ def image_run_options(func: Callable) -> Callable:
                      help="Storage type of the feature datasets."),
         click.option("--strict", is_flag=True, help="Stop with an error at the first unreadable image (exit 1, "
                                                     "no output) instead of skipping it."),
-        resume_option(items="images", where="OUT.partial/"),
-        click.option("--checkpoint-seconds", type=FiniteFloat(min=0), default=COMMIT_SECONDS, show_default=True,
-                     help="Finished images are made durable in OUT.partial/ (for --resume) once this many seconds "
-                          "have passed since the last time, and when the run stops: a kill -9 loses at most this "
-                          "much work or the batch in progress."),
+        resume_option(items="images"),
         shard_option(),
         click.option("--max-pixels", type=Integer(1, MAX_PIXELS_LIMIT), default=DEFAULT_MAX_PIXELS,
                      show_default=True,

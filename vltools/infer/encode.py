@@ -1,7 +1,7 @@
 """What `vltools encode` and `vltools.encode` compute: the embeddings file of images or captions of a separable
 model, with its provenance, from features (regions or global vectors), captions or (rmac) images. The embeddings go
-through the inference runner, which commits them to `OUT.partial/` as they come (each as its part's /global row),
-so that `--resume` continues an interrupted run."""
+through the inference runner, which keeps them in `OUT.partial/` as they come (vltools.io.checkpoint), so that
+`--resume` continues an interrupted run."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
-from vltools.infer.runner import check_output, committed
+from vltools.infer.runner import check_output, computed_rows
+from vltools.infer.settings import COMMIT_SECONDS
+from vltools.io.checkpoint import Rows
 from vltools.io.embeddings import read_embeddings, write_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
@@ -30,12 +32,14 @@ from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.scratch import scratch_folder
 
 PathLike = str | os.PathLike
+EMBEDDINGS = Rows("float32", id_kind="id", fix="check the weights and the input, or encode in fp32 (--precision fp32)")
 
 
 def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device, *,
                 split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
                 sentences: PathLike | None = None, batch_size: int = 256, precision: str = "fp32",
-                rmac: QueryOptions | None = None, resume: bool = False) -> int:
+                rmac: QueryOptions | None = None, resume: bool = False,
+                checkpoint_seconds: float = COMMIT_SECONDS) -> int:
     """Write `/ids` and `/emb` of SOURCE to `output` (None: standard output) and return how many: one vector per
     image of a features file (in file order, or those the `split` of `captions` names, first mention), per caption
     of a captions file's `split`, or (an rmac model) per image of an images input, as `rmac` says (its split and
@@ -54,9 +58,9 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         images = rmac_images(loaded, source, query)
         digests = {i: input_digest([checkpoint, item.path])
                    for i, item in zip(images.ids, images.store.items, strict=True)}
-        with committed("encode", out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device),
-                       "images", batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size},
-                       digests, resume) as phi:
+        with computed_rows("encode", out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device),
+                           "images", batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size},
+                           digests, resume, EMBEDDINGS, checkpoint_seconds) as phi:
             if phi is None:       # another process of a torchrun job: the first writes every embedding
                 return len(images.ids)
             emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)
@@ -72,10 +76,10 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
 
     def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
                written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
-        with committed("encode", out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device,
-                                                                     precision, show_progress=False),
-                       side, batch_size, {**rows, "side": side}, dict.fromkeys(ids, input_digest(inputs)),
-                       resume) as blocks:
+        with computed_rows("encode", out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device,
+                                                                         precision, show_progress=False),
+                           side, batch_size, {**rows, "side": side}, input_digest(inputs), resume,
+                           EMBEDDINGS, checkpoint_seconds) as blocks:
             if blocks is not None:
                 write_embeddings(output, ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
 

@@ -19,11 +19,15 @@ import torch.nn.functional as F
 from vltools.devices import autocast, resolve_device
 from vltools.errors import VLToolsError, argument, input_error
 from vltools.infer import runner
-from vltools.infer.runner import check_output, features_writer, finish_features
+from vltools.infer.runner import check_output
 from vltools.infer.settings import RunOptions
+from vltools.io.checkpoint import Rows
+from vltools.io.features import field_dtypes, write_features
+from vltools.io.merge import comparable_attrs
 from vltools.io.output import output_name
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
+from vltools.io.write_errors import OutputError
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
 from vltools.vision.images import ImageDataset, ImageItem, collate_items
 from vltools.vision.masks import FCN_WEIGHTS, VOC_CLASSES, area_resize, build_fcn, mask_path
@@ -316,19 +320,28 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
     by_id = {item.image_id: item for item in items}
     digests = {item.image_id: extractor.item_digest(item) for item in items}
     failed: list[str] = []
-    with features_writer(out, attrs, run.dtype, run.commit_seconds, run.resume, digests) as writer:
-        runner.run(extractor.stage, list(by_id), writer,
+    options = {**comparable_attrs(attrs), "dtype": run.dtype}
+    with runner.checkpoint(out, Rows(run.dtype, field_dtypes(run.dtype), "image id"), options, digests, run.resume,
+                           run.commit_seconds) as kept:
+        runner.run(extractor.stage, list(by_id), kept,
                    lambda todo: _decoded_batches(extractor, [by_id[i] for i in todo], failed), "images",
                    run.batch_size)
         failed = runner.gathered_failures(failed, list(by_id))
-        if writer is None:
+        if kept is None:
             return {"written": 0, "failed": 0}
-        if items and not writer.done:
-            writer.discard()
+        if items and not kept.done:
+            kept.discard()
             image_id, reason = failed[0].split("\t", 1)
             raise VLToolsError(f"every one of the {len(items)} images failed (first: {image_id}: {reason}); "
                                "nothing to write")
-        count = finish_features(writer, out, attrs, list(by_id), failed)
+        try:
+            count = write_features(out, attrs, run.dtype, kept.gather(list(by_id)), failed)
+        except OutputError as exc:
+            if not runner.resumable(out):
+                raise
+            raise OutputError(f"{exc}; the {len(kept.done)} finished images are kept in {kept.folder}: rerun with "
+                              "--resume to write them") from exc
+        kept.remove()
     _summary(extractor.stage, out, count, failed)
     return {"written": count, "failed": len(failed)}
 

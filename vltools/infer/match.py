@@ -36,9 +36,11 @@ from vltools.infer.index import (
 )
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
-from vltools.infer.runner import check_output, committed
+from vltools.infer.runner import check_output, computed_rows
+from vltools.infer.settings import COMMIT_SECONDS
 from vltools.infer.similarity import similarity_columns
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
+from vltools.io.checkpoint import Rows
 from vltools.io.embeddings import EmbeddingsFile, check_same_model, open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
@@ -49,13 +51,17 @@ from vltools.text.vocab import Coverage
 
 PathLike = str | os.PathLike
 # what the rows and the columns of a Matches are, by its direction (i2t: images x captions)
+# a caption's similarities to every image, as a checkpoint keeps them
+SIMILARITIES = Rows("float32", id_kind="caption id",
+                    fix="check the models' weights, or match in fp32 (--precision fp32)")
 SIDES = {"i2t": ("images", "captions"), "t2i": ("captions", "images"), "i2i": ("query images", "images")}
 
 
 @dataclass
 class Search:
     """How to search: results kept per query, device, precision, block sizes, cache, index (separable inputs):
-    a FAISS factory string to build in memory, or `index_file`, a saved index (`vltools index`)."""
+    a FAISS factory string to build in memory, or `index_file`, a saved index (`vltools index`); how often the
+    scored captions are made durable for --resume (`checkpoint_seconds`)."""
 
     top_k: int = 10
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -66,6 +72,7 @@ class Search:
     index: str = EXACT
     nprobe: int = 16
     index_file: PathLike | None = None
+    checkpoint_seconds: float = COMMIT_SECONDS
 
     def __post_init__(self) -> None:
         """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
@@ -76,6 +83,7 @@ class Search:
         checks.number(self.image_cache_mb, "image_cache_mb", 0)
         checks.text(self.index, "index")
         checks.integer(self.nprobe, "nprobe", 1)
+        checks.number(self.checkpoint_seconds, "checkpoint_seconds", 0)
 
 
 @dataclass
@@ -182,10 +190,11 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
                options: Search, output: PathLike | None, resume: bool, inputs: list[PathLike],
                models: str) -> Iterator[np.ndarray | None]:
     """The [images, captions] similarities of every pair (None on the other processes of a torchrun job), each
-    caption's column committed as it comes (`vltools.infer.runner.committed`: the caption's row of a part) and the
-    parts removed when the block ends. What a column depends on (`models`: each model's path and checkpoint digest;
-    the files, split, images, precision) is recorded with the parts, so that a resume with other ones is refused;
-    `inputs` are the files whose change since the interrupted run has its captions scored again."""
+    caption's column kept as it comes (`vltools.infer.runner.computed_rows`: the caption's row of a checkpoint
+    chunk) and the checkpoint removed when the block ends. What a column depends on (`models`: each model's path
+    and checkpoint digest; the files, split, images, precision) is recorded with the checkpoint, so that a resume
+    with other ones is refused; `inputs` are the files whose change since the interrupted run has every caption
+    scored again."""
     rows = {"models": models, "features": str(inputs[0]), "captions": str(inputs[1]), "caption_split": chosen.name,
             "images": ids_digest(chosen.image_ids), "precision": options.precision}
 
@@ -195,9 +204,9 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
                                         options.image_cache_mb):
             yield block.T.contiguous().numpy()
 
-    with committed("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
-                   options.block_captions, rows, dict.fromkeys(chosen.caption_ids, input_digest(inputs)),
-                   resume) as blocks:
+    with computed_rows("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
+                       options.block_captions, rows, input_digest(inputs), resume, SIMILARITIES,
+                       options.checkpoint_seconds) as blocks:
         if blocks is None:
             yield None
             return

@@ -1,4 +1,4 @@
-"""The features HDF5 file (DESIGN section 3): a chunked, appendable writer and a streaming reader."""
+"""The features HDF5 file (DESIGN section 3): a chunked writer of rows by image and a streaming reader."""
 
 from __future__ import annotations
 
@@ -12,23 +12,20 @@ from vltools.errors import VLToolsError
 from vltools.io.fields import INTEGER, TEXT, field
 from vltools.io.hdf5 import (
     REWRITE,
-    OutputFile,
     attributes,
-    create_dataset,
     decode_strings,
     open_h5,
     read,
     read_strings,
     refuse_nonfinite,
-    set_attrs,
     string_dtype,
 )
-from vltools.io.provenance import ids_digest
+from vltools.io.output import written
+from vltools.io.rows import IDS_CHECKSUM, RowsWriter
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
 FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
           "attributes", "attribute_scores")
-IDS_CHECKSUM = "ids_checksum"
 FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32,
                 "labels": np.int32, "label_scores": np.float32, "attributes": np.int32, "attribute_scores": np.float32}
 BOTTOM_UP = "bottom-up"  # the extractor of the bottom-up-attention features (Anderson et al. 2018)
@@ -37,36 +34,20 @@ ATTRIBUTE_KINDS = {IDS_CHECKSUM: TEXT, "dtype": TEXT, "stride": INTEGER, "parts"
                    "backbone": TEXT, "weights": TEXT, "regions": TEXT, "global": TEXT}
 
 
-class FeaturesWriter:
-    """Append rows (one per image) to a features file; datasets are created on the first append.
+def field_dtypes(dtype: str) -> dict[str, object]:
+    """The stored dtype of each features dataset: `dtype` for the float features, fixed for the rest."""
+    return dict.fromkeys(FLOAT_FIELDS, dtype) | FIELD_DTYPES
 
-    Every dataset is chunked by image so that readers can fetch any rows without loading the file.
-    `append=True` reopens a partially written file (for `--resume`). `name` is what errors about rows call the
-    file (default `path`): the user's output when `path` is a temporary part of it, never to be named to them.
-    A failed write (full disk, file size limit) is an OSError naming `path` (see `OutputFile`), raised by the
-    `add` or `close` it happened in; the file is then closed, for the caller to remove.
-    """
+
+class FeaturesWriter(RowsWriter):
+    """Append rows (one per image) to a features file; datasets are created on the first append, each chunked by
+    image so that readers can fetch any rows without loading the file. `name` is what errors about rows call the
+    file (default `path`). A failed write (full disk, file size limit) is an OSError naming `path`, raised by the
+    `add` or `close` it happened in; the file is then closed, for the caller to remove."""
 
     def __init__(self, path: str | os.PathLike, attrs: dict[str, object], dtype: str = "float16",
-                 append: bool = False, name: str | os.PathLike | None = None) -> None:
-        if dtype not in ("float16", "float32"):
-            raise VLToolsError(f"features dtype must be float16 or float32, not {dtype}")
-        self.path = Path(path)
-        self.name = str(path if name is None else name)
-        self.dtype = np.dtype(dtype)
-        if append and self.path.exists():
-            self.handle = OutputFile(self.path, "a")
-            self._seen = set(decode_strings(self.handle["ids"][:]))
-        else:
-            self.handle = OutputFile(self.path, "w")
-            set_attrs(self.handle, "features", {**attrs, "dtype": dtype})
-            self.handle.create_dataset("ids", shape=(0,), maxshape=(None,), dtype=string_dtype(), chunks=(1024,))
-            self._seen = set()
-
-    @property
-    def ids(self) -> set[str]:
-        """Ids already written (lets a resumed run skip them)."""
-        return self._seen
+                 name: str | os.PathLike | None = None) -> None:
+        super().__init__(path, "features", attrs, dtype, name, id_kind="image id", dtypes=field_dtypes(dtype))
 
     def add(self, ids: Sequence[str], **arrays: np.ndarray) -> None:
         """Append rows for `ids`; `arrays` are among `FIELDS` (regions, boxes, num_regions, image_size, global,
@@ -75,90 +56,23 @@ class FeaturesWriter:
         unknown = set(arrays) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown features fields {sorted(unknown)}")
-        duplicate = [i for i in ids if i in self._seen]
-        if duplicate or len(set(ids)) != len(ids):
-            raise VLToolsError(f"{self.name}: duplicate image id {(duplicate or list(ids))[0]!r}")
-        start = self.handle["ids"].shape[0]
-        try:
-            self._write(ids, start, arrays)
-            self.handle.check()
-        except OSError:
-            self.handle.close()
-            raise
-        self._seen.update(ids)
-
-    def _write(self, ids: Sequence[str], start: int, arrays: dict[str, np.ndarray]) -> None:
-        """Append `arrays` at row `start` (checked, cast, and refused before anything is written when they cannot
-        fit), then their ids."""
-        n = len(ids)
-        stored_arrays = {}
-        for name, value in arrays.items():
-            value = np.asarray(value)
-            if value.shape[0] != n:
-                raise ValueError(f"{name} has {value.shape[0]} rows for {n} ids")
-            dtype = self.dtype if name in FLOAT_FIELDS else FIELD_DTYPES[name]
-            if name not in self.handle:
-                rest = value.shape[1:]
-                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
-                               chunks=(1, *rest) if rest else (1024,))
-            with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
-                stored_arrays[name] = value.astype(dtype, copy=False)
-            if np.issubdtype(stored_arrays[name].dtype, np.floating):  # every float the readers will check
-                _check_stored_finite(self.name, name, ids, value, stored_arrays[name])
-        self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
-        for name, stored in stored_arrays.items():
-            dataset = self.handle[name]
-            dataset.resize(start + n, axis=0)
-            dataset[start:start + n] = stored
-        self.handle["ids"].resize(start + n, axis=0)
-        self.handle["ids"][start:start + n] = np.array(list(ids), dtype=object)
-
-    def set_attr(self, name: str, value: object) -> None:
-        """Record an extra attribute."""
-        self.handle.attrs[name] = value
+        super().add(ids, **arrays)
 
     def set_failed(self, lines: Sequence[str]) -> None:
         """Record the images a stage skipped: the `/failed` dataset of "id<TAB>reason" and `num_failed`."""
         self.handle.create_dataset("failed", data=np.array(list(lines), dtype=object), dtype=string_dtype())
         self.handle.attrs["num_failed"] = len(lines)
 
-    def flush(self) -> None:
-        self.handle.flush()
 
-    def close(self) -> None:
-        """Record the checksum of /ids (strings cannot carry HDF5's checksum filter) and close the file; raise
-        a write that failed (OSError naming the file)."""
-        if self.handle:
-            self.handle.attrs[IDS_CHECKSUM] = ids_digest(decode_strings(self.handle["ids"][:]))
-        self.handle.close()
-        self.handle.check()
-
-    def abandon(self) -> None:
-        """Close the file after a failure, raising nothing: the caller removes it."""
-        self.handle.close()
-
-    def __enter__(self) -> FeaturesWriter:
-        return self
-
-    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abandon()
-
-
-def _check_stored_finite(path: object, name: str, ids: Sequence[str], value: np.ndarray, stored: np.ndarray) -> None:
-    """Refuse a row that would be written non-finite (readers refuse those rows later), naming its id; when the
-    values were finite before the cast, they overflow float16 (largest 65504), so say to write float32."""
-    bad = ~np.isfinite(stored.reshape(len(ids), -1)).all(axis=1)
-    if not bad.any():
-        return
-    row = int(np.flatnonzero(bad)[0])
-    if np.isfinite(value[row]).all():
-        raise VLToolsError(f"{path}: image id {ids[row]!r}: /{name} values exceed float16's range (largest 65504); "
-                           "rerun with --dtype float32")
-    raise VLToolsError(f"{path}: image id {ids[row]!r}: the model gave NaN or infinite /{name} values; check the "
-                       "weights and the image")
+def write_features(out: str | os.PathLike | None, attrs: dict[str, object], dtype: str,
+                   blocks: Iterable[tuple[list[str], Mapping[str, np.ndarray]]], failed: Sequence[str] = ()) -> int:
+    """Write a features file whole to `out` (None or `-`: standard output) from (ids, arrays) blocks, with the
+    skipped images' `failed` lines; return how many rows."""
+    with written(out) as target, FeaturesWriter(target, attrs, dtype) as writer:
+        for ids, arrays in blocks:
+            writer.add(ids, **arrays)
+        writer.set_failed(failed)
+        return len(writer.ids)
 
 
 class FeaturesReader:

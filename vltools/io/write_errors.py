@@ -22,12 +22,16 @@ WRITE_FIXES = {errno.EFBIG: "raise the file size limit (ulimit -f) or write it e
 WRITE_FIX = "check that its folder is writable and has free space"
 
 
-def output_error(path: str | os.PathLike, exc: OSError, note: str = "") -> VLToolsError:
+class OutputError(VLToolsError):
+    """An output could not be written (the one line says why and what to do)."""
+
+
+def output_error(path: str | os.PathLike, exc: OSError, note: str = "") -> OutputError:
     """The one-line error for an OSError met while writing `path` (permissions, read-only or full disk, over
     the file size limit, a failing disk), saying what to do; `note` says what was kept, if anything."""
     reason = exc.strerror or _h5_reason(str(exc)) or first_line(exc)
     kept = f"; {note}" if note else ""
-    return VLToolsError(f"{path}: cannot write ({reason}){kept}; {WRITE_FIXES.get(exc.errno, WRITE_FIX)}")
+    return OutputError(f"{path}: cannot write ({reason}){kept}; {WRITE_FIXES.get(exc.errno, WRITE_FIX)}")
 
 
 def check_room(path: str | os.PathLike, size: int) -> None:
