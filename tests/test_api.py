@@ -463,7 +463,7 @@ def test_encode_resumes_an_interrupted_run_into_the_same_output(world, tmp_path,
         vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2)
     assert [path.name for path in tmp_path.iterdir()] == ["out.h5.partial"]
     monkeypatch.setattr(infer_encode, "embed_blocks", real)
-    with pytest.raises(VLToolsError, match="left by an interrupted run; continue it with --resume"):
+    with pytest.raises(VLToolsError, match="left by an interrupted run; continue it with resume=True"):
         vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2)
     resumed = vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2,
                              resume=True)

@@ -13,9 +13,9 @@ import torch
 from click.testing import CliRunner
 from kill_helpers import killed_midway
 from pipeline_fixtures import one_and_two_processes, same_but_created
-from tiny_captioning import make_caption_world, save_captioner
+from tiny_captioning import make_caption_world, mute_captioner, save_captioner
 
-import vltools.infer.caption as caption_step
+import vltools.stages.caption as caption_step
 from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search
@@ -257,18 +257,6 @@ def _kept(partial: Path) -> list[str]:
     """The ids of the records in the committed chunks of checkpoint folder `partial`."""
     return [json.loads(line)["id"] for chunk in sorted(partial.glob("chunk-*.jsonl"))
             for line in chunk.read_text(encoding="utf-8").splitlines()]
-
-
-def mute_captioner(source, path):
-    """A copy of a captioner checkpoint whose decoder always says <end> first: every caption comes out empty."""
-    payload = load_checkpoint(source)
-    state = dict(payload["state_dict"])
-    bias = state["decoder.output.bias"].clone()
-    bias[payload["vocab"].index("<end>")] = 1e4
-    state["decoder.output.bias"] = bias
-    save_checkpoint(path, payload["model"], payload["config"], state, vocab=payload["vocab"],
-                    train_state=payload["train_state"], schema=payload["schema"])
-    return path
 
 
 @pytest.mark.parametrize("to_stdout", [False, True])

@@ -10,13 +10,21 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.infer import runner
-from vltools.infer.caption import write_checked_captions
+from vltools.infer.caption import checked_captions
 from vltools.io.checkpoint import Records, Rows
 from vltools.io.features import FeaturesReader, field_dtypes, write_features
 from vltools.io.progress import configure
+from vltools.io.records import write_records
 
 IDS = [f"im{n}" for n in range(7)]
 FEATURES = Rows("float32", field_dtypes("float32"), "image id")
+
+
+def write_checked(kept, out, order):
+    """What the caption stage does at the end: check the captions, write them, drop the checkpoint."""
+    count = write_records(out, checked_captions(kept, order, "model.pt"))
+    kept.remove()
+    return count
 
 
 def captions(todo, fail_at=None, seen=None):
@@ -46,7 +54,7 @@ def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path, cap
     capsys.readouterr()
     with runner.checkpoint(str(out), Records(), {"--beam": 3}, "d", True, 0) as kept:
         assert runner.run("caption", IDS, kept, lambda todo: captions(todo, seen=seen)) == 4
-        assert write_checked_captions(kept, str(out), IDS, "model.pt") == 7
+        assert write_checked(kept, str(out), IDS) == 7
     assert capsys.readouterr().err == f"vltools: caption: resuming {out}: 3 of 7 items kept from an interrupted run\n"
     assert seen == IDS[3:]
     assert [json.loads(line) for line in out.read_text().splitlines()] == \
@@ -145,11 +153,11 @@ def test_captions_refused_as_a_whole_leave_nothing_not_even_the_checkpoint(tmp_p
     with pytest.raises(VLToolsError, match="all 7 captions it wrote are empty"), \
             runner.checkpoint(out, Records(), {}, "d", False) as kept:
         runner.run("caption", IDS, kept, empty)
-        write_checked_captions(kept, out, list(reversed(IDS)), "model.pt")
+        write_checked(kept, out, list(reversed(IDS)))
     assert list(tmp_path.iterdir()) == [] and capsys.readouterr().out == ""
     with runner.checkpoint(out, Records(), {}, "d", False) as kept:      # captions that pass are written, in order
         runner.run("caption", IDS, kept, captions)
-        assert write_checked_captions(kept, out, list(reversed(IDS)), "model.pt") == len(IDS)
+        assert write_checked(kept, out, list(reversed(IDS))) == len(IDS)
     written = (tmp_path / "caps.jsonl").read_text() if to_file else capsys.readouterr().out
     assert [json.loads(line)["image_id"] for line in written.splitlines()] == list(reversed(IDS))
     assert sorted(p.name for p in tmp_path.iterdir()) == (["caps.jsonl"] if to_file else [])

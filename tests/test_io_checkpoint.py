@@ -45,7 +45,7 @@ def test_a_plain_run_never_destroys_finished_chunks_and_a_resume_keeps_them(tmp_
     folder = tmp_path / "out.h5.partial"
     _open(folder).add(["a"], _rows(["a"]))
     before = sorted(p.name for p in folder.iterdir())
-    with pytest.raises(VLToolsError, match="left by an interrupted run; continue it with --resume, or delete it"):
+    with pytest.raises(VLToolsError, match="left by an interrupted run; continue it with resume=True, or delete it"):
         _open(folder)
     assert sorted(p.name for p in folder.iterdir()) == before
     with caplog.at_level(logging.WARNING):
@@ -57,7 +57,7 @@ def test_a_resume_with_other_options_is_refused_naming_the_first_difference(tmp_
     folder = tmp_path / "out.h5.partial"
     _open(folder, options={"model": "m", "beam": 3}).add(["a"], _rows(["a"]))
     with pytest.raises(VLToolsError, match=r"the interrupted run used beam 3, this run 5; resume with the same "
-                                           r"options, or delete .*out.h5.partial and run without --resume"):
+                                           r"options, or delete .*out.h5.partial and run without resume=True"):
         _open(folder, resume=True, options={"model": "m", "beam": 5})
     with pytest.raises(VLToolsError, match="its state.json is missing or not this stage's"):
         _open(folder, resume=True, options={"model": "m", "beam": 3}, codec=Records())

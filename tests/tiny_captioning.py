@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from tiny_matching import make_world
 
-from vltools.io.checkpoints import save_checkpoint
+from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.io.records import read_records, write_records
 from vltools.models import build_model, schema_version
@@ -52,3 +52,14 @@ def save_captioner(path: Path, name: str, captions: Path, seed: int = 0, img_dim
                     train_state={"config": {"task": dict(PREP)}}, schema=schema_version(name))
     return path
 
+
+def mute_captioner(source, path):
+    """A copy of a captioner checkpoint whose decoder always says <end> first: every caption comes out empty."""
+    payload = load_checkpoint(source)
+    state = dict(payload["state_dict"])
+    bias = state["decoder.output.bias"].clone()
+    bias[payload["vocab"].index("<end>")] = 1e4
+    state["decoder.output.bias"] = bias
+    save_checkpoint(path, payload["model"], payload["config"], state, vocab=payload["vocab"],
+                    train_state=payload["train_state"], schema=payload["schema"])
+    return path

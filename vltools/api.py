@@ -41,12 +41,11 @@ from vltools.data.converters.webdataset import read_webdataset
 from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
 from vltools.data.semantic_scores import score_semantic_file
-from vltools.devices import PRECISIONS, autocast, resolve_device
+from vltools.devices import PRECISIONS, resolve_device
 from vltools.errors import VLToolsError, shown
 from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
-from vltools.infer.caption import caption_batches, images_to_caption, split_records
 from vltools.infer.encode import encode_embeddings
 from vltools.infer.loader import ROLES, LoadedModel, load_models
 from vltools.infer.loader import load_model as load_checkpoint_model
@@ -57,7 +56,6 @@ from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import FEATURE_DTYPES, RunOptions
 from vltools.io import coco
-from vltools.io.features import FeaturesReader
 from vltools.io.held import Embeddings, held, in_memory
 from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
 from vltools.io.lock import output_lock
@@ -67,6 +65,7 @@ from vltools.io.sims import Sims
 from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
+from vltools.stages.caption import caption as stage_caption
 from vltools.training import TASKS, check_inputs
 from vltools.training.trainer import run_training, training_config
 
@@ -356,41 +355,23 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
 
 def caption(model: PathLike | LoadedModel, features: PathLike | Features, captions: PathLike | Records | None = None,
             output: PathLike | None = None, *, split: str | None = None, beam: int = 3, max_len: int | None = None,
-            length_penalty: float = 0.0, batch_size: int = 50, device: str = "auto",
-            precision: str = "fp32") -> list[dict]:
+            length_penalty: float = 0.0, batch_size: int = 50, device: str = "auto", precision: str = "fp32",
+            **options: object) -> list[dict] | None:
     """`vltools caption --model MODEL FEATURES [CAPTIONS] [-o OUTPUT]`: one {"image_id", "caption"} per image of
     FEATURES (or of the `split` of CAPTIONS, in first-mention order) by beam search (`beam` 1: greedy), written
-    as JSONL to `output` when given. FEATURES may be in memory ({"ids": [...], "regions": array, ...}) and
-    CAPTIONS records (a list of dicts), read as their files would be."""
-    if not isinstance(model, LoadedModel):
-        checks.path(model, "model")
+    as JSONL to `output` when given, refused as the command refuses it (every caption empty). FEATURES may be in
+    memory ({"ids": [...], "regions": array, ...}) and CAPTIONS records (a list of dicts), read as their files
+    would be. Further keyword options are those of the command (`vltools.stages.caption.caption`): sample,
+    temperature, seed, pairs, logp, block_images, block_captions, resume, checkpoint_seconds, shard."""
+    checks.known(options, set(inspect.signature(stage_caption).parameters), "caption")
     checks.data(features, "features", ("features",))
     checks.data(captions, "captions", ("records",), optional=True)
     _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),
                              "captions": (captions, ("jsonl",))})
-    checks.path(output, "output", optional=True)
-    checks.split(split, "split", optional=True)
-    checks.integer(beam, "beam", 1, checks.MAX_BEAM)
-    checks.optional_integer(max_len, "max_len", 1, checks.MAX_CAPTION_WORDS)
-    checks.number(length_penalty, "length_penalty", 0)
-    checks.integer(batch_size, "batch_size", 1)
-    checks.device(device, "device")
-    checks.choice(precision, "precision", PRECISIONS)
-    chosen = resolve_device(device)
-    method = "beam" if beam > 1 else "greedy"
-    found: list[dict] = []
-    with output_lock(output), spooled({"features": features, "captions": captions}) as files, \
-            FeaturesReader(files["features"]) as reader, autocast(chosen, precision):
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
-        records = split_records(files["captions"], split) if captions is not None else None
-        image_ids = images_to_caption(reader, records, files["captions"])
-        for ids, texts in caption_batches(loaded.model, loaded.vocab, reader, image_ids, method, beam_size=beam,
-                                          max_len=max_len or loaded.prep.max_words or 16,
-                                          length_penalty=length_penalty, batch_size=batch_size, device=chosen):
-            found += [{"image_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
-    if output is not None:
-        write_records(output, found)
-    return found
+    with spooled({"features": features, "captions": captions}) as files:
+        return stage_caption(model, files["features"], files["captions"], output, split=split, beam=beam,
+                             max_len=max_len, length_penalty=length_penalty, batch_size=batch_size, device=device,
+                             precision=precision, **options)
 
 
 def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, tokenized: bool = False,

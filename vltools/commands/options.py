@@ -63,20 +63,23 @@ def binary_format(param: click.Parameter, values: dict[str, object]) -> str | No
 class PrimaryOutput:
     """Where a stage writes its primary output, as it declares with `primary_output`: `param`, the parameter that
     names the file or folder (None when no one parameter does: the stage prints its result, or writes the files
-    several options name, or the model store), and `stdout`, whether standard output takes it (when `param` is
-    left out or `-`; always, without `param`)."""
+    several options name, or the model store), `stdout`, whether standard output takes it (when `param` is
+    left out or `-`; always, without `param`), and `locks`, whether the command line takes the outputs' locks
+    before the stage runs (False: the stage's function in vltools.stages takes them itself, once)."""
 
     param: str | None = None
     stdout: bool = False
+    locks: bool = True
 
 
-def primary_output(param: str | None = None, stdout: bool = False) -> Callable[[click.Command], click.Command]:
+def primary_output(param: str | None = None, stdout: bool = False,
+                   locks: bool = True) -> Callable[[click.Command], click.Command]:
     """Declare where the decorated stage (put it above `@click.command`) writes its primary output: every stage
     does (tests/test_cli.py checks it), and only a failed run of one that declared standard output, and sent
     its output there, may remove the empty file the shell redirected standard output to (vltools.cli)."""
 
     def declare(command: click.Command) -> click.Command:
-        command.primary_output = PrimaryOutput(param, stdout)
+        command.primary_output = PrimaryOutput(param, stdout, locks)
         return command
 
     return declare

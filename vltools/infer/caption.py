@@ -24,7 +24,7 @@ from vltools.infer.loader import LoadedModel
 from vltools.io.checkpoint import Checkpoint
 from vltools.io.features import FeaturesReader
 from vltools.io.progress import log, progress
-from vltools.io.records import read_records, write_records
+from vltools.io.records import read_records
 from vltools.losses import sequence_logprob
 from vltools.models.captioners import Captioner
 from vltools.text.captions import decode
@@ -123,20 +123,16 @@ def check_captions(records: Sequence[dict], model: object, what: str = "captions
                     100 * empty / len(records))
 
 
-def write_checked_captions(kept: Checkpoint, output: str | None, order: Sequence[str], model: object,
-                           what: str = "captions") -> int:
-    """Write the finished captions of `order` (all finished, in `kept`) to `output` in that order, once
-    `check_captions` accepts them; return how many. Captions refused as a whole are not worth resuming: the
-    checkpoint goes with them."""
+def checked_captions(kept: Checkpoint, order: Sequence[str], model: object, what: str = "captions") -> list[dict]:
+    """The finished captions of `order` (all finished, in `kept`) in that order, once `check_captions` accepts
+    them. Captions refused as a whole are not worth resuming: the checkpoint goes with them."""
     records = [record for _, block in kept.gather(order) for record in block]
     try:
         check_captions(records, model, what)
     except VLToolsError:
         kept.remove()
         raise
-    count = write_records(output, records)
-    kept.remove()
-    return count
+    return records
 
 
 @torch.inference_mode()

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.io.hdf5 import decode_strings, open_h5, string_dtype
 from vltools.io.jsonl import iter_json_lines, json_writer
 from vltools.io.progress import log
@@ -37,7 +37,6 @@ from vltools.io.write_errors import output_error
 
 STATE = "state.json"
 FORMAT = "vltools-checkpoint/1"
-INTERRUPTED = "left by an interrupted run; continue it with --resume, or delete it"
 CHUNK = re.compile(r"chunk-(\d{6})\.(h5|jsonl)(\.tmp)?")
 OPEN_READERS = 64     # chunks read at once when rows are gathered in order (the least recently read is closed)
 
@@ -246,7 +245,8 @@ class Checkpoint:
                                "it away")
         chunks = [folder / name for name in names if CHUNK.fullmatch(name) and not name.endswith(".tmp")]
         if chunks and not resume:
-            raise VLToolsError(f"{folder}: {INTERRUPTED}")
+            raise VLToolsError(f"{folder}: left by an interrupted run; continue it with {argument('resume', 'True')}, "
+                               "or delete it")
         try:
             if chunks:
                 self._check_state()
@@ -264,7 +264,7 @@ class Checkpoint:
 
     def _check_state(self) -> None:
         """Refuse to continue a run made with other options or another codec, naming the first difference."""
-        again = f"resume with the same options, or delete {self.folder} and run without --resume"
+        again = f"resume with the same options, or delete {self.folder} and run without {argument('resume', 'True')}"
         try:
             saved = json.loads((self.folder / STATE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
