@@ -4,7 +4,7 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.describe import describe
-from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.features import FeaturesReader, FeaturesWriter, stored_rows
 
 
 def write_example(path, n=7, k=3, d=5, dtype="float32"):
@@ -187,3 +187,15 @@ def test_errors_about_rows_call_the_file_by_the_name_given(tmp_path):
         writer.add(["b"], regions=large / 1e3)
         with pytest.raises(VLToolsError, match=r"^feats.h5: duplicate image id 'b'$"):
             writer.add(["b"], regions=large / 1e3)
+
+
+def test_rows_are_stored_as_the_file_stores_them_without_copying_what_is_stored_already():
+    regions = np.ones((2, 3, 4), dtype=np.float32)
+    stored = stored_rows("x", ["a", "b"], {"regions": regions, "global": np.ones((2, 3)), "num_regions": [3, 2]},
+                         np.dtype("float16"))
+    assert [stored[name].dtype for name in ("regions", "global", "num_regions")] == [np.float16, np.float16, np.int32]
+    assert stored_rows("x", ["a", "b"], {"regions": regions}, np.dtype("float32"))["regions"] is regions
+    with pytest.raises(VLToolsError, match=r"^x: image id 'b': /regions values exceed float16's range"):
+        stored_rows("x", ["a", "b"], {"regions": np.array([[1.0], [1e6]])}, np.dtype("float16"))
+    with pytest.raises(ValueError, match="^regions has 2 rows for 3 ids$"):
+        stored_rows("x", ["a", "b", "c"], {"regions": regions}, np.dtype("float32"))

@@ -91,22 +91,13 @@ class FeaturesWriter:
         """Append `arrays` at row `start` (checked, cast, and refused before anything is written when they cannot
         fit), then their ids."""
         n = len(ids)
-        stored_arrays = {}
-        for name, value in arrays.items():
-            value = np.asarray(value)
-            if value.shape[0] != n:
-                raise ValueError(f"{name} has {value.shape[0]} rows for {n} ids")
-            dtype = self.dtype if name in FLOAT_FIELDS else FIELD_DTYPES[name]
-            if name not in self.handle:
-                rest = value.shape[1:]
-                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
-                               chunks=(1, *rest) if rest else (1024,))
-            with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
-                stored_arrays[name] = value.astype(dtype, copy=False)
-            if np.issubdtype(stored_arrays[name].dtype, np.floating):  # every float the readers will check
-                _check_stored_finite(self.name, name, ids, value, stored_arrays[name])
+        stored_arrays = stored_rows(self.name, ids, arrays, self.dtype)
         self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
         for name, stored in stored_arrays.items():
+            if name not in self.handle:
+                rest = stored.shape[1:]
+                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=stored.dtype,
+                               chunks=(1, *rest) if rest else (1024,))
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
             dataset[start:start + n] = stored
@@ -145,6 +136,23 @@ class FeaturesWriter:
             self.close()
         else:
             self.abandon()
+
+
+def stored_rows(path: object, ids: Sequence[str], arrays: Mapping[str, object],
+                dtype: np.dtype) -> dict[str, np.ndarray]:
+    """`arrays` (among `FIELDS`, one row per id of `ids`) as a features file stores them: the float fields as
+    `dtype` (float16 or float32), the others as `FIELD_DTYPES` says (no copy where they are already); a row that
+    would be stored non-finite is refused, naming `path` (what errors call the file) and its id."""
+    stored = {}
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        if value.shape[0] != len(ids):
+            raise ValueError(f"{name} has {value.shape[0]} rows for {len(ids)} ids")
+        with np.errstate(over="ignore"):    # an overflow is reported below, naming the image
+            stored[name] = value.astype(dtype if name in FLOAT_FIELDS else FIELD_DTYPES[name], copy=False)
+        if np.issubdtype(stored[name].dtype, np.floating):  # every float the readers will check
+            _check_stored_finite(path, name, ids, value, stored[name])
+    return stored
 
 
 def _check_stored_finite(path: object, name: str, ids: Sequence[str], value: np.ndarray, stored: np.ndarray) -> None:
