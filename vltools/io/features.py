@@ -23,6 +23,7 @@ from vltools.io.hdf5 import (
     set_attrs,
     string_dtype,
 )
+from vltools.io.held import FeaturesInMemory
 from vltools.io.provenance import ids_digest
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
@@ -170,11 +171,16 @@ def _check_stored_finite(path: object, name: str, ids: Sequence[str], value: np.
 
 
 class FeaturesReader:
-    """Read rows of a features file by id, in the order asked, without loading the whole file."""
+    """Read rows of a features file by id, in the order asked, without loading the whole file; or of features held
+    in memory (`FeaturesInMemory`: the Python API's), with the same checks, named as their argument."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.handle = open_h5(self.path, "features")
+    def __init__(self, path: str | os.PathLike | FeaturesInMemory) -> None:
+        if isinstance(path, FeaturesInMemory):
+            self.path: Path | FeaturesInMemory = path
+            self.handle = path
+        else:
+            self.path = Path(path)
+            self.handle = open_h5(self.path, "features")
         try:
             self._check()
         except BaseException:
