@@ -484,6 +484,31 @@ def test_encode_takes_captions_and_features_in_memory(world, tmp_path):
         found = vltools.encode(source, vse, split="test", device="cpu")
         np.testing.assert_array_equal(found.vectors, expected.vectors)
         assert (found.ids, found.caption_image_ids) == (expected.ids, expected.caption_image_ids)
+    assert found.attrs["source"] == "source (in memory)"      # read in memory, not from a temporary file
+
+
+def test_encode_resumed_from_features_in_memory_keeps_no_row_of_the_interrupted_run(world, tmp_path, monkeypatch):
+    """A resumed run keeps the rows whose input files are unchanged; features in memory have no file to compare, so
+    it computes every row again: the interrupted run here encoded other features."""
+    features, _, _, vse = world
+    arrays = held(features)
+    real = infer_encode.embed_blocks
+
+    def stopped(*given: object, **options: object):
+        for number, batch in enumerate(real(*given, **options)):
+            if number == 3:
+                raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(infer_encode, "embed_blocks", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        vltools.encode({**arrays, "regions": arrays["regions"] + 1}, vse, tmp_path / "out.h5", device="cpu",
+                       batch_size=2)
+    assert [path.name for path in tmp_path.iterdir()] == ["out.h5.partial"]
+    monkeypatch.setattr(infer_encode, "embed_blocks", real)
+    resumed = vltools.encode(arrays, vse, tmp_path / "out.h5", device="cpu", batch_size=2, resume=True)
+    np.testing.assert_allclose(resumed.vectors, vltools.encode(features, vse, device="cpu").vectors, rtol=1e-6,
+                               atol=1e-7)
 
 
 def test_match_takes_features_captions_and_embeddings_in_memory(world, tmp_path):
@@ -492,6 +517,7 @@ def test_match_takes_features_captions_and_embeddings_in_memory(world, tmp_path)
     from_memory = vltools.match(held(features), lines(captions), sgr, top_k=3, device="cpu")
     np.testing.assert_array_equal(from_memory.sims, from_files.sims)
     assert list(from_memory.rankings()) == list(from_files.rankings())
+    assert from_memory.attrs["features"] == "first (in memory)"      # read in memory, not from a temporary file
     run("encode", features, "--model", vse, "--device", "cpu", "-o", tmp_path / "img.h5")
     run("encode", captions, "--model", vse, "--split", "test", "--device", "cpu", "-o", tmp_path / "cap.h5")
     from_files = vltools.match(tmp_path / "img.h5", tmp_path / "cap.h5", top_k=3, device="cpu")
@@ -499,6 +525,16 @@ def test_match_takes_features_captions_and_embeddings_in_memory(world, tmp_path)
                                 vltools.encode(captions, vse, split="test", device="cpu"), top_k=3, device="cpu")
     np.testing.assert_array_equal(from_memory.sims, from_files.sims)
     assert list(from_memory.rankings()) == list(from_files.rankings())
+
+
+def test_match_reranks_features_in_memory_searching_a_saved_index(world, tmp_path):
+    pytest.importorskip("faiss")
+    features, captions, sgr, vse = world
+    run("encode", features, "--model", vse, "--device", "cpu", "-o", tmp_path / "img.h5")
+    run("index", tmp_path / "img.h5", "-o", tmp_path / "g.h5")
+    options = {"rerank_k": 3, "first_stage": vse, "index_file": tmp_path / "g.h5", "top_k": 3, "device": "cpu"}
+    from_files = vltools.match(features, captions, sgr, **options)
+    assert vltools.match(held(features), lines(captions), sgr, **options).rankings() == from_files.rankings()
 
 
 def test_caption_takes_features_and_captions_in_memory_and_writes_only_when_asked(tmp_path):

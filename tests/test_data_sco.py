@@ -21,6 +21,7 @@ from vltools.data.sco import (
 )
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesWriter
+from vltools.io.held import FeaturesInMemory
 from vltools.text.vocab import SPECIALS, Vocabulary
 
 IDS = ["im0", "im1", "im2", "im3"]
@@ -238,6 +239,20 @@ def test_a_fusing_model_reads_both_files(files):
         vectors.close()
     np.testing.assert_array_equal(ctx, context[[1]])
     np.testing.assert_array_equal(cnp, concepts[[1]])
+
+
+def test_context_held_in_memory_is_read_as_its_file(files):
+    folder, context, concepts = files
+    held = FeaturesInMemory("source (in memory)", {"ids": np.array(IDS, dtype=object), "global": context},
+                            {"global": "tencrop"})
+    vectors = model_vectors(config(True, True), held, folder / "cnp.h5")
+    try:
+        assert vectors.paths == (held, folder / "cnp.h5")
+        ctx, cnp = vectors.read(["im2", "im0", "im2"])
+    finally:
+        vectors.close()
+    np.testing.assert_array_equal(ctx, context[[2, 0, 2]])
+    np.testing.assert_array_equal(cnp, concepts[[2, 0, 2]])
 
 
 def test_a_fusing_model_without_concept_scores_is_refused_naming_the_source(files):

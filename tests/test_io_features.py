@@ -4,7 +4,8 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.describe import describe
-from vltools.io.features import FeaturesReader, FeaturesWriter
+from vltools.io.features import FeaturesReader, FeaturesWriter, stored_features
+from vltools.io.held import FeaturesInMemory
 
 
 def write_example(path, n=7, k=3, d=5, dtype="float32"):
@@ -175,3 +176,56 @@ def test_errors_about_rows_call_the_file_by_the_name_given(tmp_path):
         writer.add(["b"], regions=large / 1e3)
         with pytest.raises(VLToolsError, match=r"^feats.h5: duplicate image id 'b'$"):
             writer.add(["b"], regions=large / 1e3)
+
+
+def held_example(n=7, k=3, d=5, **datasets):
+    """The datasets of `write_example`'s file (ids, regions, boxes, float32) held in memory, with `datasets` over
+    them."""
+    rng = np.random.default_rng(0)
+    regions = rng.normal(size=(n, k, d)).astype(np.float32)
+    boxes = rng.uniform(0, 50, size=(n, k, 4)).astype(np.float32)
+    ids = np.array([f"img{i}" for i in range(n)], dtype=object)
+    return FeaturesInMemory("first (in memory)", {"ids": ids, "regions": regions, "boxes": boxes, **datasets},
+                            {"backbone": "test", "dtype": "float32"})
+
+
+def test_features_in_memory_are_read_as_their_file(tmp_path):
+    write_example(tmp_path / "f.h5")
+    asked = ["img5", "img0", "img5", "img3"]
+    with FeaturesReader(tmp_path / "f.h5") as file, FeaturesReader(held_example()) as memory:
+        assert (memory.ids, memory.fields, memory.shape("regions"), memory.failed, len(memory)) == \
+            (file.ids, file.fields, file.shape("regions"), file.failed, len(file))
+        assert str(memory.path) == "first (in memory)" and memory.attrs["backbone"] == "test"
+        for name in ("regions", "boxes"):
+            np.testing.assert_array_equal(memory.read(asked)[name], file.read(asked)[name])
+            np.testing.assert_array_equal(memory.read_range(name, 2, 5), file.read_range(name, 2, 5))
+            np.testing.assert_array_equal(memory.read_rows(name, [6, 1, 6]), file.read_rows(name, [6, 1, 6]))
+        assert [ids for ids, _ in memory.iter_batches(3)] == [ids for ids, _ in file.iter_batches(3)]
+        with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'nope' is not in this features"):
+            memory.read(["img1", "nope"])
+
+
+def test_features_in_memory_get_the_file_s_checks_named_as_their_argument():
+    with pytest.raises(VLToolsError, match=r"^first \(in memory\): duplicate image id 'img1' in /ids$"):
+        FeaturesReader(held_example(ids=np.array(["img0", "img1", "img1"], dtype=object), regions=np.zeros((3, 1, 2)),
+                                    boxes=np.zeros((3, 1, 4))))
+    with pytest.raises(VLToolsError, match=r"^first \(in memory\): /boxes has 6 rows but /ids has 7"):
+        FeaturesReader(held_example(boxes=np.zeros((6, 3, 4), dtype=np.float32)))
+    regions = held_example()["regions"].copy()
+    regions[4, 1, 0] = np.inf
+    with FeaturesReader(held_example(regions=regions)) as reader:
+        reader.read(["img3"])
+        with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'img4': /regions holds NaN or "):
+            reader.read(["img3", "img4"])
+
+
+def test_rows_are_stored_as_the_file_stores_them_without_copying_what_is_stored_already():
+    regions = np.ones((2, 3, 4), dtype=np.float32)
+    stored = stored_features("x", ["a", "b"], {"regions": regions, "global": np.ones((2, 3)), "num_regions": [3, 2]},
+                         np.dtype("float16"))
+    assert [stored[name].dtype for name in ("regions", "global", "num_regions")] == [np.float16, np.float16, np.int32]
+    assert stored_features("x", ["a", "b"], {"regions": regions}, np.dtype("float32"))["regions"] is regions
+    with pytest.raises(VLToolsError, match=r"^x: image id 'b': /regions values exceed float16's range"):
+        stored_features("x", ["a", "b"], {"regions": np.array([[1.0], [1e6]])}, np.dtype("float16"))
+    with pytest.raises(ValueError, match="^regions has 2 rows for 3 ids$"):
+        stored_features("x", ["a", "b", "c"], {"regions": regions}, np.dtype("float32"))

@@ -7,7 +7,18 @@ import pytest
 from vltools.cli import main
 from vltools.errors import VLToolsError
 from vltools.io.embeddings import open_embeddings, write_embeddings
-from vltools.io.hdf5 import decode_strings, file_kind, hdf5_kind, is_hdf5, open_h5, verify, write_arrays
+from vltools.io.hdf5 import (
+    decode_strings,
+    file_kind,
+    hdf5_kind,
+    is_hdf5,
+    open_h5,
+    read,
+    read_strings,
+    verify,
+    write_arrays,
+)
+from vltools.io.held import FeaturesInMemory
 from vltools.io.index import read_index, write_index
 from vltools.io.sims import read_sims, write_sims
 
@@ -163,6 +174,17 @@ def test_hdf5_kind_names_the_declared_kind_plain_hdf5_or_not_hdf5(tmp_path):
     (tmp_path / "caps.jsonl").write_text('{"image_id": "a", "caption": "a dog"}\n')
     assert [hdf5_kind(tmp_path / name) for name in ("p.h5", "plain.h5", "caps.jsonl")] == ["proxy", "hdf5", None]
     assert hdf5_kind("-") is None
+
+
+def test_features_in_memory_are_of_the_features_kind_and_their_arrays_are_read_as_they_are():
+    regions = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    features = FeaturesInMemory("first (in memory)", {"ids": np.array(list("abcd"), dtype=object), "regions": regions},
+                                {})
+    assert hdf5_kind(features) == "features"
+    np.testing.assert_array_equal(read(features["regions"], np.array([3, 0])), regions[[3, 0]])
+    assert np.shares_memory(read(features["regions"], slice(1, 3)), regions)       # a view, not a copy
+    assert read(features["regions"], 2).shape == (2, 3)
+    assert read_strings(features, "ids") == ["a", "b", "c", "d"]
 
 
 def swap_first_two(path, name):

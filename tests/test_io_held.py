@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vltools.io.held import Embeddings, held, in_memory
+from vltools.io.held import Embeddings, FeaturesInMemory, held, in_memory
 
 RECORDS = [{"image_id": "1", "caption": "a dog"}, {"image_id": 2, "caption": "två katter"}]
 
@@ -27,6 +27,16 @@ def test_the_kind_of_each_value():
     assert repr(embeddings) == "Embeddings(images, 1 x 3, no model)"
     assert repr(Embeddings(["a", "b"], np.zeros((2, 4)), "captions", attrs={"model": "vse"})) == \
         "Embeddings(captions, 2 x 4, vse)"
+
+
+def test_features_in_memory_are_called_by_their_name_and_hold_their_datasets():
+    regions = np.zeros((1, 2, 3), dtype=np.float32)
+    features = FeaturesInMemory("first (in memory)", {"ids": np.array(["a"], dtype=object), "regions": regions},
+                                {"dtype": "float32"})
+    assert str(features) == "first (in memory)" and f"{features}: image id 'a'" == "first (in memory): image id 'a'"
+    assert "regions" in features and "boxes" not in features and features["regions"] is regions
+    features.close()
+    assert features["ids"].tolist() == ["a"]
 
 
 def test_asking_imports_no_numpy():

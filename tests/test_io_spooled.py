@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vltools.io.spooled as spooled_module
 from vltools.errors import ArgumentError, VLToolsError
 from vltools.io.embeddings import read_embeddings
 from vltools.io.features import FeaturesReader
-from vltools.io.held import Embeddings
+from vltools.io.held import Embeddings, FeaturesInMemory
 from vltools.io.spooled import spooled
 
 RECORDS = [{"image_id": "1", "caption": "a dog"}, {"image_id": 2, "caption": "två katter"}]
@@ -69,18 +70,42 @@ def test_features_are_written_as_a_features_file_keeping_every_value():
     (Embeddings(["a"], np.zeros(2), "images"),
      "first .vectors must be a 2-d array (one row per id), not of shape (2,)"),
 ])
-def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value, message):
-    with pytest.raises(ArgumentError) as error, spooled({"first": value}):
+@pytest.mark.parametrize("features_in_memory", [False, True])
+def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value, message, features_in_memory):
+    with pytest.raises(ArgumentError) as error, spooled({"first": value}, features_in_memory):
         pass
     assert str(error.value).startswith(message)
 
 
-def test_a_non_finite_row_is_the_reader_s_refusal_naming_the_argument():
+@pytest.mark.parametrize("features_in_memory", [False, True])
+def test_a_non_finite_row_is_the_reader_s_refusal_naming_the_argument(features_in_memory):
     regions = np.zeros((2, 2, 3), dtype=np.float32)
     regions[1, 0, 2] = np.inf
-    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'b': "), \
-            spooled({"first": {"ids": ["a", "b"], "regions": regions}}):
+    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'b': the model gave NaN or infinite "), \
+            spooled({"first": {"ids": ["a", "b"], "regions": regions}}, features_in_memory):
         pass
+
+
+def test_features_in_memory_are_read_as_their_file_without_one_and_records_still_get_theirs(monkeypatch):
+    rng = np.random.default_rng(2)
+    regions = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    given = {"ids": ["a", "b", "c"], "regions": regions, "num_regions": np.array([4, 2, 3])}
+    with spooled({"first": given}) as files, FeaturesReader(files["first"]) as reader:
+        from_file = reader.read(["c", "a", "c"])
+    monkeypatch.setattr(spooled_module, "FeaturesWriter", None)    # nothing may write features now
+    with spooled({"first": given, "second": RECORDS}, features_in_memory=True) as files:
+        assert isinstance(files["first"], FeaturesInMemory) and str(files["first"]) == "first (in memory)"
+        assert files["first"]["regions"] is regions                 # float32 already: not copied
+        assert Path(files["second"]).name == "second.jsonl"
+        with FeaturesReader(files["first"]) as reader:
+            assert reader.ids == ["a", "b", "c"] and reader.attrs["source"] == "first (in memory)"
+            from_memory = reader.read(["c", "a", "c"])
+    for name in ("regions", "num_regions"):
+        np.testing.assert_array_equal(from_memory[name], from_file[name])
+        assert from_memory[name].dtype == from_file[name].dtype
+    half = spooled({"first": {"ids": ["a"], "regions": regions[:1].astype(np.float16)}}, features_in_memory=True)
+    with half as files:
+        assert files["first"]["regions"].dtype == np.float16 and files["first"].attrs["dtype"] == "float16"
 
 
 def test_embeddings_are_written_as_the_file_they_were_read_from(tmp_path):

@@ -13,7 +13,8 @@ Data a stage reads from a file may be given in memory instead: records as lists 
 and `Matches.rankings()` give), features as {"ids": [...], "regions": array, ...} (numpy arrays or tensors), the
 `Embeddings` `encode` returns, a `Matches` for rankings, a dict for scores. Each is written to a temporary file of
 its kind (`vltools.io.spooled`) and read by that file's reader, with every check, giving what the file gives; an
-error names the argument. What a stage writes the function returns, writing it only when given an output.
+error names the argument. Features given to `match` and `encode` skip the file: the features reader reads them in
+memory, with the same checks. What a stage writes the function returns, writing it only when given an output.
 
 Every argument is checked before any work by the same validators as the command line's options
 (`vltools.infer.checks`); errors are `vltools.errors.VLToolsError`, one line naming the argument by its Python
@@ -285,7 +286,8 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     checks.known(search, _keywords(match, Search), "match")
     options = Search(top_k=top_k, device=resolve_device(checks.device(device, "device")), precision=precision,
                      **search)
-    with spooled({"first": first, "second": second}) as files:     # data in memory checked before any model loads
+    # data in memory is checked before any model loads; features are read in memory, records from their file
+    with spooled({"first": first, "second": second}, features_in_memory=True) as files:
         models = _models(items) if items else []
         stage = None
         if first_stage is not None:
@@ -456,7 +458,10 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
                             "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
                             "sentences": (sentences, ("jsonl",))})
-    with output_lock(output), spooled({"source": source, "captions": captions, "sentences": sentences}) as files:
+    # a resumed run keeps the rows whose input files are unchanged: features in memory, which have no file to
+    # compare, then go to a new temporary file each run, as records always do, so their rows are computed again
+    with output_lock(output), spooled({"source": source, "captions": captions, "sentences": sentences},
+                                      features_in_memory=not resume) as files:
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
                                  captions=files["captions"], concepts=concepts, sentences=files["sentences"],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,6 +19,7 @@ from vltools.data.blocks import BatchedDataset, Blocks
 from vltools.data.captions import CaptionSplit
 from vltools.errors import VLToolsError
 from vltools.io.features import FeaturesReader
+from vltools.io.held import FeaturesInMemory
 from vltools.io.records import read_records
 from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
@@ -100,9 +100,10 @@ class ImageVectors:
     """Context and concept rows of images by id from up to two features files (None: that side is unused), and
     the images' generated sentences when the model reads them."""
 
-    def __init__(self, context: str | os.PathLike | None, concepts: str | os.PathLike | None,
+    def __init__(self, context: str | os.PathLike | FeaturesInMemory | None,
+                 concepts: str | os.PathLike | FeaturesInMemory | None,
                  sentences: GeneratedSentences | None = None) -> None:
-        self.paths = (Path(context) if context else None, Path(concepts) if concepts else None)
+        self.paths = (context or None, concepts or None)     # files, or features held in memory
         self.sentences = sentences
         self._readers: tuple[FeaturesReader | None, ...] | None = None
         self._pid: int | None = None

@@ -166,8 +166,8 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
             backward = (np.asarray(t2i[0]), np.asarray(t2i[1]))
         else:
-            found = stack.enter_context(_all_pairs(modules, images, chosen, tokens, options, output, resume,
-                                                   [features, captions, *(item.path for item in models)],
+            inputs = [str(path) for path in (features, captions, *(item.path for item in models))]
+            found = stack.enter_context(_all_pairs(modules, images, chosen, tokens, options, output, resume, inputs,
                                                    ",".join(f"{i.path} ({i.digest})" for i in models)))
             if found is None:       # another process of a torchrun job: the first writes
                 return None
@@ -194,7 +194,7 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
     chunk) and the checkpoint removed when the block ends. What a column depends on (`models`: each model's path
     and checkpoint digest; the files, split, images, precision) is recorded with the checkpoint, so that a resume
     with other ones is refused; `inputs` are the files whose change since the interrupted run has every caption
-    scored again."""
+    scored again, by name (features held in memory, which have no file, by theirs)."""
     rows = {"models": models, "features": str(inputs[0]), "captions": str(inputs[1]), "caption_split": chosen.name,
             "images": ids_digest(chosen.image_ids), "precision": options.precision}
 
@@ -231,7 +231,7 @@ def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, ch
         raise VLToolsError(f"{index_file}: indexes {saved.side or 'unknown'} embeddings; index the first stage's "
                            "image or caption embeddings (vltools encode)")
     images = saved.side == "images"
-    check_source(saved, features if images else captions, "features" if images else "captions")
+    check_source(saved, str(features if images else captions), "features" if images else "captions")
     found = positions(saved, chosen.image_ids if images else chosen.caption_ids, saved.side)
     rows = matched_rows(found)
     if rows is not None:    # an index type that cannot search a subset is refused before anything is encoded

@@ -20,8 +20,9 @@ from vltools.io.hdf5 import (
     refuse_nonfinite,
     string_dtype,
 )
+from vltools.io.held import FeaturesInMemory
 from vltools.io.output import written
-from vltools.io.rows import IDS_CHECKSUM, RowsWriter
+from vltools.io.rows import IDS_CHECKSUM, RowsWriter, stored_rows
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
 FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
@@ -75,12 +76,25 @@ def write_features(out: str | os.PathLike | None, attrs: dict[str, object], dtyp
         return len(writer.ids)
 
 
-class FeaturesReader:
-    """Read rows of a features file by id, in the order asked, without loading the whole file."""
+def stored_features(path: object, ids: Sequence[str], arrays: Mapping[str, object],
+                    dtype: np.dtype) -> dict[str, np.ndarray]:
+    """`arrays` (among `FIELDS`, one row per id of `ids`) as a features file stores them: the float fields as
+    `dtype` (float16 or float32), the others as `FIELD_DTYPES` says (no copy where they are already); a row that
+    would be stored non-finite is refused, naming `path` (what errors call the file) and its id."""
+    return stored_rows(path, ids, arrays, np.dtype(dtype), field_dtypes(str(np.dtype(dtype))), "image id")
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.handle = open_h5(self.path, "features")
+
+class FeaturesReader:
+    """Read rows of a features file by id, in the order asked, without loading the whole file; or of features held
+    in memory (`FeaturesInMemory`: the Python API's), with the same checks, named as their argument."""
+
+    def __init__(self, path: str | os.PathLike | FeaturesInMemory) -> None:
+        if isinstance(path, FeaturesInMemory):
+            self.path: Path | FeaturesInMemory = path
+            self.handle = path
+        else:
+            self.path = Path(path)
+            self.handle = open_h5(self.path, "features")
         try:
             self._check()
         except BaseException:

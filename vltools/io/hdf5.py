@@ -12,6 +12,7 @@ import numpy as np
 
 from vltools.errors import VLToolsError, first_line, require_file
 from vltools.io.fields import TEXT, field
+from vltools.io.held import FeaturesInMemory
 from vltools.io.kinds import sniff
 from vltools.io.output import written
 from vltools.io.provenance import ids_digest, provenance
@@ -277,9 +278,12 @@ def file_kind(handle: h5py.File) -> str | None:
     return fmt.split(".", 1)[1]
 
 
-def hdf5_kind(path: str | os.PathLike) -> str | None:
+def hdf5_kind(path: str | os.PathLike | FeaturesInMemory) -> str | None:
     """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
-    when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5."""
+    when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5. Features held in
+    memory (`FeaturesInMemory`, read as their file) are of the kind "features"."""
+    if isinstance(path, FeaturesInMemory):
+        return "features"
     if not is_hdf5(path):
         return None
     with open_h5(path) as handle:
@@ -316,8 +320,11 @@ def create_dataset(handle: h5py.Group, name: str, data: object = None, **kwargs:
     return handle.create_dataset(name, data=data, **kwargs)
 
 
-def read(dataset: h5py.Dataset, selection: object = ()) -> np.ndarray:
-    """`dataset[selection]`; a failed checksum or unreadable chunk is a one-line error naming file and dataset."""
+def read(dataset: h5py.Dataset | np.ndarray, selection: object = ()) -> np.ndarray:
+    """`dataset[selection]`; a failed checksum or unreadable chunk is a one-line error naming file and dataset. The
+    array of a dataset held in memory (`FeaturesInMemory`) is indexed as it is (a slice: a view of it)."""
+    if isinstance(dataset, np.ndarray):
+        return dataset[selection]
     with reading(dataset.file.filename, dataset.name):
         return dataset[selection]
 

@@ -1,6 +1,7 @@
-"""What the Python API takes in memory where a stage reads a file, by kind (`held`), and `Embeddings`, an
-embeddings file in memory (what `vltools.encode` returns). No numpy: the argument checks ask `held` (see
-`vltools.io.spooled` for the writing of each kind to a temporary file of its kind)."""
+"""What the Python API takes in memory where a stage reads a file, by kind (`held`), `Embeddings`, an embeddings
+file in memory (what `vltools.encode` returns), and `FeaturesInMemory`, a features file's datasets in memory, which
+its reader reads without a file. No numpy: the argument checks ask `held` (see `vltools.io.spooled` for the writing
+of each kind to a temporary file of its kind, and for the making of `FeaturesInMemory`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,30 @@ class Embeddings:
         """Side, shape and model, not the array: `Embeddings(captions, 21 x 64, vse)`."""
         shape = " x ".join(map(str, getattr(self.vectors, "shape", ("?",))))
         return f"Embeddings({self.side}, {shape}, {self.attrs.get('model', 'no model')})"
+
+
+@dataclass
+class FeaturesInMemory:
+    """A features file's datasets held in memory as the file stores them (`vltools.io.spooled` makes them from the
+    API's {"ids": [...], "regions": array, ...} with the writer's checks and casts): `FeaturesReader` reads them as it
+    reads the file, with the same checks, without the file; `name` (the argument's: `first (in memory)`) is what
+    its messages call them, as they call a file by its path."""
+
+    name: str
+    datasets: dict[str, object]     # "ids" (an object array of strings) and each dataset's array, one row per id
+    attrs: dict[str, object]
+
+    def __contains__(self, dataset: object) -> bool:
+        return dataset in self.datasets
+
+    def __getitem__(self, dataset: str) -> object:
+        return self.datasets[dataset]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        """Nothing to close (the reader closes what it reads, a file or this)."""
 
 
 def in_memory(value: object) -> bool:

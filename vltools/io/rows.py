@@ -55,49 +55,22 @@ class RowsWriter:
             raise
         self.ids.update(ids)
 
-    def _dtype(self, name: str, value: np.ndarray) -> np.dtype:
-        if name in self.dtypes:
-            return self.dtypes[name]
-        return self.dtype if np.issubdtype(value.dtype, np.floating) else value.dtype
-
-    def _write(self, ids: Sequence[str], start: int, arrays: dict[str, np.ndarray]) -> None:
+    def _write(self, ids: Sequence[str], start: int, arrays: Mapping[str, object]) -> None:
         """Append `arrays` at row `start` (checked, cast, and refused before anything is written when they cannot
         fit), then their ids."""
         n = len(ids)
-        stored_arrays = {}
-        for name, value in arrays.items():
-            value = np.asarray(value)
-            if value.shape[0] != n:
-                raise ValueError(f"{name} has {value.shape[0]} rows for {n} ids")
-            dtype = self._dtype(name, value)
-            if name not in self.handle:
-                rest = value.shape[1:]
-                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=dtype,
-                               chunks=(1, *rest) if rest else (1024,))
-            with np.errstate(over="ignore"):    # an overflow is reported below, naming the row
-                stored_arrays[name] = value.astype(dtype, copy=False)
-            if np.issubdtype(stored_arrays[name].dtype, np.floating):  # every float the readers will check
-                self._check_finite(name, ids, value, stored_arrays[name])
+        stored_arrays = stored_rows(self.name, ids, arrays, self.dtype, self.dtypes, self.id_kind, self.fix)
         self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
         for name, stored in stored_arrays.items():
+            if name not in self.handle:
+                rest = stored.shape[1:]
+                create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=stored.dtype,
+                               chunks=(1, *rest) if rest else (1024,))
             dataset = self.handle[name]
             dataset.resize(start + n, axis=0)
             dataset[start:start + n] = stored
         self.handle["ids"].resize(start + n, axis=0)
         self.handle["ids"][start:start + n] = np.array(list(ids), dtype=object)
-
-    def _check_finite(self, name: str, ids: Sequence[str], value: np.ndarray, stored: np.ndarray) -> None:
-        """Refuse a row that would be written non-finite (readers refuse those rows later), naming its id; when the
-        values were finite before the cast, they overflow float16 (largest 65504), so say to write float32."""
-        bad = ~np.isfinite(stored.reshape(len(ids), -1)).all(axis=1)
-        if not bad.any():
-            return
-        row = int(np.flatnonzero(bad)[0])
-        where = f"{self.name}: {self.id_kind} {ids[row]!r}"
-        if np.isfinite(value[row]).all():
-            raise VLToolsError(f"{where}: /{name} values exceed float16's range (largest 65504); rerun with "
-                               "--dtype float32")
-        raise VLToolsError(f"{where}: the model gave NaN or infinite /{name} values; {self.fix}")
 
     def set_attr(self, name: str, value: object) -> None:
         """Record an extra attribute."""
@@ -123,3 +96,31 @@ class RowsWriter:
             self.close()
         else:
             self.abandon()
+
+
+def stored_rows(name: object, ids: Sequence[str], arrays: Mapping[str, object], dtype: np.dtype,
+                dtypes: Mapping[str, np.dtype] | None = None, id_kind: str = "id",
+                fix: str = NONFINITE_FIX) -> dict[str, np.ndarray]:
+    """`arrays` (one row per id of `ids`) as they are stored: floats as `dtype` unless `dtypes` names another for
+    that array, the rest as they are (no copy where an array already has its stored dtype). A row that would be
+    stored non-finite is refused, naming `name` (what errors call the file) and the row's `id_kind` id; when its
+    values were finite before the cast, they overflow float16 (largest 65504): the message says to write float32."""
+    stored = {}
+    for key, given in arrays.items():
+        value = np.asarray(given)
+        if value.shape[0] != len(ids):
+            raise ValueError(f"{key} has {value.shape[0]} rows for {len(ids)} ids")
+        wanted = (dtypes or {}).get(key, dtype if np.issubdtype(value.dtype, np.floating) else value.dtype)
+        with np.errstate(over="ignore"):    # an overflow is reported below, naming the row
+            stored[key] = value.astype(wanted, copy=False)
+        if not np.issubdtype(stored[key].dtype, np.floating):
+            continue
+        bad = ~np.isfinite(stored[key].reshape(len(ids), -1)).all(axis=1)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            where = f"{name}: {id_kind} {ids[row]!r}"
+            if np.isfinite(value[row]).all():
+                raise VLToolsError(f"{where}: /{key} values exceed float16's range (largest 65504); rerun with "
+                                   "--dtype float32")
+            raise VLToolsError(f"{where}: the model gave NaN or infinite /{key} values; {fix}")
+    return stored

@@ -1,7 +1,8 @@
 """Data given in memory where a file is read (the Python API: `score_caption(records, refs)` with the records
 `vltools.convert` returned, `match(features, captions)` with arrays): each is written to a temporary file of its
 kind in its place (`vltools.io.held` says which kind), so that it goes through the one reader of that kind of
-file, with every check the file gets, and gives what the file would.
+file, with every check the file gets, and gives what the file would; or, for features where the stage reads them
+through `FeaturesReader` alone, checked and cast as their file's writer would, and read by that reader in memory.
 
 An error the reader raises names the temporary file; `spooled` names the argument instead, with the record's
 index: `refs[2]: no 'image_id' or 'pair_id' field` for line 3 of the file written from `refs`.
@@ -19,8 +20,8 @@ import numpy as np
 
 from vltools.errors import ArgumentError, VLToolsError, first_line, shown
 from vltools.io.embeddings import write_embeddings_of
-from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter
-from vltools.io.held import Embeddings, held
+from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter, stored_features
+from vltools.io.held import Embeddings, FeaturesInMemory, held
 from vltools.io.jsonl import json_writer
 from vltools.io.scratch import scratch_folder
 
@@ -49,9 +50,9 @@ def _ids(value: object, name: str, what: str, rows: int | None = None) -> list[s
     return list(value)
 
 
-def _write_features(path: Path, value: Mapping, name: str) -> None:
-    """`value` as a features file: float datasets stored as float16 when all of them are, else float32 (no value
-    changed by the file)."""
+def _features(value: Mapping, name: str) -> tuple[list[str], dict[str, np.ndarray], str]:
+    """`value`'s ids, its arrays by dataset, and the dtype its float datasets are stored as: float16 when all of
+    them are, else float32 (no value changed by storing them)."""
     unknown = sorted(key for key in value if key != "ids" and key not in FIELDS)
     if unknown:
         raise ArgumentError(name, f"holds {unknown[0]!r}, not a features dataset; give 'ids' and arrays among "
@@ -62,9 +63,25 @@ def _write_features(path: Path, value: Mapping, name: str) -> None:
         if len(array) != len(ids):
             raise ArgumentError(name, f"[{key!r}] has {len(array)} rows for {len(ids)} ids; give one row per id")
     floats = [arrays[key].dtype for key in FLOAT_FIELDS if key in arrays]
-    dtype = "float16" if floats and all(kind == np.float16 for kind in floats) else "float32"
+    return ids, arrays, "float16" if floats and all(kind == np.float16 for kind in floats) else "float32"
+
+
+def _write_features(path: Path, value: Mapping, name: str) -> None:
+    """`value` as a features file."""
+    ids, arrays, dtype = _features(value, name)
     with FeaturesWriter(path, {"source": f"{name} (in memory)"}, dtype) as writer:
         writer.add(ids, **arrays)
+
+
+def _held_features(value: Mapping, name: str) -> FeaturesInMemory:
+    """`value` as the datasets its features file would hold, checked and cast as the file's writer checks and casts
+    them (`stored_features`: no copy of an array already of its stored dtype), for `FeaturesReader` to read as the
+    file."""
+    ids, arrays, dtype = _features(value, name)
+    label = f"{name} (in memory)"
+    return FeaturesInMemory(label, {"ids": np.array(ids, dtype=object),
+                                    **stored_features(label, ids, arrays, np.dtype(dtype))},
+                            {"source": label, "dtype": dtype})
 
 
 def _write_embeddings(path: Path, value: Embeddings, name: str) -> None:
@@ -106,22 +123,30 @@ WRITERS = {"records": _write, "document": _write, "features": _write_features, "
 
 
 @contextmanager
-def spooled(values: Mapping[str, object]) -> Iterator[dict[str, object]]:
+def spooled(values: Mapping[str, object], features_in_memory: bool = False) -> Iterator[dict[str, object]]:
     """`values` (argument name -> a file path, or data in memory, see `held`) with each in-memory one written to
     a temporary file of its kind in its place, removed when the block ends; an error raised in the block (or
-    about the data, while it is written) names the arguments instead of the temporary files."""
+    about the data, while it is written) names the arguments instead of the temporary files.
+
+    `features_in_memory`: features are not written but given as `FeaturesInMemory`, checked and cast as their file
+    would be, for a block whose every read of them goes through `FeaturesReader` (match, encode): a notebook's
+    arrays make no round trip through the disk (benchmarks/in_memory.py)."""
     if not any(held(value) for value in values.values()):
         yield dict(values)
         return
     with scratch_folder() as folder:
         files = {}
         try:
+            given = dict(values)
             for name, value in values.items():
                 kind = held(value)
-                if kind is not None:
+                if kind == "features" and features_in_memory:
+                    given[name] = _held_features(value, name)
+                elif kind is not None:
                     files[name] = folder / f"{name}.{SUFFIXES[kind]}"
                     WRITERS[kind](files[name], value, name)
-            yield {**values, **{name: os.fspath(path) for name, path in files.items()}}
+                    given[name] = os.fspath(files[name])
+            yield given
         except ArgumentError:
             raise
         except VLToolsError as exc:
