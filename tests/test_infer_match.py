@@ -8,9 +8,10 @@ from matching_helpers import make_world, save_tiny
 
 from vltools.errors import VLToolsError
 from vltools.infer.loader import load_model
-from vltools.infer.match import Search, check_index, input_kind, match_features, match_files
+from vltools.infer.match import Search, check_index, input_kind, match_embeddings, match_features
 from vltools.io.embeddings import write_embeddings
 from vltools.io.sims import write_sims
+from vltools.stages.match import match as stage_match
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_two_image_sets_rank_images_for_images_without_the_query(tmp_path):
     attrs = {"model": "rmac", "checkpoint_digest": "d", "side": "images"}
     write_embeddings(tmp_path / "q.h5", ids[:3], [emb[:3]], attrs)
     write_embeddings(tmp_path / "db.h5", ids, [emb], attrs)
-    found = match_files(tmp_path / "q.h5", tmp_path / "db.h5", search_options=Search(top_k=5), full=True)
+    found = match_embeddings(tmp_path / "q.h5", tmp_path / "db.h5", Search(top_k=5), full=True)
     records = list(found.rankings())
     assert found.direction == "i2i" and found.backward is None and len(records) == 3
     for query, record in zip(ids[:3], records, strict=True):
@@ -75,4 +76,4 @@ def test_an_index_is_kept_only_where_it_searches_embeddings(world, tmp_path):
     with pytest.raises(VLToolsError, match="^index=Flat: the similarity matrices are already scored"):
         check_index("sims", "Flat")
     with pytest.raises(VLToolsError, match="cross-attention"):
-        match_files(features, captions, [sgr], search_options=Search(index="Flat"))
+        stage_match(features, captions, [sgr], index="Flat")

@@ -10,8 +10,9 @@ import pytest
 from torch import nn
 
 from vltools.errors import VLToolsError
-from vltools.infer.loader import LoadedModel, file_digest
+from vltools.infer.loader import LoadedModel
 from vltools.infer.query import Gallery, check_built_by, checked_queries
+from vltools.io.checkpoints import file_digest
 
 
 def test_queries_lose_their_surrounding_blanks():

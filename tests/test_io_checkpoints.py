@@ -1,4 +1,5 @@
 import argparse
+import hashlib
 import os
 import pickle
 
@@ -10,6 +11,7 @@ from vltools.io.checkpoints import (
     DIGEST_KEYS,
     NeedsPickle,
     content_digest,
+    file_digest,
     load_checkpoint,
     save_checkpoint,
     save_state_dict,
@@ -137,3 +139,16 @@ def test_a_field_of_another_type_whose_digest_matches_is_one_line_naming_it(tmp_
     with pytest.raises(VLToolsError) as caught:
         load_checkpoint(tmp_path / "edited.pt")
     assert str(caught.value) == f"{tmp_path / 'edited.pt'}: field '{name}' is {shown}; copy or train it again"
+
+
+def test_a_loaded_checkpoints_digest_comes_from_the_same_read_until_the_file_changes(tmp_path, monkeypatch):
+    """`match` read its checkpoint three times before scoring a pair: the kind, the weights, the digest."""
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, "vse", {}, {"w": torch.ones(3)}, schema=1)
+    load_checkpoint(path)
+    monkeypatch.setattr("builtins.open", lambda *args, **kwargs: pytest.fail("read again"))
+    digest = file_digest(path)
+    monkeypatch.undo()
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    save_checkpoint(path, "vse", {}, {"w": torch.zeros(3)}, schema=1)  # written again: another file, another digest
+    assert file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()[:16] != digest

@@ -58,3 +58,22 @@ def test_peek_leaves_the_bytes_for_the_reader():
         assert peek(pipe, 1) == b"{"
         assert pipe.read() == b'{"image_id": "a"}\n'
     assert peek(None) == b""
+
+
+def test_a_file_is_read_once_while_it_stays_the_same_and_again_once_it_changes(tmp_path, monkeypatch):
+    """The command line's check and the stage's reader ask what a file is: one read answers both."""
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n')
+    opened = []
+    real = open
+
+    def counted(file, *args, **kwargs):
+        opened.append(os.fspath(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counted)
+    assert sniff(path) == sniff(path) == "json" and opened.count(str(path)) == 1
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(8))          # another size: another file
+    assert sniff(path) == "hdf5" and opened.count(str(path)) == 2
+    os.utime(path, ns=(0, 10**9))                             # the same size, another time: read again
+    assert sniff(path) == "hdf5" and opened.count(str(path)) == 3

@@ -148,7 +148,7 @@ def test_sentence_task_reads_the_generated_sentences_in_the_concepts_place(files
     torch.manual_seed(0)
     generated = write_generated(files)
     task = build_task("sco", [str(files / "ctx.h5"), generated, str(files / "caps.jsonl")], sentence_config())
-    assert task.vectors.paths == (files / "ctx.h5", None)
+    assert task.vectors.paths == (str(files / "ctx.h5"), None)
     assert task.checkpoint_info()["inputs"]["sentences"] == generated
     batch = task.collate(task.train_data.__getitems__([0, 1, 2, 15]))
     # caption 15 is of image im7, whose generated sentence is "a blue square", read back through the vocabulary

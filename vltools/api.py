@@ -48,9 +48,9 @@ from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
 from vltools.infer.encode import encode_embeddings
-from vltools.infer.loader import ROLES, LoadedModel, load_models
+from vltools.infer.loader import ROLES, LoadedModel
 from vltools.infer.loader import load_model as load_checkpoint_model
-from vltools.infer.match import Matches, Search, match_files, match_index
+from vltools.infer.match import Matches, Search, match_index
 from vltools.infer.query import checked_queries, search_queries
 from vltools.infer.regions import RegionOptions
 from vltools.infer.regions import extract_regions as extract_region_features
@@ -67,6 +67,8 @@ from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
 from vltools.stages.caption import caption as stage_caption
+from vltools.stages.match import match as stage_match
+from vltools.stages.match import model_items
 from vltools.training import TASKS, check_inputs
 from vltools.training.trainer import run_training, training_config
 
@@ -196,17 +198,6 @@ def _keywords(function: Callable, *options: type) -> set[str]:
     return named.union(*(dataclass.__dataclass_fields__ for dataclass in options))
 
 
-def _model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
-    """`model` as a list of checkpoints, store names and LoadedModels, refusing anything else by `name`."""
-    items = [model] if isinstance(model, str | os.PathLike | LoadedModel) else model
-    if not isinstance(items, list | tuple) or not all(isinstance(item, str | os.PathLike | LoadedModel) and
-                                                       (isinstance(item, LoadedModel) or os.fspath(item))
-                                                       for item in items):
-        raise checks.ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list "
-                                         f"of them, not {shown(model)}")
-    return list(items)
-
-
 # what each kind of data in memory (vltools.io.held.held) stands for among the kinds of file (vltools.io.kinds.FOUND)
 HELD_FOUND = {"features": "hdf5", "embeddings": "hdf5", "records": "json", "document": "json"}
 
@@ -232,13 +223,6 @@ def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]
     refuse_wrong_kinds(placed, f"see help(vltools.{function})")
 
 
-def _models(items: list[PathLike | LoadedModel]) -> list[LoadedModel]:
-    """Loaded matching models from checkpoints, store names (all their members) and LoadedModels."""
-    loaded = [item for item in items if isinstance(item, LoadedModel)]
-    paths = resolve_models([str(item) for item in items if not isinstance(item, LoadedModel)])
-    return loaded + load_models(paths) if paths else loaded
-
-
 def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, regions: str = "detector",
                     backbone: str = "resnet101", weights: str = "imagenet", device: str = "auto",
                     batch_size: int = 8, workers: int = 2, strict: bool = False, **options: object) -> dict[str, int]:
@@ -259,41 +243,29 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
         return extract_region_features(inputs, output, chosen, run)
 
 
-def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings, model: ModelLike = (),
-          *, split: str | None = None, top_k: int = 10, device: str = "auto", precision: str = "fp32",
-          rerank_k: int | None = None,
-          first_stage: PathLike | LoadedModel | None = None, **search: object) -> Matches | None:
+def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings | None = None,
+          model: ModelLike = (), **options: object) -> Matches | None:
     """`vltools match FIRST SECOND [--model ...]`: features + captions with a model (a checkpoint, a store name
     such as "sgraf", loaded models, or a list: their mean), two sims files, or two embeddings files. Features may
     be given in memory ({"ids": [...], "regions": array, ...}: the datasets of a features file, numpy arrays or
     tensors), captions as records (a list of {"image_id", "caption", "split"} dicts) and embeddings as the
     `Embeddings` `encode` returns; each is read as its file would be, with the same checks. Returns a
-    `Matches`: `.sims` (the full matrix, unless reranking), `.row_ids`, `.column_ids`, `.forward` / `.backward`
-    (top-k scores and indices) and `.rankings()` (the records `match -o` writes). Further keyword options are
-    those of `vltools.infer.match.Search` (block_images, block_captions, image_cache_mb, index, nprobe). Under
-    torchrun the first process gets the `Matches`, the others None."""
+    `Matches`: `.sims` (the full matrix, unless reranking or writing only the rankings), `.row_ids`,
+    `.column_ids`, `.forward` / `.backward` (top-k scores and indices) and `.rankings()` (the records `match -o`
+    writes). The keyword options are the command's (`vltools.stages.match.match`): split, top_k, output (the
+    rankings JSONL), sims (the matrix HDF5), resume, rerank_k, first_stage, index, index_file, nprobe, block_images,
+    block_captions, image_cache_mb, precision, device, checkpoint_seconds. Under torchrun the first process gets
+    the `Matches`, the others None."""
+    checks.known(options, set(inspect.signature(stage_match).parameters), "match")
     checks.data(first, "first", ("features", "embeddings"))
-    checks.data(second, "second", ("records", "embeddings"))
-    items = _model_items(model, "model")
+    checks.data(second, "second", ("records", "embeddings"), optional=True)
+    items = model_items(model, "model")
     _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")),
                            **{"model" if len(items) == 1 else f"model[{k}]": (item, ("checkpoint",))
                               for k, item in enumerate(items)},
-                           "first_stage": (first_stage, ("checkpoint",))})
-    checks.split(split, "split", optional=True)
-    checks.optional_integer(rerank_k, "rerank_k", 1)
-    if first_stage is not None and not isinstance(first_stage, LoadedModel):
-        checks.path(first_stage, "first_stage")
-    checks.known(search, _keywords(match, Search), "match")
-    options = Search(top_k=top_k, device=resolve_device(checks.device(device, "device")), precision=precision,
-                     **search)
-    # data in memory is checked before any model loads; features are read in memory, records from their file
+                           "first_stage": (options.get("first_stage"), ("checkpoint",))})
     with spooled({"first": first, "second": second}, features_in_memory=True) as files:
-        models = _models(items) if items else []
-        stage = None
-        if first_stage is not None:
-            stage = first_stage if isinstance(first_stage, LoadedModel) else load_model(first_stage)
-        full = rerank_k is None and options.index_file is None    # the whole matrix, wherever every pair is scored
-        return match_files(files["first"], files["second"], models, split, options, full, rerank_k, stage)
+        return stage_match(files["first"], files["second"], items, **options)
 
 
 def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: PathLike | Embeddings, top_k: int = 10,

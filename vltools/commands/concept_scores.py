@@ -66,9 +66,9 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     trains on this file."""
     from vltools.infer.concept_scores import ConceptScorer
     from vltools.infer.extract import extract
-    from vltools.infer.loader import file_digest, load_model
+    from vltools.infer.loader import load_model
     from vltools.infer.runner import check_output
-    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field
+    from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, file_digest
     from vltools.io.fields import INTEGER
     from vltools.text.concepts import ConceptVocabulary
     from vltools.vision.images import list_inputs, shard_items

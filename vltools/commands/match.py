@@ -17,10 +17,7 @@ from vltools.commands.options import (
     resume_option,
     threads_option,
 )
-from vltools.devices import resolve_device
-from vltools.errors import VLToolsError
 from vltools.infer.settings import EXACT, MATCH_BLOCK
-from vltools.io.progress import log
 
 MEMORY_NOTE = """\b
 Memory (SGR at official sizes, default blocks, fp32): peak = ~0.7 GB (torch, model, one image block) + ~0.5 GB
@@ -30,7 +27,7 @@ Measured 1.22 GB for 128 x 1024 on CPU; so about 1.4 GB for 1K x 5K and 2.5 GB f
 (details: examples/sgraf/README.md)."""
 
 
-@primary_output("output", stdout=True)
+@primary_output("output", stdout=True, locks=False)
 @click.command("match", epilog=MEMORY_NOTE)
 @click.argument("first", metavar="FEATS.h5|IMG_EMB.h5|SIMS.h5",
                 type=InputFile("hdf5", formats=("features", "embeddings", "sims")))
@@ -85,38 +82,9 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     Queries follow input order: images in order of first mention in the split's captions, then captions
     in file order. Every image a selected caption names must be in FEATS.h5.
     """
-    from vltools.infer.loader import load_model, load_models
-    from vltools.infer.match import SIDES, Matches, Search, check_resume, input_kind, match_files
-    from vltools.io.model_store import resolve_models
-    from vltools.io.records import write_records
-    from vltools.io.sims import write_sims
+    from vltools.stages.match import match
 
-    if second is None and index_file is None:
-        raise click.UsageError("Missing argument '[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]' (only --index-file searches "
-                               "one input)")
-    kind = input_kind(first, bool(model_paths), rerank_k)
-    check_resume(kind, rerank_k, output, resume)
-    first_stage_model = None
-    if first_stage is not None and kind == "features":
-        stage_paths = resolve_models([first_stage], "first_stage")
-        if len(stage_paths) != 1:
-            raise VLToolsError(f"--first-stage {first_stage}: names an ensemble of {len(stage_paths)} checkpoints; "
-                               "the first stage is one separable model")
-        first_stage_model = load_model(stage_paths[0])
-    loaded = load_models(resolve_models(model_paths)) if kind == "features" else []
-    options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
-                     nprobe, index_file, checkpoint_seconds)
-
-    def write(matches: Matches) -> None:
-        if sims_path:
-            write_sims(sims_path, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
-                       attrs=matches.attrs)
-        write_records(output, matches.rankings())
-
-    matches = match_files(first, second, loaded, split, options, bool(sims_path), rerank_k, first_stage_model,
-                          output, resume, write)
-    if matches is None:        # another process of a torchrun job: the first writes
-        return
-    what = " + ".join(i.name for i in loaded) or kind
-    rows, columns = SIDES[matches.direction]
-    log.info("matched %d %s x %d %s with %s", len(matches.row_ids), rows, len(matches.column_ids), columns, what)
+    match(first, second, model_paths, split=split, top_k=top_k, output="-" if output is None else output,
+          sims=sims_path, rerank_k=rerank_k, first_stage=first_stage, index=index, index_file=index_file,
+          nprobe=nprobe, block_images=block_images, block_captions=block_captions, image_cache_mb=image_cache_mb,
+          precision=precision, device=device, resume=resume, checkpoint_seconds=checkpoint_seconds)

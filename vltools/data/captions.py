@@ -8,6 +8,7 @@ in `<start> ... <end>`. Images are numbered by first appearance in the split, so
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -110,15 +111,16 @@ def _splits_found(records: Sequence[dict], chosen_by: str) -> str:
     return f"splits present: {', '.join(found)}{unassigned}; choose one with {argument(chosen_by)}"
 
 
-def check_images(split: CaptionSplit, features_path: str | os.PathLike, captions_path: str | os.PathLike,
+def check_images(split: CaptionSplit, features: str | os.PathLike | FeaturesReader, captions_path: str | os.PathLike,
                  needs: Sequence[str] = ("regions",), who: str = "matching models") -> None:
-    """Every image the captions name must be in the features file, which must hold the datasets `needs`
-    (that `who` read); the error names the first missing id or dataset."""
-    with FeaturesReader(features_path) as reader:
+    """Every image the captions name must be in the features file (a path, or one open already), which must hold
+    the datasets `needs` (that `who` read); the error names the first missing id or dataset."""
+    with contextlib.nullcontext(features) if isinstance(features, FeaturesReader) else FeaturesReader(features) \
+            as reader:
         for name in needs:
             if name not in reader.fields:
                 kind = "a global vector (--global avg)" if name == "global" else f"/{name} features"
-                raise VLToolsError(f"{features_path}: has no /{name} dataset; {who} need {kind} "
+                raise VLToolsError(f"{reader.path}: has no /{name} dataset; {who} need {kind} "
                                    "(vltools extract-regions)")
         reader.require(split.image_ids, captions_path)
 

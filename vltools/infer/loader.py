@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -13,7 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from vltools.errors import VLToolsError, argument
-from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, load_checkpoint
+from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, file_digest, load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.fields import INTEGER, TEXT, optional
 from vltools.io.progress import log
@@ -82,15 +81,6 @@ class LoadedModel:
         """Token ids of each caption (wrapped in <start> ... <end>) in this checkpoint's vocabulary; `coverage`,
         when given, counts the words encoded and those outside the vocabulary."""
         return self.vocab.encode_all(captions, coverage=coverage)
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """First 16 hex digits of the file's SHA-256: which weights an output came from."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
 
 
 def load_model(path: str | os.PathLike, role: str = "matching", option: str = "model") -> LoadedModel:

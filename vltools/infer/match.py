@@ -21,7 +21,6 @@ import torch
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import CaptionSplit, check_images, read_split
 from vltools.devices import PRECISIONS
-from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
 from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
@@ -140,21 +139,22 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                            "model that proposes candidates")
     if rerank_k is not None and full:
         raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
-    check_header(features, [*models, *([first_stage] if rerank_k is not None else [])])
-    chosen = read_split(captions, split)
-    check_images(chosen, features, captions)
-    saved, saved_positions = None, None
-    if rerank_k is not None:      # the first stage's refusals come before any caption is encoded
-        require_separable(first_stage.model, first_stage.name, first_stage.path)
-        saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen, features, captions)
-    for item in models:
-        item.model.to(options.device)
-    coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
-    tokens = models[0].tokenize(chosen.captions, coverage)
-    coverage.report(" + ".join(item.path.name for item in models))
-    modules = [item.model for item in models]
-    sims = None
     with FeaturesReader(features) as reader, contextlib.ExitStack() as stack:
+        # the header against every model first: a wrong region count or width is reported in seconds
+        check_features(reader, [*models, *([first_stage] if rerank_k is not None else [])])
+        chosen = read_split(captions, split)
+        check_images(chosen, reader, captions)
+        saved, saved_positions = None, None
+        if rerank_k is not None:      # the first stage's refusals come before any caption is encoded
+            require_separable(first_stage.model, first_stage.name, first_stage.path)
+            saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen, features, captions)
+        for item in models:
+            item.model.to(options.device)
+        coverage = Coverage()      # the members of an ensemble share one vocabulary (load_models)
+        tokens = models[0].tokenize(chosen.captions, coverage)
+        coverage.report(" + ".join(item.path.name for item in models))
+        modules = [item.model for item in models]
+        sims = None
         images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         if rerank_k is not None:
             first_stage.model.to(options.device)
@@ -237,13 +237,6 @@ def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, ch
     if rows is not None:    # an index type that cannot search a subset is refused before anything is encoded
         saved.search(np.zeros((1, saved.file.dims), dtype=np.float32), 1, rows=rows)
     return saved, found
-
-
-def check_header(features: PathLike, models: Sequence[LoadedModel]) -> None:
-    """The features' header against every model (`check_features`), before any caption is read or encoded and
-    any pair scored: a wrong region count or width is reported in seconds, not after the first block."""
-    with FeaturesReader(features) as reader:
-        check_features(reader, models)
 
 
 def match_sims(first: PathLike, second: PathLike, top_k: int = 10) -> Matches:
@@ -410,34 +403,3 @@ def check_resume(kind: str, rerank_k: int | None, output: PathLike | None, resum
             f"a match of {kind} files scores no pair"
         raise VLToolsError(f"--resume continues a match of region features by --model that scores every pair; {what}, "
                            "keeps nothing to resume and starts over anyway: drop --resume")
-
-
-def match_files(first: PathLike, second: PathLike | None, models: Sequence[LoadedModel] = (), split: str | None = None,
-                search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
-                first_stage: LoadedModel | None = None, output: PathLike | None = None, resume: bool = False,
-                write: Callable[[Matches], None] | None = None) -> Matches | None:
-    """`match FIRST SECOND`: the mode follows the files (sims, embeddings, or features + captions with models);
-    `match QUERIES --index-file INDEX` (no SECOND) searches a saved index. `write` (the command's writing of
-    `output` and the sims) gets the `Matches` on the first process; a match scoring every pair commits what it
-    scored beside `output` until then, for `resume` (see `match_features`). Under torchrun the processes share the
-    pairs that models score (without --rerank), the first runs the other modes alone, and the others return
-    None."""
-    kind = input_kind(first, bool(models), rerank_k)
-    options = search_options or Search()
-    check_resume(kind, rerank_k, output, resume)
-    check_index(kind, options.index, models, rerank_k)
-    check_index_file(kind, second, options, rerank_k, full)
-    if not place().main and (kind != "features" or rerank_k is not None):
-        return None
-    if kind == "features":
-        return match_features(first, second, models, split, search_options, full, rerank_k, first_stage, output,
-                              resume, write)
-    if kind == "embeddings" and options.index_file is not None:
-        matches = match_index(first, options.index_file, options)
-    elif kind == "sims":
-        matches = match_sims(first, second, options.top_k)
-    else:
-        matches = match_embeddings(first, second, search_options, full)
-    if write is not None:
-        write(matches)
-    return matches

@@ -4,6 +4,7 @@ weights_only=True and verified against that digest (so a corrupted file is refus
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 import warnings
@@ -13,6 +14,7 @@ import torch
 
 from vltools.errors import VLToolsError, require_file
 from vltools.io.fields import INTEGER, MAPPING, REQUIRED, TEXT, TEXTS, Kind, field, optional
+from vltools.io.kinds import same_file
 from vltools.io.output import written
 from vltools.io.provenance import provenance
 from vltools.io.write_errors import DeferredWrites, check_room
@@ -100,14 +102,25 @@ def _save(path: str | os.PathLike, payload: dict, nbytes: int) -> None:
             stream.check()
 
 
-def _starts_with(path: Path, magic: bytes) -> bool:
-    """Whether the file at `path` begins with `magic` (a zip archive: b"PK\\x03\\x04"; a pickle: b"\\x80")."""
-    with open(path, "rb") as stream:
-        return stream.read(len(magic)) == magic
-
-
 class NeedsPickle(VLToolsError):
     """A torch file that only a full unpickler (which can run code from the file) could read."""
+
+
+# the digest of each checkpoint file read in this process, by its state (vltools.io.kinds.same_file)
+_DIGESTS: dict[tuple[object, ...], str] = {}
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """First 16 hex digits of the file's SHA-256: which weights an output came from. A checkpoint this process
+    has loaded is not read again while it stays the same."""
+    key = same_file(path)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+        _DIGESTS[key] = digest.hexdigest()[:16]
+    return _DIGESTS[key]
 
 
 def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: str, pickle_fix: str) -> object:
@@ -116,19 +129,22 @@ def load_weights_only(path: str | os.PathLike, what: str, absent: str, empty: st
     path = require_file(path, absent)
     if path.stat().st_size == 0:
         raise VLToolsError(f"{path}: {empty}")
+    key = same_file(path)
+    data = path.read_bytes()      # once: the weights and the file's digest come from the same read
+    _DIGESTS[key] = hashlib.sha256(data).hexdigest()[:16]
     try:
         with warnings.catch_warnings():  # the safe unpickler warns about protocols before refusing a plain pickle
             warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # whatever the unpickler raises, the file is unusable as it is
         # torch's own messages run over several sentences; what the file is says more, in one complete line
-        pickled = _starts_with(path, b"\x80")
+        pickled = data.startswith(b"\x80")
         # a global the safe unpickler refuses: "Unsupported global: GLOBAL x", or "unsupported GLOBAL posix.system
         # whose module posix is blocked" (a pickle inside a torch zip as much as a plain one)
         if isinstance(exc, pickle.UnpicklingError) and ("unsupported global" in str(exc).lower() or pickled):
             raise NeedsPickle(f"{path}: needs pickle to load, which can run arbitrary code, so it is refused; "
                               f"{pickle_fix}") from exc
-        if not pickled and not _starts_with(path, b"PK\x03\x04"):
+        if not pickled and not data.startswith(b"PK\x03\x04"):
             raise VLToolsError(f"{path}: not a {what}: it is neither a torch zip archive nor a pickle (another kind "
                                f"of file, or corrupt); give a {what}") from exc
         raise VLToolsError(f"{path}: not a readable {what}, it is truncated or corrupt; copy or write it "

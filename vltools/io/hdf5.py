@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from vltools.errors import VLToolsError, first_line, require_file
 from vltools.io.fields import TEXT, field
 from vltools.io.held import FeaturesInMemory
-from vltools.io.kinds import sniff
+from vltools.io.kinds import same_file, sniff
 from vltools.io.output import written
 from vltools.io.provenance import ids_digest, provenance
 from vltools.io.write_errors import DeferredWrites, check_room
@@ -286,7 +287,13 @@ def hdf5_kind(path: str | os.PathLike | FeaturesInMemory) -> str | None:
         return "features"
     if not is_hdf5(path):
         return None
-    with open_h5(path) as handle:
+    return _declared_kind(same_file(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_kind(key: tuple[object, ...]) -> str:
+    """The kind an HDF5 file declares, read once per process while the file stays the same (`same_file`)."""
+    with open_h5(key[0]) as handle:
         return file_kind(handle) or "hdf5"
 
 

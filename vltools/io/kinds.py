@@ -7,6 +7,7 @@ No numpy, no h5py: the command line checks its inputs with these before a stage'
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,13 +51,26 @@ def kind_of(head: bytes) -> str:
     return "binary" if b"\x00" in head else "text"
 
 
+def same_file(path: str | os.PathLike) -> tuple[object, ...]:
+    """What tells one state of regular file `path` from another (device, inode, size, modification time): a key
+    under which what was learnt by opening it holds until it changes."""
+    info = os.stat(path)
+    return os.fspath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=256)
+def _head_kind(key: tuple[object, ...]) -> str:
+    with open(key[0], "rb") as stream:
+        return kind_of(stream.read(HEAD_BYTES))
+
+
 def sniff(path: str | os.PathLike, folder_ok: bool = False) -> str:
     """The kind of file `path` ("folder" for a folder when `folder_ok`); anything else that is not a regular file
-    (missing, a named pipe, a device) is the one-line error of `require_file`."""
+    (missing, a named pipe, a device) is the one-line error of `require_file`. A file is read once per process
+    while it stays the same (the command line's check and the stage's reader ask the same question)."""
     if folder_ok and Path(path).is_dir():
         return "folder"
-    with open(require_file(path), "rb") as stream:
-        return kind_of(stream.read(HEAD_BYTES))
+    return _head_kind(same_file(require_file(path)))
 
 
 def accepts(takes: tuple[str, ...], found: str) -> bool:

@@ -1,0 +1,132 @@
+"""`vltools match` and `vltools.match`: captions ranked for images and images for captions, by matching models over
+features and captions, by saved similarity matrices, by embeddings, or by a saved index."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from vltools.devices import resolve_device
+from vltools.distributed import place
+from vltools.errors import ArgumentError, VLToolsError, argument, shown
+from vltools.infer import checks
+from vltools.infer.loader import LoadedModel, load_model, load_models
+from vltools.infer.match import (
+    SIDES,
+    Matches,
+    Search,
+    check_index,
+    check_index_file,
+    check_resume,
+    input_kind,
+    match_embeddings,
+    match_features,
+    match_index,
+    match_sims,
+)
+from vltools.infer.settings import COMMIT_SECONDS
+from vltools.infer.topk import EXACT
+from vltools.io.lock import output_lock
+from vltools.io.model_store import resolve_models
+from vltools.io.progress import log
+from vltools.io.records import write_records
+from vltools.io.sims import write_sims
+
+PathLike = str | os.PathLike
+ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
+
+
+def model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
+    """`model` as a list of checkpoints, store names and LoadedModels, refusing anything else by `name`."""
+    items = [model] if isinstance(model, str | os.PathLike | LoadedModel) else model
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str | os.PathLike | LoadedModel) and
+                                                       (isinstance(item, LoadedModel) or os.fspath(item))
+                                                       for item in items):
+        raise ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list of them, "
+                                  f"not {shown(model)}")
+    return list(items)
+
+
+def loaded_models(items: Sequence[PathLike | LoadedModel], name: str = "model") -> list[LoadedModel]:
+    """Loaded matching models from checkpoints, store names (all their members) and LoadedModels."""
+    loaded = [item for item in items if isinstance(item, LoadedModel)]
+    paths = resolve_models([str(item) for item in items if not isinstance(item, LoadedModel)], name)
+    return loaded + load_models(paths) if paths else loaded
+
+
+def match(first: PathLike, second: PathLike | None = None, model: ModelLike = (), *, split: str | None = None,
+          top_k: int = 10, output: PathLike | None = None, sims: PathLike | None = None, rerank_k: int | None = None,
+          first_stage: PathLike | LoadedModel | None = None, index: str = EXACT, index_file: PathLike | None = None,
+          nprobe: int = 16, block_images: int = 128, block_captions: int = 512, image_cache_mb: float = 2048.0,
+          precision: str = "fp32", device: str = "auto", resume: bool = False,
+          checkpoint_seconds: float = COMMIT_SECONDS) -> Matches | None:
+    """Rank captions for every image (i2t) and images for every caption (t2i), top `top_k` per query: FIRST
+    features and SECOND captions with `model` (cross-attention or separable checkpoints, store names, loaded models:
+    their mean), two similarity matrices (`match --sims` outputs), image then caption embeddings, or query then
+    database image embeddings (i2i); with `index_file` and no SECOND, FIRST's embeddings search a saved index.
+    With `rerank_k`, the separable `first_stage` proposes that many candidates per query and only those are scored.
+
+    The rankings go to `output` as JSONL (`-`: standard output; None: not written) and the whole matrix to `sims`
+    (HDF5) when given; the `Matches` is returned (None on the other processes of a torchrun job), with `.sims`
+    where it is written or nothing is. A match scoring every pair keeps its finished captions in
+    `OUTPUT.partial/` for `resume` (vltools.io.checkpoint)."""
+    items = model_items(model, "model")
+    checks.path(output, "output", optional=True)
+    checks.path(sims, "sims", optional=True)
+    checks.split(split, "split", optional=True)
+    checks.optional_integer(rerank_k, "rerank_k", 1)
+    checks.flag(resume, "resume")
+    if first_stage is not None and not isinstance(first_stage, LoadedModel):
+        checks.path(first_stage, "first_stage")
+    options = Search(top_k, resolve_device(checks.device(device, "device")), precision, block_images, block_captions,
+                     image_cache_mb, index, nprobe, index_file, checkpoint_seconds)
+    if second is None and index_file is None:
+        raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input)")
+    kind = input_kind(first, bool(items), rerank_k)
+    check_resume(kind, rerank_k, None if output is None else str(output), resume)
+    full = sims is not None or (output is None and rerank_k is None and index_file is None)
+    check_index_file(kind, second, options, rerank_k, full)
+    with output_lock(output, sims):
+        if not place().main and (kind != "features" or rerank_k is not None):
+            return None          # another process of a torchrun job: the first runs these modes alone
+        if kind == "features":
+            stage = None if first_stage is None else _first_stage(first_stage)
+            loaded = loaded_models(items)
+            check_index(kind, options.index, loaded, rerank_k)
+            found = match_features(first, second, loaded, split, options, full, rerank_k, stage, output, resume,
+                                   lambda matches: _write(matches, output, sims))
+            what = " + ".join(item.name for item in loaded)
+        else:
+            check_index(kind, options.index, (), rerank_k)
+            if kind == "embeddings" and index_file is not None:
+                found = match_index(first, index_file, options)
+            elif kind == "sims":
+                found = match_sims(first, second, top_k)
+            else:
+                found = match_embeddings(first, second, options, full)
+            _write(found, output, sims)
+            what = kind
+    if found is not None:
+        rows, columns = SIDES[found.direction]
+        log.info("matched %d %s x %d %s with %s", len(found.row_ids), rows, len(found.column_ids), columns, what)
+    return found
+
+
+def _first_stage(first_stage: PathLike | LoadedModel) -> LoadedModel:
+    """The one separable model that proposes candidates for reranking."""
+    if isinstance(first_stage, LoadedModel):
+        return first_stage
+    paths = resolve_models([str(first_stage)], "first_stage")
+    if len(paths) != 1:
+        raise VLToolsError(f"{argument('first_stage', str(first_stage))}: names an ensemble of {len(paths)} "
+                           "checkpoints; the first stage is one separable model")
+    return load_model(paths[0])
+
+
+def _write(matches: Matches, output: PathLike | None, sims: PathLike | None) -> None:
+    """The similarity matrix to `sims` and the rankings to `output`, each when given."""
+    if sims is not None:
+        write_sims(sims, matches.sims, matches.row_ids, matches.column_ids, matches.caption_image_ids,
+                   attrs=matches.attrs)
+    if output is not None:
+        write_records(output, matches.rankings())
