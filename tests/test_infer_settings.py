@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vltools.errors import VLToolsError
+from vltools.errors import ArgumentError, VLToolsError
 from vltools.infer.settings import RunOptions, parse_shard
 
 
@@ -16,7 +16,7 @@ def test_parse_shard_reads_i_over_n_and_refuses_the_rest():
     assert parse_shard("0/1") == (0, 1)
     assert parse_shard(None) is None
     for bad in ("4/4", "a/b", "1", "0/0", "-1/3", "1/2/3"):
-        with pytest.raises(VLToolsError, match=f"--shard '{bad}'"):
+        with pytest.raises(ArgumentError, match=f"^shard '{bad}'"):
             parse_shard(bad)
 
 

@@ -52,10 +52,8 @@ from vltools.infer.loader import ROLES, LoadedModel
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_index
 from vltools.infer.query import checked_queries, search_queries
-from vltools.infer.regions import RegionOptions
-from vltools.infer.regions import extract_regions as extract_region_features
 from vltools.infer.rmac import QueryOptions
-from vltools.infer.settings import FEATURE_DTYPES, RunOptions
+from vltools.infer.settings import FEATURE_DTYPES
 from vltools.io import coco
 from vltools.io.held import Embeddings, held, in_memory
 from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
@@ -67,6 +65,7 @@ from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
 from vltools.stages.caption import caption as stage_caption
+from vltools.stages.extract_regions import extract_regions
 from vltools.stages.match import match as stage_match
 from vltools.stages.match import model_items
 from vltools.training import TASKS, check_inputs
@@ -221,26 +220,6 @@ def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]
             shown, kind = _found(label, value)
             placed.append(Placed(shown, label, takes, kind))
     refuse_wrong_kinds(placed, f"see help(vltools.{function})")
-
-
-def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, regions: str = "detector",
-                    backbone: str = "resnet101", weights: str = "imagenet", device: str = "auto",
-                    batch_size: int = 8, workers: int = 2, strict: bool = False, **options: object) -> dict[str, int]:
-    """`vltools extract-regions INPUTS -o OUTPUT`: region features of images (folders, image files, tar shards,
-    path lists or an images JSONL) in a features HDF5; returns {"written": n, "failed": n}. Further keyword
-    options are those of `vltools.infer.regions.RegionOptions` (num_regions, global_pool, image_size, ...) and
-    `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
-    inputs = checks.paths(inputs, "inputs")
-    checks.path(output, "output")
-    region_fields = set(RegionOptions.__dataclass_fields__)
-    run_fields = set(RunOptions.__dataclass_fields__)
-    checks.known(options, _keywords(extract_regions, RegionOptions, RunOptions), "extract_regions")
-    chosen = RegionOptions(regions=regions, backbone=backbone, weights=weights,
-                           **{k: v for k, v in options.items() if k in region_fields})
-    run = RunOptions(device=device, batch_size=batch_size, workers=workers, strict=strict,
-                     **{k: v for k, v in options.items() if k in run_fields})
-    with output_lock(output):
-        return extract_region_features(inputs, output, chosen, run)
 
 
 def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings | None = None,

@@ -43,6 +43,14 @@ class ArgumentError(VLToolsError):
         super().__init__(f"{argument(name)} {problem}")
 
 
+class CombinationError(ArgumentError):
+    """Arguments that cannot go together (a usage error, like ArgumentError): `problem` names them."""
+
+    def __init__(self, problem: str) -> None:
+        self.name, self.problem = None, problem
+        VLToolsError.__init__(self, problem)
+
+
 @contextmanager
 def spelled(spelling: Callable[[str, str | None], str]) -> Iterator[None]:
     """Spell arguments with `spelling` in the messages raised inside the block."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from vltools.commands.inputs import InputFile
-from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, make_run, primary_output
+from vltools.commands.options import FiniteFloat, Integer, image_run_options, image_side, primary_output
 from vltools.infer.settings import BOTTOM_UP_WEIGHTS, GLOBAL_POOLS, REGION_KINDS
 from vltools.io.released import registered_by
 
 
-@primary_output("output", stdout=True)
+@primary_output("output", stdout=True, locks=False)
 @click.command("extract-regions")
 @click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
 @click.option("--regions", type=click.Choice(REGION_KINDS), default="detector",
@@ -51,10 +51,9 @@ def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, imag
     of image paths; or an `images` JSONL with image_id, path and optional boxes) as a features HDF5.
 
     Bad images are skipped, listed on standard error and in the output's /failed dataset."""
-    from vltools.infer.regions import RegionOptions, extract_regions
+    from vltools.stages.extract_regions import extract_regions
 
-    options = RegionOptions(regions, global_pool, image_size, crop_size, num_regions, min_regions, max_regions,
-                            score_threshold, detector_weights, detector_vocab, backbone, weights)
-    if problem := options.problem():
-        raise click.UsageError(problem)
-    extract_regions(inputs, output, options, make_run(**run), shard)
+    extract_regions(inputs, "-" if output is None else output, regions=regions, global_pool=global_pool,
+                    image_size=image_size, crop_size=crop_size, num_regions=num_regions, min_regions=min_regions,
+                    max_regions=max_regions, score_threshold=score_threshold, detector_weights=detector_weights,
+                    detector_vocab=detector_vocab, backbone=backbone, weights=weights, shard=shard, **run)

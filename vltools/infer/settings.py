@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vltools.devices import PRECISIONS
-from vltools.errors import VLToolsError
+from vltools.errors import ArgumentError
 from vltools.infer import checks
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
@@ -66,9 +66,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     try:
-        index, count = (int(part) for part in text.split("/"))
+        index, count = (int(part) for part in str(text).split("/"))
     except ValueError:
-        raise VLToolsError(f"--shard {text!r}: expected i/n, for example 0/4") from None
+        raise ArgumentError("shard", f"{text!r}: expected i/n, for example 0/4") from None
     if count < 1 or not 0 <= index < count:
-        raise VLToolsError(f"--shard {text!r}: need 0 <= i < n")
+        raise ArgumentError("shard", f"{text!r}: need 0 <= i < n")
     return index, count
