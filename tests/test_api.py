@@ -447,18 +447,22 @@ def test_encode_returns_the_embeddings_the_stage_writes(world, tmp_path):
     assert repr(found) == f"Embeddings(captions, 21 x {found.vectors.shape[1]}, vse)"
 
 
-def test_encode_resumes_an_interrupted_run_into_the_same_output(world, tmp_path, monkeypatch):
-    features, captions, _, vse = world
-    whole = vltools.encode(captions, vse, split="test", device="cpu", batch_size=2)
-    real = infer_encode.embed_blocks
-
+def _stopped_at_the_fourth_batch(real):
+    """`real` (a generator function) interrupted by Ctrl-C before its fourth batch."""
     def stopped(*given: object, **options: object):
         for number, batch in enumerate(real(*given, **options)):
             if number == 3:
                 raise KeyboardInterrupt
             yield batch
+    return stopped
 
-    monkeypatch.setattr(infer_encode, "embed_blocks", stopped)
+
+def test_encode_resumes_an_interrupted_run_into_the_same_output(world, tmp_path, monkeypatch):
+    features, captions, _, vse = world
+    whole = vltools.encode(captions, vse, split="test", device="cpu", batch_size=2)
+    real = infer_encode.embed_blocks
+
+    monkeypatch.setattr(infer_encode, "embed_blocks", _stopped_at_the_fourth_batch(real))
     with pytest.raises(KeyboardInterrupt):
         vltools.encode(captions, vse, tmp_path / "out.h5", split="test", device="cpu", batch_size=2)
     assert [path.name for path in tmp_path.iterdir()] == ["out.h5.partial"]
@@ -494,13 +498,7 @@ def test_encode_resumed_from_features_in_memory_keeps_no_row_of_the_interrupted_
     arrays = held(features)
     real = infer_encode.embed_blocks
 
-    def stopped(*given: object, **options: object):
-        for number, batch in enumerate(real(*given, **options)):
-            if number == 3:
-                raise KeyboardInterrupt
-            yield batch
-
-    monkeypatch.setattr(infer_encode, "embed_blocks", stopped)
+    monkeypatch.setattr(infer_encode, "embed_blocks", _stopped_at_the_fourth_batch(real))
     with pytest.raises(KeyboardInterrupt):
         vltools.encode({**arrays, "regions": arrays["regions"] + 1}, vse, tmp_path / "out.h5", device="cpu",
                        batch_size=2)
