@@ -42,29 +42,31 @@ from vltools.data.converters.webdataset import read_webdataset
 from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
 from vltools.data.retrieval import score_retrieval as score_files
 from vltools.data.semantic_scores import score_semantic_file
-from vltools.devices import PRECISIONS, resolve_device
+from vltools.devices import resolve_device
+from vltools.distributed import place
 from vltools.errors import VLToolsError, shown
 from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
-from vltools.infer.encode import encode_embeddings
 from vltools.infer.loader import ROLES, LoadedModel
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_index
 from vltools.infer.query import checked_queries, search_queries
-from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import FEATURE_DTYPES
 from vltools.io import coco
+from vltools.io.embeddings import read_embeddings
 from vltools.io.held import Embeddings, held, in_memory
 from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
 from vltools.io.lock import output_lock
 from vltools.io.model_store import resolve_models
+from vltools.io.output import is_stdout
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
 from vltools.io.spooled import spooled
 from vltools.reporting.site import ReportInputs
 from vltools.reporting.site import build_report as write_report_folder
 from vltools.stages.caption import caption as stage_caption
+from vltools.stages.encode import encode as stage_encode
 from vltools.stages.extract_regions import extract_regions
 from vltools.stages.match import match as stage_match
 from vltools.stages.match import model_items
@@ -372,8 +374,7 @@ def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) 
 
 def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel, output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | Records | None = None, concepts: PathLike | None = None,
-           sentences: PathLike | Records | None = None, batch_size: int = 256, device: str = "auto",
-           precision: str = "fp32", resume: bool = False, **rmac: object) -> Embeddings | None:
+           sentences: PathLike | Records | None = None, **options: object) -> Embeddings | None:
     """`vltools encode SOURCE --model MODEL [-o OUTPUT]`: the embeddings of a separable model (vse, sco; rmac on
     images) for the images of a features file (those the `split` of `captions` names, when given) or the captions
     of a captions file's `split`, written to `output` when given (the HDF5 of `/ids` and `/emb`). Returns them as
@@ -382,42 +383,24 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     gets them, the others None. SOURCE, `captions` and `sentences` may be in memory: records (a list of dicts)
     or features ({"ids": [...], "regions": array, ...}). SCO reads `concepts` (concept scores) and, for "ctx +
     sen", `sentences` (one generated caption per image). An rmac model takes the keywords of
-    `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). `resume`
-    continues an interrupted run into the same `output` (`encode --resume`), keeping what it committed."""
+    `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). The other
+    keyword options are the command's (`vltools.stages.encode.encode`): batch_size, device, precision, resume (an
+    interrupted run continued into the same `output`), checkpoint_seconds."""
     checks.data(source, "source", ("records", "features"))
     if not isinstance(model, LoadedModel):
-        checks.path(model, "model")
-    checks.path(output, "output", optional=True)
-    checks.split(split, "split", optional=True)
+        checks.path(model, "model")      # a path before it is asked what kind of file it is
     checks.data(captions, "captions", ("records",), optional=True)
-    checks.path(concepts, "concepts", optional=True)
     checks.data(sentences, "sentences", ("records",), optional=True)
-    checks.integer(batch_size, "batch_size", 1)
-    checks.device(device, "device")
-    checks.choice(precision, "precision", PRECISIONS)
-    checks.known(rmac, _keywords(encode, QueryOptions), "encode")
-    checks.path(rmac.get("proxy"), "proxy", optional=True)
-    checks.optional_integer(rmac.get("first"), "first", 1)
-    checks.flag(rmac.get("with_text", False), "with_text")
-    for name in ("add", "subtract"):
-        checks.texts(rmac.get(name, ()), name)
-    checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
-    checks.integer(rmac.get("workers", 0), "workers", 0)
-    checks.flag(resume, "resume")
-    if resume and output is None:
-        raise checks.ArgumentError("resume", "needs output=PATH, the file the interrupted run was writing")
     _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
                             "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
                             "sentences": (sentences, ("jsonl",))})
     # a resumed run keeps the rows whose input files are unchanged: features in memory, which have no file to
     # compare, then go to a new temporary file each run, as records always do, so their rows are computed again
-    with output_lock(output), spooled({"source": source, "captions": captions, "sentences": sentences},
-                                      features_in_memory=not resume) as files:
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
-        return encode_embeddings(loaded, files["source"], output, resolve_device(device), split=split,
-                                 captions=files["captions"], concepts=concepts, sentences=files["sentences"],
-                                 batch_size=batch_size, precision=precision, rmac=QueryOptions(**rmac),
-                                 resume=resume)
+    with spooled({"source": source, "captions": captions, "sentences": sentences},
+                 features_in_memory=not options.get("resume", False)) as files:
+        found = stage_encode(files["source"], model, output, split=split, captions=files["captions"],
+                             concepts=concepts, sentences=files["sentences"], **options)
+    return found if output is None or is_stdout(output) or not place().main else read_embeddings(output)
 
 
 def _ranked(value: object) -> object:

@@ -18,10 +18,9 @@ from vltools.commands.options import (
     threads_option,
     workers_option,
 )
-from vltools.devices import resolve_device
 
 
-@primary_output("output", stdout=True)
+@primary_output("output", stdout=True, locks=False)
 @click.command("encode")
 @click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=InputFile("hdf5", "jsonl", "images", stdin=True))
 @click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
@@ -69,15 +68,9 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
     embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
     QUERIES.h5 DATABASE.h5` then ranks images for images."""
-    from vltools.infer.encode import encode_file
-    from vltools.infer.loader import load_model
-    from vltools.infer.rmac import QueryOptions
-    from vltools.infer.runner import check_output
+    from vltools.stages.encode import encode
 
-    check_output(output, resume)
-    rmac = QueryOptions(proxy_path, first=first, with_text=with_text, add=add_words, subtract=subtract_words,
-                        image_size=image_size, workers=workers)
-    encode_file(load_model(model_path, "encodable"), source, output, resolve_device(device), split=split,
-                captions=captions_path, concepts=concepts_path, sentences=sentences_path,
-                batch_size=batch_size, precision=precision, rmac=rmac, resume=resume,
-                checkpoint_seconds=checkpoint_seconds)
+    encode(source, model_path, "-" if output is None else output, split=split, captions=captions_path,
+           concepts=concepts_path, sentences=sentences_path, batch_size=batch_size, precision=precision,
+           device=device, resume=resume, checkpoint_seconds=checkpoint_seconds, proxy=proxy_path, first=first,
+           with_text=with_text, add=add_words, subtract=subtract_words, image_size=image_size, workers=workers)

@@ -1,0 +1,43 @@
+"""vltools.stages.encode: the one function `vltools encode` and `vltools.encode` call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matching_helpers import make_world, save_tiny
+
+import vltools
+from vltools.cli import main
+from vltools.errors import ArgumentError
+from vltools.io.embeddings import read_embeddings
+from vltools.stages.encode import encode
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("encode")
+    features, captions = make_world(folder, n_images=6, per_image=3)
+    return features, captions, save_tiny(folder / "vse.pt", "vse")
+
+
+def test_written_or_returned_and_the_command_writes_what_the_api_returns(world, tmp_path):
+    features, captions, vse = world
+    main(["-q", "encode", str(captions), "--model", str(vse), "-o", str(tmp_path / "cli.h5")])
+    assert encode(captions, vse, tmp_path / "stage.h5") is None        # written, not read back
+    returned = encode(captions, vse)
+    api = vltools.encode(captions, vse, tmp_path / "api.h5")           # the API reads back what it wrote
+    for path in ("cli.h5", "stage.h5", "api.h5"):
+        written = read_embeddings(tmp_path / path)
+        assert written.ids == returned.ids == api.ids
+        np.testing.assert_array_equal(written.vectors, returned.vectors)
+
+
+def test_bad_arguments_are_refused_in_pythons_words(world, tmp_path):
+    features, captions, vse = world
+    with pytest.raises(ArgumentError, match="^resume needs output=PATH"):
+        encode(captions, vse, resume=True)
+    with pytest.raises(ArgumentError, match="^checkpoint_seconds must be"):
+        encode(captions, vse, tmp_path / "x.h5", checkpoint_seconds=-1)
+    with pytest.raises(ArgumentError, match="firts"):
+        encode(features, vse, firts=3)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,59 @@
+"""`vltools encode` and `vltools.encode`: the embeddings of a separable model (vse, sco; rmac on images)."""
+
+from __future__ import annotations
+
+import os
+
+from vltools.devices import PRECISIONS, resolve_device
+from vltools.errors import ArgumentError, argument
+from vltools.infer import checks
+from vltools.infer.encode import encode_embeddings, encode_file
+from vltools.infer.loader import LoadedModel, load_model
+from vltools.infer.rmac import QueryOptions
+from vltools.infer.settings import COMMIT_SECONDS
+from vltools.io.held import Embeddings
+from vltools.io.lock import output_lock
+from vltools.io.output import is_stdout
+
+PathLike = str | os.PathLike
+
+
+def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike | None = None, *,
+           split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
+           sentences: PathLike | None = None, batch_size: int = 256, device: str = "auto", precision: str = "fp32",
+           resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS, **rmac: object) -> Embeddings | None:
+    """The embeddings of a separable model for the images of a features file (those the `split` of `captions`
+    names, when given), the captions of a captions file's `split`, or (rmac) the images of an images input: written
+    to `output` (`-`: standard output) as the HDF5 of `/ids` and `/emb`, or, without `output`, returned as
+    `Embeddings` (None on the other processes of a torchrun job, and when written). SCO reads `concepts` and ("ctx +
+    sen") `sentences`; an rmac model takes the keywords of `vltools.infer.rmac.QueryOptions`. Every run keeps its
+    finished embeddings in `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint)."""
+    if not isinstance(model, LoadedModel):
+        checks.path(model, "model")
+    checks.path(output, "output", optional=True)
+    checks.split(split, "split", optional=True)
+    checks.path(concepts, "concepts", optional=True)
+    checks.integer(batch_size, "batch_size", 1)
+    checks.device(device, "device")
+    checks.choice(precision, "precision", PRECISIONS)
+    checks.number(checkpoint_seconds, "checkpoint_seconds", 0)
+    checks.known(rmac, set(QueryOptions.__dataclass_fields__), "encode")
+    checks.path(rmac.get("proxy"), "proxy", optional=True)
+    checks.optional_integer(rmac.get("first"), "first", 1)
+    checks.flag(rmac.get("with_text", False), "with_text")
+    for name in ("add", "subtract"):
+        checks.texts(rmac.get(name, ()), name)
+    checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
+    checks.integer(rmac.get("workers", 0), "workers", 0)
+    checks.flag(resume, "resume")
+    if resume and (output is None or is_stdout(output)):
+        raise ArgumentError("resume", f"needs {argument('output', 'PATH')}, the file the interrupted run was writing")
+    options = {"split": split, "captions": captions, "concepts": concepts, "sentences": sentences,
+               "batch_size": batch_size, "precision": precision, "rmac": QueryOptions(**rmac), "resume": resume,
+               "checkpoint_seconds": checkpoint_seconds}
+    with output_lock(output):
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+        if output is None:
+            return encode_embeddings(loaded, source, None, resolve_device(device), **options)
+        encode_file(loaded, source, None if is_stdout(output) else output, resolve_device(device), **options)
+        return None
