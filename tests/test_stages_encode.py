@@ -7,6 +7,7 @@ import pytest
 from matching_helpers import make_world, save_tiny
 
 import vltools
+import vltools.infer.encode as infer_encode
 from vltools.cli import main
 from vltools.errors import ArgumentError
 from vltools.io.embeddings import read_embeddings
@@ -41,3 +42,15 @@ def test_bad_arguments_are_refused_in_pythons_words(world, tmp_path):
     with pytest.raises(ArgumentError, match="firts"):
         encode(features, vse, firts=3)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_embeddings_returned_in_memory_never_go_through_a_file(world, monkeypatch, tmp_path):
+    """`encode(output=None)` wrote its embeddings to a temporary HDF5 and read them back."""
+    features, captions, vse = world
+    written = encode(captions, vse, tmp_path / "e.h5")
+    assert written is None
+    monkeypatch.setattr(infer_encode, "write_embeddings", lambda *args: pytest.fail("written to a file"))
+    returned = encode(captions, vse)
+    np.testing.assert_array_equal(returned.vectors, read_embeddings(tmp_path / "e.h5").vectors)
+    assert returned.side == "captions" and returned.attrs["checkpoint_digest"] == \
+        read_embeddings(tmp_path / "e.h5").attrs["checkpoint_digest"]

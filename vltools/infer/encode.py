@@ -5,8 +5,9 @@ through the inference runner, which keeps them in `OUT.partial/` as they come (v
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -23,30 +24,33 @@ from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_qu
 from vltools.infer.runner import check_output, computed_rows
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.checkpoint import Rows
-from vltools.io.embeddings import read_embeddings, write_embeddings
+from vltools.io.embeddings import write_embeddings
 from vltools.io.features import FeaturesReader
-from vltools.io.hdf5 import hdf5_kind
+from vltools.io.hdf5 import hdf5_kind, refuse_nonfinite
 from vltools.io.held import Embeddings
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
-from vltools.io.scratch import scratch_folder
 
 PathLike = str | os.PathLike
+# what takes an encode's embeddings: (ids, [B, E] blocks in their order, attributes, caption image ids)
+WriteEmbeddings = Callable[[Sequence[str], Iterable[np.ndarray], dict[str, object], Sequence[str] | None], None]
 EMBEDDINGS = Rows("float32", id_kind="id", fix="check the weights and the input, or encode in fp32 (--precision fp32)")
 
 
 def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device, *,
                 split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
                 sentences: PathLike | None = None, batch_size: int = 256, precision: str = "fp32",
-                rmac: QueryOptions | None = None, resume: bool = False,
-                checkpoint_seconds: float = COMMIT_SECONDS) -> int:
+                rmac: QueryOptions | None = None, resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS,
+                write: WriteEmbeddings | None = None) -> int:
     """Write `/ids` and `/emb` of SOURCE to `output` (None: standard output) and return how many: one vector per
     image of a features file (in file order, or those the `split` of `captions` names, first mention), per caption
     of a captions file's `split`, or (an rmac model) per image of an images input, as `rmac` says (its split and
     batch size are `split` and `batch_size`). An SCO model reads its concept scores from `concepts` and ("ctx +
     sen") its generated sentences from `sentences`. Finished embeddings are committed to `OUT.partial/` as they
-    come, so that `resume` continues an interrupted run (see vltools.infer.runner)."""
+    come, so that `resume` continues an interrupted run (see vltools.infer.runner). `write` takes the embeddings
+    instead of the file (ids, blocks, attributes, caption image ids)."""
     out = None if output is None else str(output)
+    write = write or functools.partial(write_embeddings, output)
     check_output(out, resume)
     checkpoint = str(loaded.path)
     features_in = loaded.name != "rmac" and hdf5_kind(source) is not None     # else captions, or rmac's images
@@ -64,8 +68,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             if phi is None:       # another process of a torchrun job: the first writes every embedding
                 return len(images.ids)
             emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)
-            write_embeddings(output, images.ids, [emb], {"model": "rmac", **provenance,
-                                                         "ids_digest": ids_digest(images.ids), **attrs})
+            write(images.ids, [emb], {"model": "rmac", **provenance, "ids_digest": ids_digest(images.ids), **attrs})
         log.info("encoded %d images (%s) with rmac", len(images.ids), attrs["query"])
         return len(images.ids)
     require_separable(loaded.model, loaded.name, checkpoint)
@@ -81,7 +84,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
                            side, batch_size, {**rows, "side": side}, input_digest(inputs), resume,
                            EMBEDDINGS, checkpoint_seconds) as blocks:
             if blocks is not None:
-                write_embeddings(output, ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
+                write(ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
 
     if vectors_in:
         vectors = model_vectors(loaded.config, source, concepts, sentences, loaded.vocab)
@@ -121,14 +124,21 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     return count
 
 
-def encode_embeddings(loaded: LoadedModel, source: PathLike, output: PathLike | None, device: torch.device,
+def encode_embeddings(loaded: LoadedModel, source: PathLike, device: torch.device,
                       **options: object) -> Embeddings | None:
-    """`encode_file` (with its keyword `options`), returning the embeddings it wrote, read back from the file
-    (the first process of a torchrun job; the others None); `output` None: a temporary file, removed."""
-    with scratch_folder() as folder:
-        target = folder / "embeddings.h5" if output is None else output
-        encode_file(loaded, source, target, device, **options)
-        return read_embeddings(target) if place().main else None
+    """`encode_file` (with its keyword `options`) without a file: the embeddings in memory, checked as their file's
+    reader checks them (the first process of a torchrun job; the others None)."""
+    found: list[Embeddings] = []
+
+    def keep(ids: Sequence[str], blocks: Iterable[np.ndarray], attrs: dict[str, object],
+             caption_image_ids: Sequence[str] | None = None) -> None:
+        vectors = np.concatenate([np.asarray(block, dtype=np.float32) for block in blocks])
+        refuse_nonfinite("the embeddings", "emb", vectors, list(ids))
+        found.append(Embeddings(list(ids), vectors, str(attrs["side"]),
+                                None if caption_image_ids is None else list(caption_image_ids), attrs))
+
+    encode_file(loaded, source, None, device, write=keep, **options)
+    return found[0] if found and place().main else None
 
 
 def _refuse_unread(loaded: LoadedModel, features_in: bool, vectors_in: bool, concepts: PathLike | None,

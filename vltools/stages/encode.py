@@ -54,6 +54,6 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike | N
     with output_lock(output):
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         if output is None:
-            return encode_embeddings(loaded, source, None, resolve_device(device), **options)
+            return encode_embeddings(loaded, source, resolve_device(device), **options)
         encode_file(loaded, source, None if is_stdout(output) else output, resolve_device(device), **options)
         return None
