@@ -21,8 +21,9 @@ from vltools.eval.semantic import (
     user_agreement,
 )
 from vltools.io.hdf5 import write_arrays
-from vltools.io.proxy import Csr, csr_dot, read_proxy
+from vltools.io.proxy import Csr, read_proxy
 from vltools.io.sims import Sims
+from vltools.text.sparse import csr_dot
 
 
 def dense_to_csr(dense: np.ndarray) -> Csr:

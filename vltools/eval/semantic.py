@@ -33,6 +33,7 @@ import numpy as np
 from vltools.errors import VLToolsError, argument, input_error, shown_ids
 from vltools.io.output import written
 from vltools.io.progress import log
+from vltools.text.sparse import relevance
 
 if TYPE_CHECKING:    # types only: `vltools score --help` reads DEFAULT_R without loading scipy and h5py
     from vltools.io.proxy import Proxy
@@ -191,8 +192,8 @@ def semantic_from_sims(sims: Sims, proxy: Proxy, r_values: list[int], source: ob
     ndcg, pcc = [], []
     for start in range(0, len(query_rows), block):
         part = slice(start, start + block)
-        relevance = proxy.relevance(query_rows[part], database_rows)
-        curves = curves_from_scores(sims.sims[part], relevance, query_column[part], kept)
+        curves = curves_from_scores(sims.sims[part], relevance(proxy, query_rows[part], database_rows),
+                                    query_column[part], kept)
         ndcg.append(curves[0])
         pcc.append(curves[1])
     return np.concatenate(ndcg), np.concatenate(pcc), kept
@@ -214,16 +215,16 @@ def semantic_from_rankings(rankings: list[dict], proxy: Proxy, r_values: list[in
     ndcg, pcc = [], []
     for start in range(0, len(rankings), block):
         rows = query_rows[start:start + block]
-        relevance = proxy.relevance(rows, np.arange(len(proxy.ids)))
-        relevance[np.arange(len(rows)), rows] = -np.inf
-        ideal = -np.sort(-relevance, axis=1)[:, :longest]
+        relevant = relevance(proxy, rows, np.arange(len(proxy.ids)))
+        relevant[np.arange(len(rows)), rows] = -np.inf
+        ideal = -np.sort(-relevant, axis=1)[:, :longest]
         top_scores = np.zeros((len(rows), longest))
         top_relevance = np.zeros((len(rows), longest))
         for k, items in enumerate(lists[start:start + block]):
             query = rankings[start + k]["query"]
             listed = proxy.rows([i for i, _ in items[:longest]], source, f"ids ranked for {query!r}")
             top_scores[k] = [s for _, s in items[:longest]]
-            top_relevance[k] = relevance[k, listed]
+            top_relevance[k] = relevant[k, listed]
         curves = ranking_curves(top_scores, top_relevance, ideal, kept)
         ndcg.append(curves[0])
         pcc.append(curves[1])

@@ -100,12 +100,12 @@ class Csr:
         """The given rows, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         starts, ends = self.indptr[rows], self.indptr[rows + 1]
-        positions = _ranges(starts, ends - starts)
+        positions = ranges(starts, ends - starts)
         indptr = np.concatenate([[0], np.cumsum(ends - starts)])
         return Csr(self.data[positions], self.indices[positions], indptr, self.n_cols)
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of range(s, s + n) for each (s, n), vectorised."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
@@ -113,25 +113,6 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     offsets = np.repeat(np.asarray(starts, dtype=np.int64) - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
     return offsets + np.arange(total)
-
-
-def csr_dot(a: Csr, b: Csr) -> np.ndarray:
-    """Dense a @ b.T (rows of a against rows of b) through an inverted index of b's columns."""
-    if a.n_cols != b.n_cols:
-        raise ValueError(f"column counts differ: {a.n_cols} vs {b.n_cols}")
-    order = np.argsort(b.indices, kind="stable")
-    b_rows = np.repeat(np.arange(b.n_rows), np.diff(b.indptr))[order]
-    b_values = b.data[order].astype(np.float64)
-    col_ptr = np.concatenate([[0], np.cumsum(np.bincount(b.indices, minlength=b.n_cols))])
-    out = np.zeros((a.n_rows, b.n_rows))
-    for row in range(a.n_rows):
-        terms = a.indices[a.indptr[row]:a.indptr[row + 1]]
-        weights = a.data[a.indptr[row]:a.indptr[row + 1]].astype(np.float64)
-        lengths = col_ptr[terms + 1] - col_ptr[terms]
-        positions = _ranges(col_ptr[terms], lengths)
-        out[row] = np.bincount(b_rows[positions], weights=b_values[positions] * np.repeat(weights, lengths),
-                               minlength=b.n_rows)
-    return out
 
 
 @dataclass
@@ -154,10 +135,6 @@ class Proxy:
                               f"{shown_ids(missing)}",
                               "build the proxy (tfidf-proxy) over the same images")
         return np.array([row[i] for i in ids], dtype=np.int64)
-
-    def relevance(self, query_rows: np.ndarray, database_rows: np.ndarray) -> np.ndarray:
-        """tf-idf dot products, queries x database."""
-        return csr_dot(self.tfidf.take(query_rows), self.tfidf.take(database_rows))
 
 
 def proxy_words(path: str | os.PathLike) -> str:

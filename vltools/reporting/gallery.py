@@ -23,6 +23,7 @@ from vltools.io.jsonl import iter_json_lines, iter_lines
 from vltools.io.proxy import read_proxy
 from vltools.io.records import caption_ids, id_file_name, read_records
 from vltools.io.state import read_sidecar
+from vltools.text.sparse import relevance
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
 
@@ -200,7 +201,7 @@ def _add_relevance(cards: list[dict], proxy, source: str) -> None:
             continue
         rows = proxy.rows([card["query"]], source, "query images")
         columns = proxy.rows([r["id"] for r in card["results"]], source, "result images")
-        for result, value in zip(card["results"], proxy.relevance(rows, columns)[0], strict=True):
+        for result, value in zip(card["results"], relevance(proxy, rows, columns)[0], strict=True):
             result["relevance"] = float(value)
 
 
