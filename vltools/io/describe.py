@@ -13,7 +13,6 @@ from vltools.io.fields import TEXT, optional
 from vltools.io.hdf5 import attributes, decode_strings, file_kind, is_hdf5, open_h5, verify
 from vltools.io.jsonl import iter_json_lines
 from vltools.io.records import SCHEMAS, caption_ids, detect_kind, read_records
-from vltools.io.state import read_sidecar
 
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
@@ -88,8 +87,6 @@ def describe_jsonl(path: Path) -> dict:
             splits[record["split"]] = splits.get(record["split"], 0) + 1
     if splits:
         summary["splits"] = dict(sorted(splits.items()))
-    if (meta := read_sidecar(path)) is not None:
-        summary["provenance"] = meta
     return summary
 
 

@@ -1,7 +1,6 @@
-"""vltools' own small JSON state files (the model store's index, the `PATH.meta.json` provenance sidecars), read
-through one validated reader: a file that is unreadable, not JSON or not of its layout is one line naming it,
-what is wrong and how to repair or remove it, never a traceback.
-"""
+"""vltools' own small JSON state files (the model store's index), read through one validated reader: a file that
+is unreadable, not JSON or not of its layout is one line naming it, what is wrong and how to repair or remove it,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -31,21 +30,3 @@ def read_state(path: str | os.PathLike, what: str, check: Callable[[object], str
     if problem is not None:
         raise VLToolsError(f"{path}: {what} {problem}; {repair}")
     return data
-
-
-def sidecar_path(path: str | os.PathLike) -> Path:
-    """Where the provenance of a JSONL output is kept: `PATH.meta.json`."""
-    return Path(f"{path}.meta.json")
-
-
-def _provenance_problem(data: object) -> str | None:
-    return None if isinstance(data, dict) else f"must be a JSON object of provenance, found {type(data).__name__}"
-
-
-def read_sidecar(path: str | os.PathLike) -> dict | None:
-    """The provenance sidecar of `path` (`PATH.meta.json`), or None when there is none."""
-    meta = sidecar_path(path)
-    if not meta.exists():
-        return None
-    return read_state(meta, "the provenance sidecar", _provenance_problem,
-                      f"delete it (it only records how {Path(path).name} was made) or rerun the stage that wrote it")

@@ -22,7 +22,6 @@ from vltools.io.describe import describe
 from vltools.io.jsonl import iter_json_lines, iter_lines
 from vltools.io.proxy import read_proxy
 from vltools.io.records import caption_ids, id_file_name, read_records
-from vltools.io.state import read_sidecar
 from vltools.text.sparse import relevance
 
 DIRECTION_TITLES = {"i2t": "image to text", "t2i": "text to image", "i2i": "image to image"}
@@ -272,7 +271,5 @@ def file_summary(path: str | os.PathLike) -> dict:
         summary = describe(path)
     except VLToolsError:
         summary = {"path": str(path), "kind": "file"}
-        if (meta := read_sidecar(path)) is not None:
-            summary["provenance"] = meta
     modified = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.timezone.utc)
     return {**summary, "bytes": stat.st_size, "modified": modified.isoformat(timespec="seconds")}
