@@ -64,6 +64,7 @@ def test_shards_and_standard_output_as_the_command(world, capsys):
 @pytest.mark.parametrize(("options", "message"), [
     ({"resume": True}, "resume needs output=OUT.jsonl"),
     ({"logp": True}, "logp needs captions"),
+    ({"logp": True, "captions": "caps.jsonl"}, r"logp needs output=LOGP.h5"),
     ({"shard": "2/2"}, "shard"),
     ({"beam": 0}, "beam must be"),
     ({"checkpoint_seconds": -1}, "checkpoint_seconds must be"),

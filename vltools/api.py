@@ -237,7 +237,7 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     rankings JSONL), sims (the matrix HDF5), resume, rerank_k, first_stage, index, index_file, nprobe, block_images,
     block_captions, image_cache_mb, precision, device, checkpoint_seconds. Under torchrun the first process gets
     the `Matches`, the others None."""
-    checks.known(options, set(inspect.signature(stage_match).parameters), "match")
+    checks.known(options, _keywords(stage_match), "match")
     checks.data(first, "first", ("features", "embeddings"))
     checks.data(second, "second", ("records", "embeddings"), optional=True)
     items = model_items(model, "model")
@@ -318,7 +318,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     memory ({"ids": [...], "regions": array, ...}) and CAPTIONS records (a list of dicts), read as their files
     would be. Further keyword options are those of the command (`vltools.stages.caption.caption`): sample,
     temperature, seed, pairs, logp, block_images, block_captions, resume, checkpoint_seconds, shard."""
-    checks.known(options, set(inspect.signature(stage_caption).parameters), "caption")
+    checks.known(options, _keywords(stage_caption), "caption")
     checks.data(features, "features", ("features",))
     checks.data(captions, "captions", ("records",), optional=True)
     _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),

@@ -120,10 +120,10 @@ def with_example(command: click.Command, example: str) -> click.Command:
 
 def _guarded(callback: Callable, params: list[click.Parameter], primary: PrimaryOutput | None) -> Callable:
     """Wrap a stage's callback so that its input files are checked (vltools.commands.inputs: a missing file, one of
-    the wrong kind, two swapped) and it holds the lock of each output (vltools.io.lock), once, for its whole run (unless
-    the stage's function takes them itself: `PrimaryOutput.locks`): a
-    second process writing the same output stops at once, before any work, and a missing or read-only folder, or
-    binary data for a terminal, is reported before the work too. Standard input is read last, when all else has
+    the wrong kind, two swapped) and it holds the lock of each output (vltools.io.lock), once, for its whole run
+    (unless the stage's function takes them itself: `PrimaryOutput.locks`): a second process writing the same
+    output stops at once, before any work, and a missing or read-only folder, or binary data for a terminal, is
+    reported before the work too. Standard input is read last, when all else has
     been checked (HDF5 on it is copied to a temporary file, removed when the stage ends)."""
     outputs = {p.name: p for p in params if p.name and is_output_param(p)}
 

@@ -24,7 +24,7 @@ from vltools.infer.settings import RunOptions
 from vltools.io.checkpoint import Rows
 from vltools.io.features import field_dtypes, write_features
 from vltools.io.merge import comparable_attrs
-from vltools.io.output import output_name
+from vltools.io.output import output_name, written
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.write_errors import OutputError
@@ -335,7 +335,8 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
             raise VLToolsError(f"every one of the {len(items)} images failed (first: {image_id}: {reason}); "
                                "nothing to write")
         try:
-            count = write_features(out, attrs, run.dtype, kept.gather(list(by_id)), failed)
+            with written(out) as target:
+                count = write_features(target, attrs, run.dtype, kept.gather(list(by_id)), failed)
         except OutputError as exc:
             if not runner.resumable(out):
                 raise

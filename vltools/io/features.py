@@ -21,7 +21,6 @@ from vltools.io.hdf5 import (
     string_dtype,
 )
 from vltools.io.held import FeaturesInMemory
-from vltools.io.output import written
 from vltools.io.rows import IDS_CHECKSUM, RowsWriter, stored_rows
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
@@ -65,11 +64,11 @@ class FeaturesWriter(RowsWriter):
         self.handle.attrs["num_failed"] = len(lines)
 
 
-def write_features(out: str | os.PathLike | None, attrs: dict[str, object], dtype: str,
+def write_features(path: str | os.PathLike, attrs: dict[str, object], dtype: str,
                    blocks: Iterable[tuple[list[str], Mapping[str, np.ndarray]]], failed: Sequence[str] = ()) -> int:
-    """Write a features file whole to `out` (None or `-`: standard output) from (ids, arrays) blocks, with the
-    skipped images' `failed` lines; return how many rows."""
-    with written(out) as target, FeaturesWriter(target, attrs, dtype) as writer:
+    """Write a features file at `path` from (ids, arrays) blocks, with the skipped images' `failed` lines; return
+    how many rows."""
+    with FeaturesWriter(path, attrs, dtype) as writer:
         for ids, arrays in blocks:
             writer.add(ids, **arrays)
         writer.set_failed(failed)

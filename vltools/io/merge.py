@@ -1,20 +1,19 @@
 """Merging features files: `vltools merge` joins the outputs of `--shard i/n` runs into one.
 
 The files must have been made with the same options; the merge streams their rows (never more than a block in
-memory) and keeps at most `OPEN_READERS` files open, so thousands of shards stay under the open-files limit.
+memory) from one file at a time, beside the first, so thousands of shards stay under the open-files limit.
 """
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.features import IDS_CHECKSUM, FeaturesReader, FeaturesWriter
+from vltools.io.features import IDS_CHECKSUM, FeaturesReader, write_features
 from vltools.io.hdf5 import REWRITE
 
 # provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
@@ -25,7 +24,6 @@ BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed"
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
 MERGE_BLOCK = 256
-OPEN_READERS = 64     # files a merge holds open at once (the least recently read is closed)
 
 
 def is_provenance(key: str) -> bool:
@@ -86,31 +84,23 @@ def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
 
 
 def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, object],
-                   order: Sequence[str] | None = None, failed: Sequence[str] = ()) -> int:
-    """Stream the rows of features files `sources` into a new file `target`; return the row count.
+                   failed: Sequence[str] = ()) -> int:
+    """Stream the rows of features files `sources`, in their order, into a new file `target`; return the row count.
+    The files must agree (check_compatible) and must not share ids. `attrs` are the new file's attributes; its
+    provenance (command, time, version) is this process's."""
+    dtype = _checked_dtype(sources)
 
-    Rows follow `order` (ids, each in some source) when given, else the sources' concatenation. The files
-    must agree (check_compatible) and must not share ids. Never holds more than a block of rows in memory, nor
-    more than `OPEN_READERS` files open. `attrs` are the new file's attributes; its provenance (command, time,
-    version) is this process's.
-    """
-    owner, dtype = _owners(sources)
-    kept = {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}
-    with FeaturesWriter(target, kept, dtype=dtype) as writer:
-        if order is None:
-            for path in sources:
-                with FeaturesReader(path) as reader:
-                    for ids, arrays in reader.iter_batches(MERGE_BLOCK):
-                        writer.add(ids, **arrays)
-        else:
-            for ids, arrays in _in_order(sources, owner, order):
-                writer.add(ids, **arrays)
-        writer.set_failed(failed)
-        return len(writer.ids)
+    def blocks() -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        for path in sources:
+            with FeaturesReader(path) as reader:
+                yield from reader.iter_batches(MERGE_BLOCK)
+
+    return write_features(target, {k: v for k, v in attrs.items() if k not in WRITER_ATTRS}, dtype, blocks(),
+                          failed)
 
 
-def _owners(sources: Sequence[Path]) -> tuple[dict[str, int], str]:
-    """Which of `sources` holds each id, after checking that they agree and share no id; and their dtype."""
+def _checked_dtype(sources: Sequence[Path]) -> str:
+    """The dtype of `sources`, after checking that they agree and share no id."""
     owner: dict[str, int] = {}
     with FeaturesReader(sources[0]) as first:
         for number, path in enumerate(sources):
@@ -121,36 +111,4 @@ def _owners(sources: Sequence[Path]) -> tuple[dict[str, int], str]:
                         raise VLToolsError(f"{reader.path}: image id {image_id!r} is also in "
                                            f"{sources[owner[image_id]]}; merge each once")
                     owner[image_id] = number
-        return owner, first.attrs.get("dtype", "float16")
-
-
-def _in_order(sources: Sequence[Path], owner: dict[str, int],
-              order: Sequence[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
-    """(ids, arrays) blocks of `MERGE_BLOCK` rows of `order`, each row fetched from the source `owner` names; at most
-    `OPEN_READERS` sources are open at once (the least recently read is closed, and opened again if needed)."""
-    readers: OrderedDict[int, FeaturesReader] = OrderedDict()
-
-    def reader(number: int) -> FeaturesReader:
-        if number in readers:
-            readers.move_to_end(number)
-        else:
-            if len(readers) >= OPEN_READERS:
-                readers.popitem(last=False)[1].close()
-            readers[number] = FeaturesReader(sources[number])
-        return readers[number]
-
-    try:
-        for start in range(0, len(order), MERGE_BLOCK):
-            ids = list(order[start:start + MERGE_BLOCK])
-            by_source: dict[int, list[str]] = {}
-            for image_id in ids:
-                by_source.setdefault(owner[image_id], []).append(image_id)
-            fetched = {number: reader(number).read(chunk) for number, chunk in by_source.items()}
-            position = {image_id: (number, row) for number, chunk in by_source.items()
-                        for row, image_id in enumerate(chunk)}
-            fields = next(iter(fetched.values())).keys()
-            yield ids, {field: np.stack([fetched[position[i][0]][field][position[i][1]] for i in ids])
-                        for field in fields}
-    finally:
-        for open_reader in readers.values():
-            open_reader.close()
+        return first.attrs.get("dtype", "float16")

@@ -72,6 +72,8 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
         raise ArgumentError("split", f"needs {argument('captions')}, the captions JSONL that holds the splits")
     if logp and captions is None:
         raise ArgumentError("logp", f"needs {argument('captions')}, the captions to score")
+    if logp and output is None:
+        raise ArgumentError("logp", f"needs {argument('output', 'LOGP.h5')}, the file its matrix is written to")
     if resume and (logp or output is None or is_stdout(output)):
         raise ArgumentError("resume", f"needs {argument('output', 'OUT.jsonl')} and works when captioning (not with "
                                       f"{argument('logp')})")
@@ -97,7 +99,7 @@ def _logp(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str], rec
           device: str, precision: str) -> None:
     matrix = shared_logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
                                 block_captions, resolve_device(device))
-    if matrix is None or output is None:     # another process of a torchrun job: the first writes the matrix
+    if matrix is None:     # another process of a torchrun job: the first writes the matrix
         return
     write_logp(output, matrix, image_ids, [r["image_id"] for r in records], caption_ids(records),
                provenance(model=str(loaded.path), features=features, captions=captions, precision=precision))
