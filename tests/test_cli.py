@@ -352,20 +352,26 @@ def test_the_terminal_is_refused_through_a_real_pty_before_the_images_are_listed
         "vltools: error: refusing to write HDF5 to a terminal; give -o PATH or redirect standard output"]
 
 
-def test_a_failed_run_removes_the_empty_file_the_shell_redirected_to_and_names_an_older_one(tmp_path):
+def test_a_failed_run_names_the_empty_file_the_shell_redirected_to_and_never_deletes_it(tmp_path):
     (tmp_path / "caps.jsonl").write_text("{broken\n")
     result = run_process(f"{sys.executable} -m vltools inspect caps.jsonl > out.txt", shell=True, cwd=tmp_path,
                          stderr=subprocess.PIPE)
-    assert result.returncode == 1 and not (tmp_path / "out.txt").exists()
+    assert result.returncode == 1 and (tmp_path / "out.txt").read_text() == ""
     assert result.stderr.decode().strip().endswith(
-        f"; removed the empty {tmp_path / 'out.txt'} that standard output was redirected to")
-    kept = tmp_path / "kept.txt"
-    kept.write_text("")
-    os.utime(kept, (time.time() - 3600, time.time() - 3600))  # made an hour ago, appended to: not the shell's
-    result = run_process(f"{sys.executable} -m vltools inspect caps.jsonl >> kept.txt", shell=True,
-                         cwd=tmp_path, stderr=subprocess.PIPE)
-    assert result.returncode == 1 and kept.exists()
-    assert result.stderr.decode().strip().endswith(f"; {kept} (standard output) was left empty")
+        f"; {tmp_path / 'out.txt'} (standard output) was left empty: delete it, or write with -o PATH, which "
+        "leaves no file")
+
+
+@pytest.mark.parametrize("script", [
+    "{ vltools inspect caps.jsonl; echo IMPORTANT; } > log.txt",
+    "exec > log.txt; vltools inspect caps.jsonl; echo IMPORTANT",
+])
+def test_a_failed_stage_keeps_the_file_the_shell_shares_with_what_runs_after_it(script, tmp_path):
+    (tmp_path / "caps.jsonl").write_text("{broken\n")
+    vltools = f"{shlex.quote(sys.executable)} -m vltools"
+    result = run_process(script.replace("vltools", vltools), shell=True, cwd=tmp_path, stderr=subprocess.PIPE)
+    assert result.returncode == 0, result.stderr     # the script's last command, echo
+    assert (tmp_path / "log.txt").read_text() == "IMPORTANT\n"
 
 
 # stages whose primary output is a file or folder (or cannot be told), failing as a user types them; standard
@@ -397,7 +403,7 @@ def test_a_failed_stage_writing_elsewhere_keeps_the_log_that_took_standard_outpu
     assert result.returncode in (1, 2)
     log = (tmp_path / "log.txt").read_text()
     assert re.search(r"^(vltools: error: |Error: )", log, re.MULTILINE), log
-    assert "removed" not in log
+    assert "left empty" not in log
 
 
 @pytest.mark.parametrize("stage", WRITING_ELSEWHERE)
@@ -426,7 +432,7 @@ def _leaf_stages() -> list[tuple[tuple[str, ...], click.Command]]:
 
 
 def test_every_stage_declares_where_its_primary_output_goes():
-    """Declared, not guessed from parameter names: a standard output left empty by a failed run is removed only
+    """Declared, not guessed from parameter names: a standard output left empty by a failed run is named only
     for a stage whose primary output goes there (PrimaryOutput.stdout), without -o or with -o -."""
     for names, command in _leaf_stages():
         primary = getattr(command, "primary_output", None)
@@ -442,12 +448,11 @@ def test_every_stage_declares_where_its_primary_output_goes():
     assert declared["train"] == PrimaryOutput("output", stdout=False)
 
 
-def test_a_failed_stage_writing_hdf5_to_standard_output_removes_the_file_the_shell_made(tmp_path):
+def test_a_failed_stage_writing_hdf5_to_standard_output_keeps_the_file_the_shell_made_and_names_it(tmp_path):
     (tmp_path / "photos").mkdir()   # no images: the run fails before any work
     result = _shell(tmp_path, "extract-regions photos > feats.h5 2> err.txt")
-    assert result.returncode == 1 and not (tmp_path / "feats.h5").exists()
-    assert (tmp_path / "err.txt").read_text().strip().endswith(
-        f"; removed the empty {tmp_path / 'feats.h5'} that standard output was redirected to")
+    assert result.returncode == 1 and (tmp_path / "feats.h5").read_bytes() == b""
+    assert f"; {tmp_path / 'feats.h5'} (standard output) was left empty" in (tmp_path / "err.txt").read_text()
 
 
 def test_a_failed_stage_keeps_the_file_when_standard_error_goes_there_too(tmp_path):

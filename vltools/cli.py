@@ -13,7 +13,6 @@ import signal
 import stat
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import click
 
@@ -23,7 +22,6 @@ from vltools.commands.options import PrimaryOutput, binary_format, is_output_par
 from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
 from vltools.io.lock import output_lock
 from vltools.io.output import refuse_terminal
-from vltools.io.owners import start_time
 from vltools.io.progress import configure, log
 from vltools.io.write_errors import OUTPUT_ERRNOS, output_error
 from vltools.training import TASKS
@@ -269,20 +267,9 @@ def _stdout_file() -> os.stat_result | None:
     return info if stat.S_ISREG(info.st_mode) else None
 
 
-def _process_start() -> float | None:
-    """When this process started (seconds since the epoch, to about a second; Linux), else None."""
-    try:
-        ticks = start_time(os.getpid())
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, TypeError, ValueError):
-        return None
-
-
 def _empty_stdout_file() -> tuple[int, int] | None:
     """(device, inode) of standard output when it is an empty regular file at the start of a run (the shell's
-    `> out.h5`), to be passed to `_removed_if_empty`; else None."""
+    `> out.h5`), to be passed to `_left_empty`; else None."""
     info = _stdout_file()
     return (info.st_dev, info.st_ino) if info is not None and info.st_size == 0 else None
 
@@ -296,31 +283,23 @@ def _stderr_is(key: tuple[int, int]) -> bool:
     return (errors.st_dev, errors.st_ino) == key
 
 
-def _removed_if_empty(empty: tuple[int, int] | None) -> str:
-    """What a failed run did about the empty file standard output was redirected to (`empty` from
-    `_empty_stdout_file`), as words to append to its error line ("" when there is none).
+def _left_empty(empty: tuple[int, int] | None) -> str:
+    """Words for a failed run's error line about the empty file standard output was redirected to (`empty` from
+    `_empty_stdout_file`); "" when there is none.
 
     Call it only for a run whose primary output was standard output (no -o, or -o -): any other file standard
-    output went to is a log the user keeps. A redirected file is created by the shell, not by vltools, so a
-    failed run would leave it empty, and make would take it for up to date. It is removed when this run can tell
-    it is the file the shell made for it: still empty, still the same file under its name, not where standard
-    error goes, and created or truncated when this process started (within 2 s); otherwise it is kept and the
-    error says so."""
+    output went to is a log the user keeps. The file is never deleted: the shell opened it, and it may be shared
+    with what runs next (`{ vltools ...; echo more; } > f`, `exec > log`), so vltools cannot tell that it was
+    made for this run alone. The line names it, so that it is not taken for a result; make deletes such a target
+    itself under `.DELETE_ON_ERROR:`, and `-o PATH` writes atomically."""
     info = _stdout_file()
     if empty is None or info is None or (info.st_dev, info.st_ino) != empty or info.st_size or _stderr_is(empty):
         return ""
     try:
         name = os.readlink("/proc/self/fd/1")
-        same = os.stat(name)
-    except OSError:  # no /proc, or a file with no name (deleted): nothing a user would find
+    except OSError:  # no /proc: nothing a user would find
         return ""
-    started = _process_start()
-    if (same.st_dev, same.st_ino) != empty or started is None or same.st_mtime < started - 2.0:
-        return f"; {name} (standard output) was left empty"
-    with contextlib.suppress(OSError):
-        os.unlink(name)
-        return f"; removed the empty {name} that standard output was redirected to"
-    return f"; {name} (standard output) was left empty"
+    return f"; {name} (standard output) was left empty: delete it, or write with -o PATH, which leaves no file"
 
 
 def _writes_stdout(args: list[str]) -> bool:
@@ -350,8 +329,8 @@ def _writes_stdout(args: list[str]) -> bool:
 
 
 def _after_failure(empty: tuple[int, int] | None, args: list[str]) -> str:
-    """`_removed_if_empty` for a run whose primary output was standard output; any other run leaves the file alone."""
-    return _removed_if_empty(empty) if empty is not None and _writes_stdout(args) else ""
+    """`_left_empty` for a run whose primary output was standard output; any other run says nothing of the file."""
+    return _left_empty(empty) if empty is not None and _writes_stdout(args) else ""
 
 
 def _main(argv: list[str] | None) -> None:
@@ -359,8 +338,8 @@ def _main(argv: list[str] | None) -> None:
 
     An OSError that escaped the stage (a file it could not read or write) is one line naming the file. A closed
     pipe on standard output (`vltools ... | head`) ends the run quietly with status 0, as `head` expects. When a
-    run whose primary output was standard output fails, the empty file that standard output was redirected to is
-    removed or named (`_removed_if_empty`); a file that only took the messages of a stage writing elsewhere is kept."""
+    run whose primary output was standard output fails, the error line names the empty file that standard output
+    was redirected to (`_left_empty`), which is never deleted."""
     args = sys.argv[1:] if argv is None else argv
     empty = _empty_stdout_file()
     try:
