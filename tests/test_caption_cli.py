@@ -242,7 +242,7 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(tmp_path):
     model = save_captioner(tmp_path / "aa.pt", AA, captions)
     args = ["caption", "--model", model, features, "--beam", "3", "--batch-size", "1"]
     output, partial = tmp_path / "caps.jsonl", tmp_path / "caps.jsonl.partial"
-    killed_midway(lambda: len(_kept(partial)) >= 4, *args, "--checkpoint-seconds", "0", "-o", output)
+    killed_midway("vltools.io.checkpoint:Checkpoint.commit", 4, *args, "--checkpoint-seconds", "0", "-o", output)
     done = len(_kept(partial))
     assert not output.exists() and 4 <= done < 40
     result = CliRunner().invoke(cli, [*map(str, args), "-o", str(output), "--resume"], catch_exceptions=False)

@@ -152,7 +152,7 @@ def test_kill_9_part_way_then_resume_equals_an_uninterrupted_run(trained, tmp_pa
                              for n in range(48)), encoding="utf-8")
     args = ["caption", "--pairs", pairs, "--model", model, world["features"], "--batch-size", "1"]
     output, partial = tmp_path / "d.jsonl", tmp_path / "d.jsonl.partial"
-    killed_midway(lambda: len(_kept(partial)) >= 4, *args, "--checkpoint-seconds", "0", "-o", output)
+    killed_midway("vltools.io.checkpoint:Checkpoint.commit", 4, *args, "--checkpoint-seconds", "0", "-o", output)
     done = len(_kept(partial))
     assert not output.exists() and 4 <= done < 48
     run(*map(str, args[1:]), "-o", str(output), "--resume")

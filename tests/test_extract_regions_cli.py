@@ -18,7 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from kill_helpers import kill, start, wait_until
+from kill_helpers import kill, start_paused
 from PIL import Image
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created, synth_world, torchrun
 
@@ -248,8 +248,7 @@ def test_resume_after_sigkill_recomputes_nothing_and_matches_a_full_run(tmp_path
     assert _vltools("-q", *args, "-o", full) == 0
     out = tmp_path / "resumed.h5"
     partial = Path(f"{out}.partial")
-    process = start(*args, "-o", out)
-    wait_until(process, lambda: len(list(partial.glob("chunk-*.h5"))) >= 3)
+    process = start_paused("vltools.io.checkpoint:Checkpoint.commit", 3, *args, "-o", out)
     capsys.readouterr()
     assert _vltools(*args, "--resume", "-o", out) == 1  # a second writer while the first runs
     lines = capsys.readouterr().err.strip().splitlines()
@@ -298,8 +297,9 @@ def test_a_plain_run_stopped_by_ctrl_c_or_sigterm_before_its_first_commit_contin
     assert f"extract-regions: nothing to resume for {full}; starting from the beginning\n" in capsys.readouterr().err
     out = tmp_path / "out.h5"
     partial = Path(f"{out}.partial")
-    process = start(*args, "-o", out)
-    wait_until(process, lambda: (partial / "chunk-000000.h5.tmp").exists())   # the first images are written
+    # stopped once the first images are written, before they are committed
+    process = start_paused("vltools.io.checkpoint:Checkpoint.add", 1, *args, "-o", out)
+    assert sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5.tmp", "state.json"]
     assert kill(process, number) == status
     kept = len(_chunk_ids(partial))
     assert 1 <= kept < 40 and sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5", "state.json"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from kill_helpers import kill, start, wait_until
+from kill_helpers import kill, start_paused
 from tiny_matching import TINY, chance_rsum, make_world
 
 from vltools.cli import cli
@@ -88,23 +88,29 @@ def test_same_seed_same_weights_other_seed_differs(world, reference, tmp_path):
 @pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGINT])
 def test_a_plain_run_stopped_part_way_resumes_saying_where_and_matches_an_uninterrupted_run(world, reference, tmp_path,
                                                                                            number):
-    """A run without --resume, killed (SIGKILL) or stopped by Ctrl-C once it wrote its resume file, continues with
-    --resume from the epoch and iteration it says, and ends where the uninterrupted run ended."""
+    """A run without --resume, killed (SIGKILL) or stopped by Ctrl-C once it wrote its resume file, is refused by
+    a plain rerun (which used to start over and replace the resume file), continues with --resume from the epoch
+    and iteration it says, and ends where the uninterrupted run ended."""
     output = tmp_path / "m.pt"
     last = tmp_path / "m.pt.last.pt"
-    process = start(*train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0"))
-    wait_until(process, last.exists)
+    # stopped at its second save (iteration 4 of 32), where the signal cannot land after the run's end
+    process = start_paused("vltools.training.trainer:Trainer._save_last", 2,
+                           *train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0"))
     assert kill(process, number) == (-signal.SIGKILL if number == signal.SIGKILL else 130)
     saved = load_checkpoint(last)["train_state"]
-    killed_at = saved["iteration"]
-    total = EPOCHS * 8
-    assert 0 < killed_at < total, killed_at
+    assert (saved["epoch"], saved["iteration"]) == (0, 4)
+    kept = last.read_bytes()
+    again = CliRunner().invoke(cli, train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0"))
+    assert again.exit_code == 1 and str(again.exception) == (
+        f"{last}: left by an interrupted run, which stopped in epoch 1 of {EPOCHS}, after iteration 4; continue "
+        "it with --resume, or delete it to start again")
+    assert last.read_bytes() == kept
     result = CliRunner().invoke(cli, train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0",
                                                 "--resume")[1:], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert f"resuming from {last} at epoch {saved['epoch'] + 1} of {EPOCHS}, iteration {killed_at}\n" in result.stderr
+    assert f"resuming from {last} at epoch 1 of {EPOCHS}, iteration 4\n" in result.stderr
     resumed = load_checkpoint(last)
-    assert resumed["train_state"]["iteration"] == total
+    assert resumed["train_state"]["iteration"] == EPOCHS * 8
     reference_output, reference_payload = reference
     assert same_weights(resumed["state_dict"], reference_payload["state_dict"])
     assert same_weights(resumed["train_state"]["optimizer"]["state"][0],
@@ -112,6 +118,18 @@ def test_a_plain_run_stopped_part_way_resumes_saying_where_and_matches_an_uninte
     # the log is cut back to the resume point, so it reads as if the run had never stopped
     assert without_timing(log_records(output)) == without_timing(log_records(reference_output))
     assert same_weights(load_checkpoint(output)["state_dict"], load_checkpoint(reference_output)["state_dict"])
+
+
+def test_a_plain_rerun_replaces_a_finished_run_saying_so(world, reference, tmp_path):
+    """What make does when an input changed: the finished run's resume file is no interrupted run to keep."""
+    output = tmp_path / "m.pt"
+    run_inprocess(world, output, "--epochs", "1", "--seed", "1")
+    result = CliRunner().invoke(cli, train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0")[1:],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"starting from the beginning; {output}.last.pt, a finished run's resume file, will be replaced\n" \
+        in result.stderr
+    assert same_weights(load_checkpoint(output)["state_dict"], load_checkpoint(reference[0])["state_dict"])
 
 
 def test_resume_with_nothing_to_resume_says_so_and_trains_from_the_beginning(world, reference, tmp_path):

@@ -50,7 +50,8 @@ from vltools.training import TASKS, check_inputs
               help="DataLoader worker processes (train.workers).")
 @click.option("--resume", is_flag=True,
               help="Continue from PATH.last.pt, which every run (with or without --resume) writes after each epoch "
-                   "and every train.save_every steps; without it, start from the beginning (and say so).")
+                   "and every train.save_every steps; without it, start from the beginning, replacing a finished "
+                   "run's PATH.last.pt (and saying so) and refusing an interrupted run's.")
 @click.option("--vocab", type=InputFile("json", "checkpoint"),
               help="SCAN vocab JSON, vltools vocabulary file, JSON word list or checkpoint; default: built from the "
                    "training captions (--set task.vocab_splits=train+val: training and validation captions, as the "

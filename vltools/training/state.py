@@ -87,6 +87,19 @@ def resume_state(payload: dict, path: Path, metric: str) -> dict:
     return state
 
 
+def interrupted_at(payload: dict, path: Path) -> str | None:
+    """Where the run that wrote the resume file `path` (its loaded `payload`) stopped ("epoch 15 of 20, iteration
+    300"), when it stopped before its last epoch ended; None for a finished run, whose file a plain run replaces."""
+    epoch = field(payload, "train_state.epoch", INTEGER, path, NOT_RESUMABLE)
+    step = field(payload, "train_state.step", INTEGER, path, NOT_RESUMABLE)
+    epochs = field(payload, "train_state.config.train.epochs", INTEGER, path, NOT_RESUMABLE, default=None)
+    if step == 0 and epochs is not None and epoch >= epochs:
+        return None
+    iteration = field(payload, "train_state.iteration", INTEGER, path, NOT_RESUMABLE)
+    of = f" of {epochs}" if epochs is not None else ""
+    return f"in epoch {epoch + 1}{of}, after iteration {iteration}"
+
+
 def check_resumable(saved: dict, config: dict, path: Path) -> None:
     """Refuse to resume with other settings than the resume file's `saved` config (but `RESUMABLE_CHANGES`)."""
     for section, values in config.items():

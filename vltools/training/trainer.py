@@ -61,6 +61,7 @@ from vltools.training.state import (
     check_inputs,
     check_resumable,
     deterministic,
+    interrupted_at,
     resume_state,
     rng_state,
     seed_everything,
@@ -129,6 +130,8 @@ class Trainer:
         if resume and not self.last_path.exists():
             log.info("nothing to resume for %s (no %s); starting from the beginning", self.output, self.last_path)
             resume = False
+        elif not resume and self.last_path.exists():
+            self._keep_interrupted_run()
         for key in ("batch_size", "accumulate", "epochs"):
             if self.options[key] < 1:
                 raise VLToolsError(f"train.{key} must be at least 1, not {self.options[key]}")
@@ -330,6 +333,15 @@ class Trainer:
             save_checkpoint(self.last_path, info["model"], info["config"], self.model.state_dict(),
                             vocab=info.get("vocab"), train_state=train_state, schema=info["schema"])
         self.env.barrier()
+
+    def _keep_interrupted_run(self) -> None:
+        """A plain run never replaces what an interrupted run kept: it refuses beside a resume file that stopped
+        before its last epoch ended (as a plain per-item stage refuses beside `OUT.partial/`)."""
+        stopped = interrupted_at(load_checkpoint(self.last_path), self.last_path)
+        if stopped is not None:
+            raise VLToolsError(f"{self.last_path}: left by an interrupted run, which stopped {stopped}; continue "
+                               "it with --resume, or delete it to start again")
+        log.info("starting from the beginning; %s, a finished run's resume file, will be replaced", self.last_path)
 
     def _resume(self) -> int:
         """Restore model, optimizer, RNG and position from PATH.last.pt; return the log lines to keep."""
