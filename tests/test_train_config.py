@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,19 @@ def test_a_set_value_out_of_range_is_refused_even_when_an_option_sets_the_key(tm
         build_config(DEFAULTS, path, ["train.lr=0.1"])
     with pytest.raises(VLToolsError, match=r"^epochs: train.epochs must be in \[1, inf\), not 0$"):
         build_config(DEFAULTS, None, [], {"train.epochs": 0})     # named as Python spells it (errors.argument)
+
+
+@pytest.mark.parametrize(("model", "setting", "interval"), [
+    ("vse", "task.vocab_threshold=-3", "[0, inf)"), ("sco", "task.negatives=0", "[1, inf)"),
+    ("neuraltalk2", "task.nu=0", "(0.0, inf)"), ("neuraltalk2", "task.max_words=0", "[1, inf)"),
+    ("l2c", "task.aux_every=0", "[1, inf)"), ("l2c", "task.tv_weight=-1", "[0.0, inf)"),
+    ("rmac", "task.whiten_images=0", "[1, inf)"), ("rmac", "task.whiten_eps=-1", "[0.0, inf)"),
+])
+def test_the_tasks_settings_are_range_checked_by_name(model, setting, interval):
+    """task.vocab_threshold=-3 (and the other task settings) were accepted and trained with."""
+    key, value = setting.split("=")
+    with pytest.raises(VLToolsError, match=rf"^--set {key}={value}: {key} must be in {re.escape(interval)}, not "):
+        build_config(config_defaults(model), None, [setting])
 
 
 def test_bad_yaml_files(tmp_path):

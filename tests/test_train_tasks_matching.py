@@ -73,7 +73,7 @@ def test_val_captions_keeps_the_first_n_captions_and_their_images(world):
     assert task.val.image_ids == full.val.image_ids[:2]
     assert task.val.caption_image_index.tolist() == [0, 0, 0, 0, 0, 1, 1]
     assert len(task.val_tokens) == 7 and task.inputs["val_captions"] == 7
-    with pytest.raises(VLToolsError, match="task.val_captions must be 0"):
+    with pytest.raises(VLToolsError, match=r"task.val_captions must be in \[0, inf\), not -1"):
         task_for(world, "task.val_captions=-1")
 
 

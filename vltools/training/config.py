@@ -192,6 +192,16 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
     "seed": (0, True, MAX_SEED, True),
+    # the tasks' settings: counts of words, captions, images and steps, and the losses' weights
+    "vocab_threshold": (0, True, None, False), "min_count": (0, True, None, False),
+    "max_words": (1, True, None, False), "val_captions": (0, True, None, False), "val_images": (0, True, None, False),
+    "val_queries": (1, True, None, False), "negatives": (1, True, None, False), "nu": (0.0, False, None, False),
+    "gen_weight": (0.0, True, None, False), "tv_weight": (0.0, True, None, False),
+    "aux_batch_size": (1, True, None, False), "aux_every": (1, True, None, False), "val_beam": (1, True, None, False),
+    "val_max_len": (1, True, None, False), "mine_every": (1, True, None, False), "queries": (1, True, None, False),
+    "relevant": (1, True, None, False), "pool": (1, True, None, False), "per_pair": (1, True, None, False),
+    "whiten_images": (1, True, None, False), "whiten_eps": (0.0, True, None, False),
+    "image_size": (1, True, None, False), "embed_batch": (1, True, None, False),
 }
 
 

@@ -81,9 +81,6 @@ class MatchingTask:
                  train: CaptionSplit, val: CaptionSplit, vocab: Vocabulary) -> None:
         self.model_name, self.options, self.vocab = model_name, config["task"], vocab
         check_choice("task.negatives", self.options["negatives"], NEGATIVES)
-        if self.options["val_captions"] < 0:
-            raise VLToolsError(f"task.val_captions must be 0 (all) or a number of captions, not "
-                               f"{self.options['val_captions']}")
         if self.options["val_captions"]:
             val = val.head(self.options["val_captions"])
         self.features, self.val = features, val
