@@ -734,11 +734,11 @@ def test_convert_imports_the_released_checkpoints(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda p: vltools.convert("precomp", p / "d", features=p / "f.h5"),
-     "split must be a split name (a non-empty string of printable characters), not None"),
+     "split must be a split name (a non-empty string of printable characters, without a slash), not None"),
     (lambda p: vltools.convert("webdataset", [p / "s.tar"], split=""),
-     "split must be a split name (a non-empty string of printable characters), not ''"),
+     "split must be a split name (a non-empty string of printable characters, without a slash), not ''"),
     (lambda p: vltools.convert("cub", p / "text_c10", split_files={"te\x1bst": p / "a.txt"}),
-     r"split_files must be a split name (a non-empty string of printable characters), not 'te\x1bst'"),
+     r"split_files must be a split name (a non-empty string of printable characters, without a slash), not 'te\x1bst'"),
     (lambda p: vltools.convert("to-precomp", p / "f.h5", p / "out", split="test"),
      "captions must be a file path or records (a non-empty list of dicts) in memory, not None"),
     (lambda p: vltools.convert("sgraf-checkpoint", p / "m.pth", p / "m.pt", trust=True),

@@ -110,9 +110,10 @@ def test_split_names_are_non_empty_and_printable():
     """A split is written as given into records and file names: '' and one holding ESC or a newline were."""
     assert checks.split("test", "split") == "test" and checks.split(None, "split", optional=True) is None
     assert checks.splits(["train", "restval"], "only_splits") == ("train", "restval")
-    for value in ("", "\x1b[31mtest", "te\nst", "val\t", None, 3):
+    # a split holding a path made convert to-precomp write {split}_ims.npy into another folder
+    for value in ("", "\x1b[31mtest", "te\nst", "val\t", None, 3, "../test", "a/b", "a\\b", ".", ".."):
         with pytest.raises(ArgumentError, match=r"^split must be a split name \(a non-empty string of printable "
-                                                r"characters\), not "):
+                                                r"characters, without a slash\), not "):
             checks.split(value, "split")
     with pytest.raises(ArgumentError, match="^only_splits must be a split name"):
         checks.splits(["train", ""], "only_splits")

@@ -188,14 +188,16 @@ def integers(value: object, name: str, low: int | None = None, empty: bool = Tru
 
 
 def split(value: object, name: str, optional: bool = False) -> str | None:
-    """`value` when it names a split: a non-empty string of printable characters (or None, when `optional`). A
-    split is written as given into records, file names ({split}_ims.npy) and messages: an empty one names nothing,
-    and one holding ESC, a newline or another control character is a name no one can see or type back."""
+    """`value` when it names a split: a non-empty string of printable characters without a slash, not `.` or `..`
+    (or None, when `optional`). A split is written as given into records, file names ({split}_ims.npy) and
+    messages: an empty one names nothing, one holding ESC, a newline or another control character is a name no one
+    can see or type back, and one holding a path (`../x`) would write into another folder."""
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ArgumentError(name, f"must be a split name (a non-empty string of printable characters"
-                                  f"{', or None' if optional else ''}), not {shown(value)}")
+    if (not isinstance(value, str) or not value or not value.isprintable() or "/" in value or "\\" in value
+            or value in (".", "..")):
+        raise ArgumentError(name, f"must be a split name (a non-empty string of printable characters, without a "
+                                  f"slash{', or None' if optional else ''}), not {shown(value)}")
     return value
 
 
