@@ -93,3 +93,16 @@ def test_stage_writes_file_and_warns_once_offline(tmp_path, vltools_cmd):
         assert len(result.stderr.decode().strip().splitlines()) == 1
         auto = vltools_cmd("concepts", captions, "-o", out)
         assert auto.returncode == 0 and auto.stderr.decode().count("stop-word filter") == 1
+
+
+def test_captions_without_a_concept_word_are_refused_and_write_nothing(tmp_path, vltools_cmd):
+    """Captions of function words alone gave an empty vocabulary and exit status 0."""
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text('{"image_id": "i0", "caption": "a the of", "split": "train"}\n'
+                        '{"image_id": "i1", "caption": "and the", "split": "train"}\n')
+    out = tmp_path / "concepts.json"
+    result = vltools_cmd("concepts", captions, "--tagger", "stopwords", "-o", out)
+    assert result.returncode == 1 and not out.exists()
+    assert result.stderr.decode().splitlines() == [
+        f"vltools: error: {captions}: no concept word (noun, verb, adjective or number) in the 2 train captions "
+        f"(tagger {FALLBACK_TAGGER}); give the captions of another --split"]

@@ -95,6 +95,18 @@ def test_empty_training_split(tmp_path, capsys):
     assert "training split" in err and not (tmp_path / "p.h5").exists()
 
 
+def test_a_split_whose_every_image_is_relevant_to_every_other_gives_no_triplet_and_is_refused(tmp_path, capsys):
+    """Each of the 3 validation images has the 2 others as neighbours: no irrelevant image, 0 triplets, exit 0."""
+    captions = tmp_path / "caps.jsonl"
+    write_captions(captions, n=23)
+    run("tfidf-proxy", str(captions), "--k", "2", "-o", str(tmp_path / "proxy.h5"))
+    err = fails(capsys, "mine-triplets", str(tmp_path / "proxy.h5"), "--split", "val", "-o", str(tmp_path / "t.jsonl"))
+    assert err.splitlines() == [
+        f"vltools: error: {tmp_path / 'proxy.h5'}: no triplet in split 'val': every pooled image is relevant to its "
+        "query (3 images); give a larger --pool or split, or rebuild the proxy with fewer neighbours"]
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 def test_embeddings_of_other_images(tmp_path, capsys):
     from vltools.io.embeddings import write_embeddings
 

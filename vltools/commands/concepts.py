@@ -6,6 +6,7 @@ import click
 
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import SPLIT, Integer, primary_output
+from vltools.errors import VLToolsError
 from vltools.io.progress import log
 from vltools.text.concepts import TAGGERS, ConceptVocabulary, resolve_tagger
 
@@ -35,6 +36,9 @@ def command(captions: str, output: str | None, k: int, split: str | None, tagger
     info = {"provenance": provenance(captions=str(captions), split=chosen.name,
                                      captions_digest=ids_digest(chosen.caption_ids))}
     vocabulary = ConceptVocabulary.build(chosen.captions, k=k, tagger=used, info=info)
+    if len(vocabulary) == 0:
+        raise VLToolsError(f"{captions}: no concept word (noun, verb, adjective or number) in the {len(chosen)} "
+                           f"{chosen.name or 'all'} captions (tagger {used}); give the captions of another --split")
     with text_output(output) as stream:
         vocabulary.save(stream)
     log.info("concepts: %d concepts from %d %s captions (tagger %s)%s", len(vocabulary), len(chosen),

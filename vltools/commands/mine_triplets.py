@@ -67,6 +67,10 @@ def command(proxy_path: str, embeddings: str | None, output: str | None, split: 
         triplets = mine_round(proxy.neighbors, rows, options, seed, embed)
     except ValueError as exc:
         raise VLToolsError(f"{proxy_path}: {exc} in split {split!r}; rebuild the proxy with a larger split") from None
+    if len(triplets) == 0:
+        raise VLToolsError(f"{proxy_path}: no triplet in split {split!r}: every pooled image is relevant to its "
+                           f"query ({len(rows)} images); give a larger --pool or split, or rebuild the proxy with "
+                           "fewer neighbours")
     ids = proxy.ids
     count = write_records(output, ({"query": ids[q], "positive": ids[p], "negative": ids[n]} for q, p, n in triplets))
     log.info("mine-triplets: %d triplets (%s)", count, "hardest under the embeddings" if embed else "random")
