@@ -222,6 +222,31 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert run_vltools("report", str(tmp_path / "out")).returncode == 2  # nothing to show: a usage error
 
 
+def test_a_figure_that_is_not_an_image_is_refused(sgraf, tmp_path):
+    """report --figure captions.jsonl copied the JSONL into the report as a figure."""
+    root, world, _ = sgraf
+    message = run_fails("report", tmp_path / "out", "--rankings", root / "rankings.jsonl", "--figure",
+                        world / "captions.jsonl")
+    assert message == (f"vltools: error: {world / 'captions.jsonl'}: --figure must be a PNG or JPEG image, but this "
+                       "is JSON text; a figure is shown as an image (e.g. score semantic --plot FILE.png)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_images_that_are_none_of_the_rankings_images_are_named_in_a_warning(sgraf, tmp_path):
+    """--images of other images drew 0 thumbnails without a word."""
+    root, world, _ = sgraf
+    other = tmp_path / "other"
+    other.mkdir()
+    for n, image in enumerate(sorted((world / "images").glob("*.png"))[:3]):
+        shutil.copyfile(image, other / f"elsewhere{n}.png")
+    result = run("report", tmp_path / "out", "--rankings", root / "rankings.jsonl", "--images", other,
+                 "--sample", "2")
+    assert (f"report: none of the 3 images of {other} is shown by the report's cards, so it has no thumbnail; "
+            "give the images the rankings and captions are of") in result.stderr.decode()
+    assert "none of the" not in run("report", tmp_path / "good", "--rankings", root / "rankings.jsonl", "--images",
+                                    world / "images.jsonl", "--sample", "2").stderr.decode()
+
+
 @pytest.fixture(scope="module")
 def every_kind(tmp_path_factory):
     """A report with one section of each other kind: i2i (proxy relevance, a heatmap), captions, pair descriptions."""

@@ -32,7 +32,7 @@ FOUND = {"hdf5": "HDF5", "checkpoint": "a torch checkpoint", "npy": "a NumPy .np
 TAKES = {"hdf5": ({"hdf5"}, "HDF5"), "checkpoint": ({"checkpoint"}, "a torch checkpoint"),
          "npy": ({"npy"}, "a NumPy .npy array"), "jsonl": ({"json", "empty"}, "JSON lines"),
          "json": ({"json"}, "JSON"), "lines": ({"text", "json", "empty"}, "text, one item a line"),
-         "folder": ({"folder"}, "a folder"),
+         "folder": ({"folder"}, "a folder"), "image": ({"image"}, "a PNG or JPEG image"),
          "images": ({"folder", "image", "text", "json", "binary"},
                     "images (a folder, image files, a tar, a text list or an images JSONL)")}
 LINE_KINDS = ("jsonl", "lines")   # what a stage reads a line at a time: from a pipe too, typed at a terminal too

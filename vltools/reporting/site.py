@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from vltools.errors import ArgumentError, VLToolsError, argument
+from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
 from vltools.io.numbers import dumps
 from vltools.io.output import written_folder
 from vltools.io.progress import log
@@ -148,6 +149,8 @@ def build_report(out: str | os.PathLike, inputs: ReportInputs, queries: str | No
     if not (given.rankings or given.generated or given.scores or given.logs or given.figures):
         raise ArgumentError("rankings", f"or {argument('generated')}, {argument('scores')}, {argument('logs')} or "
                                         f"{argument('figures')} must be given: nothing to show")
+    refuse_wrong_kinds([Placed(str(path), argument("figures"), ("image",), sniff(path)) for path in given.figures],
+                       "a figure is shown as an image (e.g. score semantic --plot FILE.png)")
     wanted = parse_queries(queries)
     refs = read_references(given.captions, given.pairs)
     taken: set[str] = set()
@@ -168,6 +171,9 @@ def build_report(out: str | os.PathLike, inputs: ReportInputs, queries: str | No
                     [file_summary(path) for path in files if Path(path).is_file()], provenance())
     boxes = read_boxes(given.boxes, [item.image_id for item in items], max_boxes) if given.boxes else None
     counts = write_report(out, header, sections, items, thumb_size, page_size, force, boxes)
+    if items and any(section.cards for section in sections) and not counts["thumbnails"] + counts["broken"]:
+        log.warning("report: none of the %d images of %s is shown by the report's cards, so it has no thumbnail; "
+                    "give the images the rankings and captions are of", len(items), ", ".join(map(str, given.images)))
     log.info("wrote %s/index.html: %d sections, %d cards, %d thumbnails%s", out, len(sections), counts["cards"],
              counts["thumbnails"], f", {counts['broken']} images unreadable" if counts["broken"] else "")
     return counts
