@@ -77,3 +77,13 @@ def test_an_index_is_kept_only_where_it_searches_embeddings(world, tmp_path):
         check_index("sims", "Flat")
     with pytest.raises(VLToolsError, match="cross-attention"):
         stage_match(features, captions, [sgr], index="Flat")
+
+
+def test_an_embeddings_file_after_features_says_what_each_input_takes(tmp_path):
+    """It was read as captions and called 'not UTF-8 text'."""
+    features, _ = make_world(tmp_path)
+    write_embeddings(tmp_path / "emb.h5", ["a#0"], [np.ones((1, 2), np.float32)], {"side": "captions"})
+    with pytest.raises(VLToolsError, match=rf"^{tmp_path}/emb.h5: an HDF5 embeddings file, but after the features "
+                                           rf"{features} match takes captions JSON lines \(scored by model\); to "
+                                           "match embeddings, give image embeddings first"):
+        match_features(features, tmp_path / "emb.h5", [])

@@ -67,3 +67,23 @@ def test_inspect_of_a_jsonl_nested_too_deep_is_one_line(tmp_path, capsys, record
     err = capsys.readouterr().err
     assert exit_info.value.code == 1 and err.count("\n") == 1
     assert err.startswith(f"vltools: error: {tmp_path / 'deep.jsonl'}: line 1: malformed JSON (nested deeper than")
+
+
+@pytest.mark.parametrize(("text", "problem", "column"), [
+    ('{"caption": "bad \\ud800 text"}', r"a lone surrogate \\ud800 that UTF-8 cannot hold", 18),
+    ('["ok", "\\udc00"]', r"a lone surrogate \\udc00 that UTF-8 cannot hold", 9),
+    ('{"box": [1, 2, 3, ' + "9" * 4000 + "]}", r"an integer over 1\.8e308 that no float holds", 19),
+    ('{"split": "train", "caption": "x", "split": "test"}', "a duplicate key 'split' in one object", 36),
+    ('[{"a": {"b": 1, "b": 2}}]', "a duplicate key 'b' in one object", 17),
+])
+def test_what_no_reader_could_use_is_a_decode_error_at_its_column(text, problem, column):
+    """A lone surrogate was read, then failed in the tokenizer or the JSON lines writer (UnicodeEncodeError); a
+    4,000-digit box coordinate was an OverflowError in the records reader; a key twice took its last value."""
+    with pytest.raises(json.JSONDecodeError, match=f"^{problem}: line 1 column {column} "):
+        parse_json(text)
+
+
+def test_what_looks_like_those_but_is_not_is_read():
+    assert parse_json('["\\ud83d\\ude00", "\\\\ud800", {"a": 1}, {"a": 2}]') == ["\U0001F600", "\\ud800", {"a": 1},
+                                                                               {"a": 2}]
+    assert parse_json("[" + "9" * 308 + ", 1e999]") == [int("9" * 308), float("inf")]

@@ -1,3 +1,5 @@
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -229,3 +231,51 @@ def test_rows_are_stored_as_the_file_stores_them_without_copying_what_is_stored_
         stored_features("x", ["a", "b"], {"regions": np.array([[1.0], [1e6]])}, np.dtype("float16"))
     with pytest.raises(ValueError, match="^regions has 2 rows for 3 ids$"):
         stored_features("x", ["a", "b", "c"], {"regions": regions}, np.dtype("float32"))
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("regions", np.zeros((2, 5), np.float32), "/regions is float32 of shape (2, 5), not the 3-d floats "
+                                              "(images x regions x dims)"),
+    ("regions", np.zeros((2, 3, 5, 1), np.float32), "/regions is float32 of shape (2, 3, 5, 1), not the 3-d floats"),
+    ("boxes", np.zeros((2, 3, 5), np.float32), r"/boxes is float32 of shape (2, 3, 5), not the 3-d floats "
+                                               "(images x regions x 4)"),
+    ("num_regions", np.ones((2, 1), np.int32), "/num_regions is int32 of shape (2, 1), not the 1-d integers (images)"),
+    ("image_size", np.ones((2, 2), np.float32), "/image_size is float32 of shape (2, 2), not the 2-d integers"),
+])
+def test_a_dataset_of_another_rank_or_kind_is_refused_on_opening_in_a_file_and_in_memory(tmp_path, name, value,
+                                                                                          shown):
+    """A 1-d or 4-d /regions with its ids' checksum intact gave "not enough values to unpack" in match and encode."""
+    arrays = {"regions": np.zeros((2, 3, 5), np.float32), name: value}
+    path = tmp_path / "f.h5"
+    with FeaturesWriter(path, {}, "float32") as writer:
+        writer.add(["a", "b"], regions=arrays["regions"])
+    with h5py.File(path, "a") as handle:      # as a hand-made file may hold it: the writer casts to its dtype
+        if name in handle:
+            del handle[name]
+        handle[name] = value
+    message = f"{path}: {shown}"
+    with pytest.raises(VLToolsError, match=f"^{re.escape(message)}"):
+        FeaturesReader(path)
+    with pytest.raises(VLToolsError, match=re.escape(shown)):
+        describe(path)
+    held = FeaturesInMemory("first (in memory)", {"ids": np.array(["a", "b"], dtype=object), **arrays}, {})
+    with pytest.raises(VLToolsError, match=f"^first \\(in memory\\): {re.escape(shown)}"):
+        FeaturesReader(held)
+
+
+@pytest.mark.parametrize("count", [-1, 4, 10 ** 9])
+def test_a_count_of_regions_outside_the_rows_is_refused_naming_its_image(tmp_path, count):
+    counts = np.array([3, count, 2], np.int32)
+    path = tmp_path / "f.h5"
+    with FeaturesWriter(path, {}, "float32") as writer:
+        writer.add(["img0", "img1", "img2"], regions=np.ones((3, 3, 5), np.float32), num_regions=counts)
+    shown = f"image id 'img1': /num_regions is {count}, outside 0..3 (the region rows of each image); rerun"
+    with pytest.raises(VLToolsError, match=f"^{re.escape(f'{path}: {shown}')}"):
+        FeaturesReader(path)
+    with pytest.raises(VLToolsError, match=re.escape(shown)):
+        describe(path)
+    with pytest.raises(VLToolsError, match=f"^first \\(in memory\\): {re.escape(shown)}"):
+        FeaturesReader(held_example(n=3, num_regions=counts))
+    counts[1] = 0
+    with FeaturesReader(held_example(n=3, num_regions=counts)) as reader:
+        assert reader.read(["img1"])["num_regions"].tolist() == [0]

@@ -102,3 +102,12 @@ def test_a_given_dumps_makes_each_line():
     stream = io.StringIO()
     write_json_lines(stream, [{"loss": 0.1 + 0.2}], dumps=lambda value: json.dumps(value, sort_keys=True).upper())
     assert stream.getvalue() == '{"LOSS": 0.30000000000000004}\n'
+
+
+def test_an_hdf5_file_is_called_hdf5_not_text_that_is_not_utf8(tmp_path):
+    path = tmp_path / "emb.h5"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)))
+    for read in (lambda: list(iter_lines(path)), lambda: list(iter_json_lines(path, "fix it")),
+                 lambda: read_records(path, "captions")):
+        with pytest.raises(VLToolsError, match=rf"^{path}: HDF5, not JSON lines; give the JSON lines file here"):
+            read()

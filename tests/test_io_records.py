@@ -175,10 +175,8 @@ def test_an_id_file_name_too_long_for_a_file_system_is_cut_and_hashed(tmp_path):
 @pytest.mark.parametrize(("kind", "name", "value", "problem"), [
     ("captions", "caption_id", "cap\u202egpj.exe", "holds the bidirectional control U+202E"),
     ("captions", "image_id", "\u2067img", "holds the bidirectional control U+2067"),
-    ("rankings", "ids", ["a#0", "b\udcff"], "is not UTF-8"),
 ])
-def test_a_bidirectional_control_or_a_name_that_is_not_utf8_in_an_id_is_refused(tmp_path, kind, name, value,
-                                                                                 problem):
+def test_a_bidirectional_control_in_an_id_is_refused(tmp_path, kind, name, value, problem):
     path = tmp_path / "bad.jsonl"
     write_lines(path, [json.dumps(GOOD[kind]), json.dumps({**GOOD[kind], "caption_id": "z", name: value})])
     with pytest.raises(VLToolsError, match=rf"bad.jsonl: line 2: field '{name}' {re.escape(problem)}; ids name"):
@@ -191,3 +189,16 @@ def test_rankings_records_drop_missing_results():
     (record,) = ranking_records(["q"], ["a", "b", "c"], values, indices, "i2t")
     assert record == {"query": "q", "direction": "i2t", "ids": ["c", "a"], "scores": [pytest.approx(0.9),
                                                                                      pytest.approx(0.5)]}
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ('{"image_id": "a", "caption": "x \\ud800"}', r"a lone surrogate \\ud800 that UTF-8 cannot hold at column 33"),
+    ('{"image_id": "a\\udcff", "caption": "x"}', r"a lone surrogate \\udcff"),    # a name that was not UTF-8
+    ('{"image_id": "a", "caption": "x", "box": [1, 2, 3, ' + "9" * 4000 + "]}", "an integer over 1.8e308"),
+    ('{"image_id": "a", "caption": "x", "split": "train", "split": "test"}', "a duplicate key 'split'"),
+])
+def test_a_line_no_writer_could_write_back_is_refused_naming_file_and_line(tmp_path, line, problem):
+    path = tmp_path / "regions.jsonl"
+    path.write_text('{"image_id": "a", "caption": "y", "box": [1, 2, 3, 4]}\n' + line + "\n")
+    with pytest.raises(VLToolsError, match=f"^{re.escape(str(path))}: line 2: malformed JSON \\({problem}"):
+        read_records(path, "regions")

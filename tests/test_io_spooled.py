@@ -14,6 +14,7 @@ from vltools.errors import ArgumentError, VLToolsError
 from vltools.io.embeddings import read_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.held import Embeddings, FeaturesInMemory
+from vltools.io.records import read_records
 from vltools.io.spooled import spooled
 
 RECORDS = [{"image_id": "1", "caption": "a dog"}, {"image_id": 2, "caption": "två katter"}]
@@ -117,3 +118,11 @@ def test_embeddings_are_written_as_the_file_they_were_read_from(tmp_path):
     np.testing.assert_array_equal(back.vectors, vectors)
     assert (back.ids, back.side, back.caption_image_ids) == (given.ids, "captions", given.caption_image_ids)
     assert (back.attrs["model"], back.attrs["checkpoint_digest"]) == ("vse", "d1")
+
+
+def test_every_line_an_error_names_is_the_argument_s_record():
+    """'second[8]: duplicate caption_id 'c7' (first on line 8)' named the first at second[7] by its line."""
+    records = [{"image_id": "a", "caption": "x", "caption_id": f"c{i}"} for i in range(8)]
+    with pytest.raises(VLToolsError, match=r"^second\[8\]: duplicate caption_id 'c7' \(first at second\[7\]\); ids"):
+        with spooled({"second": [*records, records[7]]}) as given:
+            read_records(given["second"], "captions")

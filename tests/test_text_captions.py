@@ -56,3 +56,9 @@ def test_bad_settings():
         CaptionPreprocessing(tokenizer="spacy")
     with pytest.raises(VLToolsError, match="min_count"):
         CaptionPreprocessing(min_count=0)
+
+
+def test_a_huge_caption_is_cut_before_it_is_tokenised():
+    """A 20 MB caption was tokenised whole, which NLTK's sentence splitter ended in a regular-expression time-out."""
+    assert CaptionPreprocessing("treebank", max_words=5).words("a red cube. " * 2_000_000) == \
+        ["a", "red", "cube", ".", "a"]

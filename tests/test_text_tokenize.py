@@ -9,7 +9,15 @@ import pytest
 from nltk.tokenize import NLTKWordTokenizer
 
 from vltools.errors import VLToolsError
-from vltools.text.tokenize import PUNKT_NAME, RULE_NAME, _punkt, tokenize, tokenizer_name
+from vltools.text.tokenize import (
+    PUNKT_NAME,
+    RULE_NAME,
+    _punkt,
+    karpathy_tokenize,
+    leading_words,
+    tokenize,
+    tokenizer_name,
+)
 
 # real captions with a period inside, already tokenised by the precomp release (periods split off)
 LINES = (Path(__file__).parent / "data/tokenize/multi_sentence_caps.txt").read_text(encoding="utf-8").splitlines()
@@ -64,3 +72,12 @@ def test_rule_agrees_with_word_tokenize_on_the_real_captions():
 
     for line in LINES:
         assert tokenize(raw(line), splitter="rule") == word_tokenize(raw(line).lower())
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 6, 12])
+def test_the_leading_words_of_a_caption_give_its_first_tokens(tokens):
+    for line in LINES:
+        for text in (raw(line), line):
+            for tokenizer in (tokenize, karpathy_tokenize):
+                assert tokenizer(leading_words(text, tokens))[:tokens] == tokenizer(text)[:tokens]
+    assert leading_words("a  b\nc", 1) == "a  b\nc" and leading_words("a b c d e", 1) == "a b c"

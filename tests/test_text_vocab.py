@@ -149,3 +149,11 @@ def test_coverage_report_is_one_info_line_and_a_warning_above_5_percent(monkeypa
     Coverage(20, Counter(unknown)).report("sgr.pt")
     assert lines["info"] == [f"caption words outside the vocabulary of sgr.pt: {info}"]
     assert lines["warning"] == ([warning] if warning else [])
+
+
+def test_a_huge_caption_is_cut_before_it_is_tokenised():
+    """A 20 MB caption was tokenised whole, which NLTK's sentence splitter ended in a regular-expression time-out."""
+    vocab = Vocabulary.build(["a red cube"], threshold=1)
+    huge = "a red cube. " * 2_000_000
+    assert len(vocab.encode(huge)) == MAX_CAPTION_TOKENS + 2
+    assert vocab.encode(huge, 4) == vocab.encode("a red cube. a", 4) == [1, 4, 5, 6, 3, 2]

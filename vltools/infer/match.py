@@ -139,6 +139,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                            "model that proposes candidates")
     if rerank_k is not None and full:
         raise VLToolsError("--sims needs every pair scored, which --rerank avoids; drop one of them")
+    if (kind := hdf5_kind(captions)) is not None:
+        found = "an HDF5 file" if kind == "hdf5" else f"an HDF5 {kind} file"
+        raise VLToolsError(f"{captions}: {found}, but after the features {features} match takes captions JSON lines "
+                           f"(scored by {argument('model')}); to match embeddings, give image embeddings first "
+                           f"(vltools encode {features} --model MODEL -o IMG_EMB.h5)")
     with FeaturesReader(features) as reader, contextlib.ExitStack() as stack:
         # the header against every model first: a wrong region count or width is reported in seconds
         check_features(reader, [*models, *([first_stage] if rerank_k is not None else [])])

@@ -26,6 +26,10 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_LONG_DIGITS = re.compile(r"[0-9]{309,}")     # an integer this long may be beyond a float's range (1.8e308)
+_HIGH, _LOW = r"\\u[dD][89abAB][0-9a-fA-F]{2}", r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_LONE_ESCAPE = re.compile(rf"{_HIGH}(?!{_LOW})|(?<!{_HIGH}){_LOW}")    # a surrogate escape not in a pair
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _too_deep(text: str) -> int | None:
@@ -45,22 +49,75 @@ def _too_deep(text: str) -> int | None:
     return match.start()
 
 
+class _DuplicateKey(Exception):
+    """A key found twice in one JSON object (`_unique`), raised to `parse_json`, which says where."""
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """The object of `pairs`; a key given twice (which json would resolve silently to its last value) is refused."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return value
+
+
+def _float_sized(digits: str) -> int:
+    """The integer `digits` spell, refused (OverflowError) beyond the range of a float, which every number vltools
+    reads is compared or computed as (a 4,000-digit box coordinate)."""
+    value = int(digits)
+    float(value)
+    return value
+
+
+def _has_surrogate(value: object) -> bool:
+    """Whether a decoded JSON value holds a string (or key) with a lone surrogate."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_has_surrogate(key) or _has_surrogate(item) for key, item in value.items())
+    return isinstance(value, list) and any(map(_has_surrogate, value))
+
+
+def _decoded(text: str) -> object:
+    """`json.loads(text)` with duplicate keys refused and, where the text has so many digits in a row, integers
+    beyond a float's range (`_float_sized`); the hook is given only then, as it slows every integer."""
+    return json.loads(text, object_pairs_hook=_unique,
+                      parse_int=_float_sized if _LONG_DIGITS.search(text) else None)
+
+
 def parse_json(text: str) -> object:
     """`json.loads(text)`, where every way the text can fail is a json.JSONDecodeError (its message, line and column
     are what callers name): malformed, nested deeper than MAX_JSON_DEPTH (which Python's parser would meet as a
-    RecursionError), or a number of more digits than Python converts (a ValueError)."""
+    RecursionError), a number of more digits than Python converts (a ValueError) or beyond a float's range, a key
+    twice in one object, or a string with a lone surrogate (`\\ud800`: no UTF-8 writer can write it, so the stage
+    that reads it would fail at its output or in a tokenizer)."""
     deep = _too_deep(text)
     if deep is not None:
         raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects", text, deep)
     try:
-        return json.loads(text)
+        value = _decoded(text)
     except json.JSONDecodeError:
         raise
+    except _DuplicateKey as exc:
+        key = exc.args[0]
+        places = [found.start() for found in re.finditer(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:",
+                                                           text)]
+        raise json.JSONDecodeError(f"a duplicate key {key!r} in one object", text,
+                                   places[1] if len(places) > 1 else 0) from None
+    except OverflowError:
+        number = _LONG_DIGITS.search(text)
+        raise json.JSONDecodeError("an integer over 1.8e308 that no float holds", text,
+                                   number.start() if number else 0) from None
     except ValueError:    # "Exceeds the limit (4300 digits) for integer string conversion"
         digits = sys.get_int_max_str_digits()
         number = re.search(f"[0-9]{{{digits + 1},}}", text)
         raise json.JSONDecodeError(f"a number of more than {digits} digits", text,
                                    number.start() if number else 0) from None
+    lone = _LONE_ESCAPE.search(text) if "\\u" in text else None
+    if lone is not None and _has_surrogate(value):
+        raise json.JSONDecodeError(f"a lone surrogate {lone.group()} that UTF-8 cannot hold", text, lone.start())
+    return value
 
 
 def text_lines(stream: BinaryIO, path: object, cut_ends: bool = False) -> Iterator[tuple[int, str]]:

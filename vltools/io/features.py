@@ -32,6 +32,12 @@ BOTTOM_UP = "bottom-up"  # the extractor of the bottom-up-attention features (An
 # the kind of each attribute the readers rely on, checked when the file is opened (the rest are only shown)
 ATTRIBUTE_KINDS = {IDS_CHECKSUM: TEXT, "dtype": TEXT, "stride": INTEGER, "parts": TEXT, "extractor": TEXT,
                    "backbone": TEXT, "weights": TEXT, "regions": TEXT, "global": TEXT}
+# the axes of each dataset (a number: a fixed width), checked with the kind of its numbers when a file is opened, so
+# that a dataset of another rank is one line naming it, never "not enough values to unpack" deep in a stage
+AXES = {"regions": ("images", "regions", "dims"), "boxes": ("images", "regions", 4), "num_regions": ("images",),
+        "image_size": ("images", 2), "global": ("images", "dims"), "featmap": ("images", "channels", "height", "width"),
+        "mask": ("images", "height", "width"), "labels": ("images", "regions"), "label_scores": ("images", "regions"),
+        "attributes": ("images", "regions"), "attribute_scores": ("images", "regions")}
 
 
 def field_dtypes(dtype: str) -> dict[str, object]:
@@ -113,12 +119,41 @@ class FeaturesReader:
         if len(self.index) != len(self.ids):
             dup = next(i for i in self.ids if self.ids.count(i) > 1)
             raise VLToolsError(f"{self.path}: duplicate image id {dup!r} in /ids")
-        for name in FIELDS:
-            if name in self.handle and self.handle[name].shape[0] != len(self.ids):
+        for name in self.fields:
+            self._check_layout(name)
+            if self.handle[name].shape[0] != len(self.ids):
                 raise VLToolsError(
                     f"{self.path}: /{name} has {self.handle[name].shape[0]} rows but /ids has {len(self.ids)}; "
                     f"the file is incomplete, {REWRITE}"
                 )
+        self._check_counts()
+
+    def _check_layout(self, name: str) -> None:
+        """Dataset `name` must have the axes `AXES` gives it and numbers of the kind its writer stores (floats or
+        integers): one line naming the dataset otherwise."""
+        dataset = self.handle[name]
+        axes = AXES[name]
+        number = np.dtype(field_dtypes("float32")[name]).kind
+        fits = len(dataset.shape) == len(axes) and all(not isinstance(axis, int) or size == axis
+                                                       for size, axis in zip(dataset.shape, axes, strict=True))
+        if not fits or dataset.dtype.kind not in ("f" if number == "f" else "iu"):
+            wanted = "floats" if number == "f" else "integers"
+            raise VLToolsError(f"{self.path}: /{name} is {dataset.dtype} of shape {tuple(dataset.shape)}, not the "
+                               f"{len(axes)}-d {wanted} ({' x '.join(map(str, axes))}) a features file holds; "
+                               f"{REWRITE}")
+
+    def _check_counts(self) -> None:
+        """Every image's /num_regions must be one of 0..K, K the region rows each image has: a count outside would
+        mask the wrong rows (-1 keeps all but the last) and change its similarities silently."""
+        width = next((self.handle[name].shape[1] for name in ("regions", "boxes") if name in self.handle), None)
+        if "num_regions" not in self.handle or width is None:
+            return
+        counts = read(self.handle["num_regions"])
+        bad = np.flatnonzero((counts < 0) | (counts > width))
+        if len(bad):
+            row = int(bad[0])
+            raise VLToolsError(f"{self.path}: image id {self.ids[row]!r}: /num_regions is {int(counts[row])}, outside "
+                               f"0..{width} (the region rows of each image); {REWRITE}")
 
     @property
     def fields(self) -> list[str]:

@@ -21,6 +21,7 @@ import jsonlines
 
 from vltools.errors import VLToolsError, input_error
 from vltools.io.bounded import parse_json, text_lines
+from vltools.io.kinds import kind_of, peek
 
 
 @contextmanager
@@ -32,6 +33,9 @@ def _opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, str | os.PathLi
     if not Path(path).exists():
         raise VLToolsError(f"{path}: no such file")
     with open(path, "rb") as stream:
+        if kind_of(peek(stream)) == "hdf5":     # its first bytes are not UTF-8: say what it is instead
+            raise VLToolsError(f"{path}: HDF5, not JSON lines; give the JSON lines file here (see the stage's --help "
+                               "for which input takes which file)")
         yield stream, path
 
 

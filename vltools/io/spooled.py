@@ -111,11 +111,16 @@ def _write(path: Path, value: dict | list | tuple, name: str) -> None:
 
 
 def _named(message: str, files: Mapping[str, Path]) -> str:
-    """`message` with each temporary file named by its argument: line N as the record [N - 1]."""
+    """`message` with each temporary file named by its argument: line N as the record [N - 1], and, when it names
+    one of them only, every other line it names too ("(first on line 8)" is "(first at second[7])")."""
+    named = [name for name, path in files.items() if str(path) in message]
     for name, path in files.items():
         message = re.sub(rf"{re.escape(str(path))}: line (\d+)",
                          lambda found, name=name: f"{name}[{int(found.group(1)) - 1}]", message)
         message = message.replace(str(path), f"{name} (in memory)")
+    if len(named) == 1:
+        message = re.sub(r"\b(?:on |at )?line (\d+)", lambda found: f"at {named[0]}[{int(found.group(1)) - 1}]",
+                         message)
     return message
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.text.tokenize import TOKENIZERS
+from vltools.text.tokenize import TOKENIZERS, leading_words
 from vltools.text.vocab import Vocabulary
 
 
@@ -43,7 +43,8 @@ class CaptionPreprocessing:
 
     def words(self, caption: str) -> list[str]:
         """The caption's words after tokenising and the length cut."""
-        return TOKENIZERS[self.tokenizer](caption)[:self.max_words or None]
+        text = leading_words(caption, self.max_words) if self.max_words else caption
+        return TOKENIZERS[self.tokenizer](text)[:self.max_words or None]
 
     def build_vocab(self, captions: Iterable[str]) -> Vocabulary:
         """Words seen at least `min_count` times in `captions` (counted before the length cut)."""

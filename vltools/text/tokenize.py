@@ -99,6 +99,16 @@ def _sentence_splitter(splitter: Splitter):
     return punkt
 
 
+def leading_words(text: str, tokens: int) -> str:
+    """What of `text` gives its first `tokens` tokens by either tokenizer: its first 2 * tokens + 1 white-space
+    separated words (each gives a token or more, and the ones after the cut give the sentence context of the last
+    kept), or all of it. Captions cut to a length are cut to this before they are tokenised, so that a huge caption
+    (20 MB) is not tokenised whole, which NLTK's sentence splitter ends in a regular-expression time-out."""
+    words = 2 * tokens + 1
+    parts = text.split(maxsplit=words)
+    return text if len(parts) <= words else " ".join(parts[:words])
+
+
 def karpathy_tokenize(text: str) -> list[str]:
     """Karpathy's captioning preprocessing (NeuralTalk2 prepro.py): lower case, ASCII punctuation deleted
     (so "dog's" -> "dogs", "black-and-white" -> "blackandwhite"), then split on white space."""

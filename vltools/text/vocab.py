@@ -12,7 +12,7 @@ from pathlib import Path
 from vltools.errors import VLToolsError
 from vltools.io.bounded import parse_json
 from vltools.io.progress import log
-from vltools.text.tokenize import tokenize
+from vltools.text.tokenize import leading_words, tokenize
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
@@ -134,8 +134,8 @@ class Vocabulary:
         """Token ids of a caption wrapped in `<start> ... <end>`, its words (by `tokenizer`) cut to `max_tokens`
         (default: `max_caption_tokens()`); `self.truncated` counts the captions cut, `coverage` (when given) the
         words encoded and those outside the vocabulary."""
-        words = tokenizer(caption)
         limit = max_tokens or max_caption_tokens()
+        words = tokenizer(caption if limit is None else leading_words(caption, limit))
         if limit is not None and len(words) > limit:
             words = words[:limit]
             self.truncated += 1
