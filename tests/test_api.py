@@ -985,3 +985,12 @@ def test_region_and_index_errors_name_python_arguments_not_options(tmp_path):
         with pytest.raises(VLToolsError, match=message) as error:
             call()
         assert "--" not in str(error.value)
+
+
+def test_embeddings_in_memory_with_a_duplicate_id_are_refused_as_files_refuse_them():
+    # once matched: the first image's row ranked under 'a' twice, the third's gone
+    vectors = np.eye(3, dtype=np.float32)
+    images = vltools.Embeddings(["a", "b", "a"], vectors, "images", attrs={"checkpoint_digest": "d"})
+    captions = vltools.Embeddings(["c0", "c1", "c2"], vectors, "captions", ["a", "b", "a"], {"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^first \.ids: duplicate id 'a' \(rows 0 and 2\); ids must be unique$"):
+        vltools.match(images, captions, device="cpu")

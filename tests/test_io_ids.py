@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vltools.io.ids import escaped_id, id_problem
+from vltools.io.ids import escaped_id, id_problem, ids_problem
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -34,3 +34,8 @@ def test_escaped_ids_are_usable_and_show_the_name_they_stand_for():
     assert escaped_id("a\tb\x1b\n\u202ec.jpg") == "a\\tb\\x1b\\n\\u202ec.jpg"
     assert escaped_id("lone\ud800") == "lone\\ud800"
     assert id_problem(escaped_id("a\tb\u202e\udcff")) is None
+
+
+def test_an_id_list_in_memory_names_its_first_duplicate_unless_ids_may_repeat():
+    assert ids_problem(["a", "b", "c", "b", "a"]) == ": duplicate id 'b' (rows 1 and 3); ids must be unique"
+    assert ids_problem(["a", "b", "a"], unique=False) is None and ids_problem(iter(["a", "b"])) is None

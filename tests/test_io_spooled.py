@@ -69,6 +69,11 @@ def test_features_are_written_as_a_features_file_keeping_every_value():
     (Embeddings(["a", "b"], np.zeros((3, 2)), "images"), "first has 3 rows for 2 ids; give one row per id"),
     (Embeddings(["a"], np.zeros(2), "images"),
      "first .vectors must be a 2-d array (one row per id), not of shape (2,)"),
+    # once matched as they came: one row ranked under 'a' twice, the other gone
+    (Embeddings(["a", "b", "a"], np.eye(3), "images"),
+     "first .ids: duplicate id 'a' (rows 0 and 2); ids must be unique"),
+    ({"ids": ["a", "a"], "regions": np.zeros((2, 2, 2))},
+     "first ['ids']: duplicate id 'a' (rows 0 and 1); ids must be unique"),
 ])
 @pytest.mark.parametrize("features_in_memory", [False, True])
 def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value, message, features_in_memory):

@@ -22,6 +22,7 @@ from vltools.errors import ArgumentError, VLToolsError, first_line, shown
 from vltools.io.embeddings import write_embeddings_of
 from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter, stored_features
 from vltools.io.held import Embeddings, FeaturesInMemory, held
+from vltools.io.ids import ids_problem
 from vltools.io.jsonl import json_writer
 from vltools.io.scratch import scratch_folder
 
@@ -41,12 +42,15 @@ def _array(value: object, name: str, what: str) -> np.ndarray:
     return array
 
 
-def _ids(value: object, name: str, what: str, rows: int | None = None) -> list[str]:
-    """`value` as a list of id strings (one per row when `rows` is given), or `name`'s error."""
+def _ids(value: object, name: str, what: str, rows: int | None = None, unique: bool = True) -> list[str]:
+    """`value` as a list of id strings (one per row when `rows` is given; none twice when `unique`: see
+    `ids_problem`), or `name`'s error."""
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
         raise ArgumentError(name, f"{what} must be a list of id strings, not {shown(value)}")
     if rows is not None and rows != len(value):
         raise ArgumentError(name, f"has {rows} rows for {len(value)} ids; give one row per id")
+    if (problem := ids_problem(value, unique)) is not None:
+        raise ArgumentError(name, f"{what}{problem}")
     return list(value)
 
 
@@ -91,7 +95,7 @@ def _write_embeddings(path: Path, value: Embeddings, name: str) -> None:
         raise ArgumentError(name, f".vectors must be a 2-d array (one row per id), not of shape {vectors.shape}")
     _ids(value.ids, name, ".ids", len(vectors))
     if value.caption_image_ids is not None:
-        _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors))
+        _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors), unique=False)
     write_embeddings_of(path, Embeddings(list(value.ids), vectors, value.side, value.caption_image_ids,
                                          value.attrs))
 
