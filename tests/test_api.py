@@ -16,6 +16,7 @@ import click
 import h5py
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from matching_helpers import make_world, save_tiny
 from tiny_captioning import make_caption_world, save_captioner
@@ -994,3 +995,19 @@ def test_embeddings_in_memory_with_a_duplicate_id_are_refused_as_files_refuse_th
     captions = vltools.Embeddings(["c0", "c1", "c2"], vectors, "captions", ["a", "b", "a"], {"checkpoint_digest": "d"})
     with pytest.raises(VLToolsError, match=r"^first \.ids: duplicate id 'a' \(rows 0 and 2\); ids must be unique$"):
         vltools.match(images, captions, device="cpu")
+
+
+def test_embeddings_in_memory_are_checked_where_they_enter_naming_the_argument():
+    vectors = np.eye(3, dtype=np.float32)
+    captions = vltools.Embeddings(["c0", "c1", "c2"], vectors, "captions", ["a", "b", "c"], {"checkpoint_digest": "d"})
+    meta = vltools.Embeddings(["a", "b", "c"], torch.zeros((3, 3), device="meta"), "images")
+    with pytest.raises(VLToolsError, match=r"^first \.vectors is a tensor on the meta device, which holds no values"):
+        vltools.match(meta, captions, device="cpu")
+    escape = vltools.Embeddings(["a", "b\x1b[2J", "c"], vectors, "images", attrs={"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^first \.ids\[1\] 'b\\x1b\[2J' holds the control character '\\x1b'"):
+        vltools.match(escape, captions, device="cpu")
+    images = vltools.Embeddings(np.array(["a", "b", "c"]), vectors, "images", attrs={"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^second \.attrs\['checkpoint_digest'\] must be a string without NUL, "):
+        vltools.match(images, vltools.Embeddings(["c0"], vectors[:1], "captions", ["a"], {"checkpoint_digest": {1}}),
+                      device="cpu")
+    assert vltools.match(images, captions, device="cpu").row_ids == ["a", "b", "c"]

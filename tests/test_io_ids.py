@@ -39,3 +39,11 @@ def test_escaped_ids_are_usable_and_show_the_name_they_stand_for():
 def test_an_id_list_in_memory_names_its_first_duplicate_unless_ids_may_repeat():
     assert ids_problem(["a", "b", "c", "b", "a"]) == ": duplicate id 'b' (rows 1 and 3); ids must be unique"
     assert ids_problem(["a", "b", "a"], unique=False) is None and ids_problem(iter(["a", "b"])) is None
+
+
+def test_an_id_list_in_memory_gets_the_id_rule_of_files_naming_the_row():
+    assert ids_problem(["a", "b\x1b]0;title\x07"]) == \
+        ("[1] 'b\\x1b]0;title\\x07' holds the control character '\\x1b', which an id cannot; ids name files and lines: "
+         "remove it")
+    assert ids_problem(["ok", "nul\0"], unique=False).startswith("[1] 'nul\\x00' holds the control character")
+    assert ids_problem(["x\u2066"]).startswith("[0] 'x\\u2066' holds the bidirectional control U+2066")
