@@ -1011,3 +1011,29 @@ def test_embeddings_in_memory_are_checked_where_they_enter_naming_the_argument()
         vltools.match(images, vltools.Embeddings(["c0"], vectors[:1], "captions", ["a"], {"checkpoint_digest": {1}}),
                       device="cpu")
     assert vltools.match(images, captions, device="cpu").row_ids == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("name", [name for name in vltools.API if name[0].islower()])
+def test_every_function_answers_an_unknown_keyword_with_one_error_naming_it(name, tmp_path):
+    # those without **options once answered with Python's TypeError: search(topk=3)
+    required = {"convert": ("coco", tmp_path / "x.json"), "extract_regions": ([tmp_path], tmp_path / "o.h5")}
+    with pytest.raises(VLToolsError, match=rf"^no_such is not an argument of vltools\.{name}; "):
+        getattr(vltools, name)(*required.get(name, ()), no_such=1)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_misspelt_keyword_is_named_with_the_one_meant():
+    with pytest.raises(VLToolsError, match=r"^topk is not an argument of vltools\.search; did you mean top_k\?$"):
+        vltools.search("q.h5", "index.h5", topk=3)
+    with pytest.raises(VLToolsError, match=r"^tokenised is not an argument of vltools\.score_caption; did you mean "):
+        vltools.score_caption([{"image_id": "a", "caption": "x"}], [{"image_id": "a", "caption": "x"}], tokenised=True)
+    with pytest.raises(VLToolsError, match=r"^batchsize is not an argument of vltools\.encode; did you mean batch_"):
+        vltools.encode("c.jsonl", "m.pt", batchsize=3)
+
+
+def test_train_refuses_standard_output_before_any_work(tmp_path, monkeypatch):
+    # once a file named '-' (with -.last.pt and -.log.jsonl beside it)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VLToolsError, match=r"^output cannot be '-' \(standard output\): train writes a checkpoint "):
+        vltools.train("vse", [{"ids": ["a"], "regions": np.zeros((1, 2, 2))}, "caps.jsonl"], "-")
+    assert not list(tmp_path.iterdir())
