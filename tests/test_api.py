@@ -16,6 +16,7 @@ import click
 import h5py
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from matching_helpers import make_world, save_tiny
 from tiny_captioning import make_caption_world, save_captioner
@@ -985,3 +986,54 @@ def test_region_and_index_errors_name_python_arguments_not_options(tmp_path):
         with pytest.raises(VLToolsError, match=message) as error:
             call()
         assert "--" not in str(error.value)
+
+
+def test_embeddings_in_memory_with_a_duplicate_id_are_refused_as_files_refuse_them():
+    # once matched: the first image's row ranked under 'a' twice, the third's gone
+    vectors = np.eye(3, dtype=np.float32)
+    images = vltools.Embeddings(["a", "b", "a"], vectors, "images", attrs={"checkpoint_digest": "d"})
+    captions = vltools.Embeddings(["c0", "c1", "c2"], vectors, "captions", ["a", "b", "a"], {"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^first \.ids: duplicate id 'a' \(rows 0 and 2\); ids must be unique$"):
+        vltools.match(images, captions, device="cpu")
+
+
+def test_embeddings_in_memory_are_checked_where_they_enter_naming_the_argument():
+    vectors = np.eye(3, dtype=np.float32)
+    captions = vltools.Embeddings(["c0", "c1", "c2"], vectors, "captions", ["a", "b", "c"], {"checkpoint_digest": "d"})
+    meta = vltools.Embeddings(["a", "b", "c"], torch.zeros((3, 3), device="meta"), "images")
+    with pytest.raises(VLToolsError, match=r"^first \.vectors is a tensor on the meta device, which holds no values"):
+        vltools.match(meta, captions, device="cpu")
+    escape = vltools.Embeddings(["a", "b\x1b[2J", "c"], vectors, "images", attrs={"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^first \.ids\[1\] 'b\\x1b\[2J' holds the control character '\\x1b'"):
+        vltools.match(escape, captions, device="cpu")
+    images = vltools.Embeddings(np.array(["a", "b", "c"]), vectors, "images", attrs={"checkpoint_digest": "d"})
+    with pytest.raises(VLToolsError, match=r"^second \.attrs\['checkpoint_digest'\] must be a string without NUL, "):
+        vltools.match(images, vltools.Embeddings(["c0"], vectors[:1], "captions", ["a"], {"checkpoint_digest": {1}}),
+                      device="cpu")
+    assert vltools.match(images, captions, device="cpu").row_ids == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("name", [name for name in vltools.API if name[0].islower()])
+def test_every_function_answers_an_unknown_keyword_with_one_error_naming_it(name, tmp_path):
+    # those without **options once answered with Python's TypeError: search(topk=3)
+    required = {"convert": ("coco", tmp_path / "x.json"), "extract_regions": ([tmp_path], tmp_path / "o.h5")}
+    with pytest.raises(VLToolsError, match=rf"^no_such is not an argument of vltools\.{name}; "):
+        getattr(vltools, name)(*required.get(name, ()), no_such=1)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_misspelt_keyword_is_named_with_the_one_meant():
+    with pytest.raises(VLToolsError, match=r"^topk is not an argument of vltools\.search; did you mean top_k\?$"):
+        vltools.search("q.h5", "index.h5", topk=3)
+    with pytest.raises(VLToolsError, match=r"^tokenised is not an argument of vltools\.score_caption; did you mean "):
+        vltools.score_caption([{"image_id": "a", "caption": "x"}], [{"image_id": "a", "caption": "x"}], tokenised=True)
+    with pytest.raises(VLToolsError, match=r"^batchsize is not an argument of vltools\.encode; did you mean batch_"):
+        vltools.encode("c.jsonl", "m.pt", batchsize=3)
+
+
+def test_train_refuses_standard_output_before_any_work(tmp_path, monkeypatch):
+    # once a file named '-' (with -.last.pt and -.log.jsonl beside it)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VLToolsError, match=r"^output cannot be '-' \(standard output\): train writes a checkpoint "):
+        vltools.train("vse", [{"ids": ["a"], "regions": np.zeros((1, 2, 2))}, "caps.jsonl"], "-")
+    assert not list(tmp_path.iterdir())

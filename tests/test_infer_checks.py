@@ -64,6 +64,16 @@ def test_paths_refuse_descriptors_none_and_dicts():
         checks.paths({"a": 1}, "scores")
 
 
+def test_a_training_output_is_a_file_path_but_not_standard_output():
+    assert checks.training_output(Path("m.pt"), "output") == Path("m.pt")
+    for value in ("-", Path("-")):    # once the checkpoint on standard output, -.last.pt and -.log.jsonl as files
+        with pytest.raises(ArgumentError, match=r"^output cannot be '-' \(standard output\): train writes a checkpoint "
+                                                r"file with OUTPUT\.last\.pt and OUTPUT\.log\.jsonl beside it; "):
+            checks.training_output(value, "output")
+    with pytest.raises(ArgumentError, match=r"^output must be a file path \(str or pathlib.Path\), not None"):
+        checks.training_output(None, "output")
+
+
 def test_choice_flag_and_text():
     assert checks.choice("avg", "global_pool", ("avg", "rmac")) == "avg"
     with pytest.raises(ArgumentError, match="^global_pool must be one of avg, rmac, not 'bogus'$"):

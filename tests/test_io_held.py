@@ -27,6 +27,8 @@ def test_the_kind_of_each_value():
     assert repr(embeddings) == "Embeddings(images, 1 x 3, no model)"
     assert repr(Embeddings(["a", "b"], np.zeros((2, 4)), "captions", attrs={"model": "vse"})) == \
         "Embeddings(captions, 2 x 4, vse)"
+    # quoted by the error refusing them
+    assert repr(Embeddings(["a"], np.zeros((1, 4)), "images", attrs=None)) == "Embeddings(images, 1 x 4, no model)"
 
 
 def test_features_in_memory_are_called_by_their_name_and_hold_their_datasets():

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vltools.io.ids import escaped_id, id_problem
+from vltools.io.ids import escaped_id, id_problem, ids_problem
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -34,3 +34,16 @@ def test_escaped_ids_are_usable_and_show_the_name_they_stand_for():
     assert escaped_id("a\tb\x1b\n\u202ec.jpg") == "a\\tb\\x1b\\n\\u202ec.jpg"
     assert escaped_id("lone\ud800") == "lone\\ud800"
     assert id_problem(escaped_id("a\tb\u202e\udcff")) is None
+
+
+def test_an_id_list_in_memory_names_its_first_duplicate_unless_ids_may_repeat():
+    assert ids_problem(["a", "b", "c", "b", "a"]) == ": duplicate id 'b' (rows 1 and 3); ids must be unique"
+    assert ids_problem(["a", "b", "a"], unique=False) is None and ids_problem(iter(["a", "b"])) is None
+
+
+def test_an_id_list_in_memory_gets_the_id_rule_of_files_naming_the_row():
+    assert ids_problem(["a", "b\x1b]0;title\x07"]) == \
+        ("[1] 'b\\x1b]0;title\\x07' holds the control character '\\x1b', which an id cannot; ids name files and lines: "
+         "remove it")
+    assert ids_problem(["ok", "nul\0"], unique=False).startswith("[1] 'nul\\x00' holds the control character")
+    assert ids_problem(["x\u2066"]).startswith("[0] 'x\\u2066' holds the bidirectional control U+2066")

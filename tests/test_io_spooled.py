@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import vltools.io.spooled as spooled_module
 from vltools.errors import ArgumentError, VLToolsError
@@ -70,6 +71,36 @@ def test_features_are_written_as_a_features_file_keeping_every_value():
     (Embeddings(["a", "b"], np.zeros((3, 2)), "images"), "first has 3 rows for 2 ids; give one row per id"),
     (Embeddings(["a"], np.zeros(2), "images"),
      "first .vectors must be a 2-d array (one row per id), not of shape (2,)"),
+    # once matched as they came: one row ranked under 'a' twice, the other gone
+    (Embeddings(["a", "b", "a"], np.eye(3), "images"),
+     "first .ids: duplicate id 'a' (rows 0 and 2); ids must be unique"),
+    ({"ids": ["a", "a"], "regions": np.zeros((2, 2, 2))},
+     "first ['ids']: duplicate id 'a' (rows 0 and 1); ids must be unique"),
+    # once NotImplementedError "Cannot copy out of meta tensor", from the conversion before the check
+    ({"ids": ["a"], "regions": torch.zeros((1, 2, 2), device="meta")},
+     "first ['regions'] is a tensor on the meta device, which holds no values; give one on the CPU or a GPU"),
+    (Embeddings(["a"], torch.zeros((1, 2), device="meta"), "images"), "first .vectors is a tensor on the meta device"),
+    # ids in memory get the id rule of ids in files: a NUL was h5py's "VLEN strings do not support embedded NULLs",
+    # a newline or a terminal's escape was written into files that inspect, index and search read back
+    ({"ids": ["a", "b\0c"], "regions": np.zeros((2, 2, 2))},
+     "first ['ids'][1] 'b\\x00c' holds the control character '\\x00', which an id cannot; ids name files and lines: "
+     "remove it"),
+    (Embeddings(["a\nb"], np.eye(1), "images"), "first .ids[0] 'a\\nb' holds the control character '\\n', "),
+    (Embeddings(["\x1b]0;title\x07"], np.eye(1), "images"), "first .ids[0] '\\x1b]0;title\\x07' holds the control "),
+    ({"ids": ["cat\u202egpj.exe"], "regions": np.zeros((1, 2, 2))},
+     "first ['ids'][0] 'cat\\u202egpj.exe' holds the bidirectional control U+202E, which an id cannot"),
+    (Embeddings(["c0", "c1"], np.eye(2), "captions", ["i0", "i\t1"]), "first .caption_image_ids[1] 'i\\t1' holds "),
+    # attributes h5py cannot store were its TypeError (or ValueError) with the file half written
+    (Embeddings(["a"], np.eye(1), "images", attrs=[("model", "vse")]),
+     "first .attrs must be a dict of the file's attributes, not [('model', 'vse')]"),
+    (Embeddings(["a"], np.eye(1), "images", attrs={"model": None}),
+     "first .attrs['model'] must be a string without NUL, a number, a bool, or a list or dict of them, as a file's "
+     "attribute is, not None"),
+    (Embeddings(["a"], np.eye(1), "images", attrs={"model": object()}), "first .attrs['model'] must be a string "),
+    (Embeddings(["a"], np.eye(1), "images", attrs={"count": 10**30}), "first .attrs['count'] must be a string "),
+    (Embeddings(["a"], np.eye(1), "images", attrs={"model": "v\0se"}), "first .attrs['model'] must be a string "),
+    (Embeddings(["a"], np.eye(1), "images", attrs={"": 1}), "first .attrs has the key ''; an attribute's name is a "),
+    (Embeddings(["a"], np.eye(1), None), "first .side must be 'images' or 'captions', not None"),
 ])
 @pytest.mark.parametrize("features_in_memory", [False, True])
 def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value, message, features_in_memory):
@@ -126,3 +157,16 @@ def test_every_line_an_error_names_is_the_argument_s_record():
     with pytest.raises(VLToolsError, match=r"^second\[8\]: duplicate caption_id 'c7' \(first at second\[7\]\); ids"):
         with spooled({"second": [*records, records[7]]}) as given:
             read_records(given["second"], "captions")
+
+
+@pytest.mark.parametrize("features_in_memory", [False, True])
+def test_a_numpy_array_of_str_ids_is_taken_as_a_list(features_in_memory):
+    regions = np.zeros((2, 1, 2), dtype=np.float32)
+    with spooled({"first": {"ids": np.array(["a", "b"]), "regions": regions}}, features_in_memory) as files, \
+            FeaturesReader(files["first"]) as reader:
+        assert reader.ids == ["a", "b"] and all(type(item) is str for item in reader.ids)
+    given = Embeddings(np.array(["c0", "c1"]), np.eye(2), "captions", np.array(["i0", "i0"], dtype=object),
+                       {"model": "vse", "dims": np.array([2, 2]), "flag": np.bool_(True), "norm": np.float32(1)})
+    with spooled({"second": given}) as files:
+        back = read_embeddings(files["second"])
+    assert (back.ids, back.caption_image_ids, back.attrs["dims"]) == (["c0", "c1"], ["i0", "i0"], [2, 2])

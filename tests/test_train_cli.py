@@ -75,6 +75,15 @@ def test_out_of_range_options_are_usage_errors(world, tmp_path, capsys, extra):
     assert code == 2 and f"Invalid value for '{extra[0]}'" in err and "Traceback" not in err
 
 
+def test_standard_output_is_no_training_output(world, tmp_path, capsys, monkeypatch):
+    # once the checkpoint went to standard output and -.last.pt, -.log.jsonl to files beside it
+    features, captions = world
+    monkeypatch.chdir(tmp_path)
+    code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o", "-"], capsys)
+    assert code == 2 and "Invalid value for '-o' / '--output': cannot be '-' (standard output)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_output_folder_fails_before_training(world, tmp_path, capsys):
     features, captions = world
     code, err = exit_with(["train", "--model", "vse", str(features), str(captions), "-o",

@@ -18,16 +18,19 @@ memory, with the same checks. What a stage writes the function returns, writing 
 
 Every argument is checked before any work by the same validators as the command line's options
 (`vltools.infer.checks`); errors are `vltools.errors.VLToolsError`, one line naming the argument by its Python
-name (`top_k must be a positive integer, not -1`) or the file and what is wrong in it.
+name (`top_k must be a positive integer, not -1`; `topk is not an argument of vltools.search; did you mean
+top_k?`) or the file and what is wrong in it.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar, cast
 
 from vltools.data.caption_scores import score_caption_files, score_self_retrieval_file
 from vltools.data.converters import birds_to_words, karpathy, precomp
@@ -52,6 +55,7 @@ from vltools.infer.loader import ROLES, LoadedModel
 from vltools.infer.loader import load_model as load_checkpoint_model
 from vltools.infer.match import Matches, Search, match_index
 from vltools.infer.query import checked_queries, search_queries
+from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import FEATURE_DTYPES
 from vltools.io import coco
 from vltools.io.embeddings import read_embeddings
@@ -178,6 +182,36 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
+def _keywords(*functions: Callable) -> set[str]:
+    """The keywords `functions` take, each by its own parameters (an option dataclass: its fields), for
+    `checks.known`, which suggests the nearest one to a misspelt keyword."""
+    return {name for function in functions for name, parameter in inspect.signature(function).parameters.items()
+            if parameter.kind is not parameter.VAR_KEYWORD}
+
+
+API = TypeVar("API", bound=Callable[..., object])
+
+
+def _known_keywords(*passed: Callable) -> Callable[[API], API]:
+    """Make an API function answer a keyword it does not take, neither its own nor one of the functions its
+    `**options` are `passed` to, as `checks.known` does (one VLToolsError naming it, with the nearest as a hint)
+    before any work, not as Python's TypeError. `convert` (whose options are its kind's) and `extract_regions` (the
+    stage's own function) check theirs themselves."""
+
+    def decorate(function: API) -> API:
+        accepted = _keywords(function, *passed)
+
+        @functools.wraps(function)
+        def checked(*args: object, **keywords: object) -> object:
+            checks.known(keywords, accepted, function.__name__)
+            return function(*args, **keywords)
+
+        return cast(API, checked)
+
+    return decorate
+
+
+@_known_keywords()
 def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
     """The model of a checkpoint file or of a model-store name with one member (`vltools models list`), built in
     eval mode on the CPU. `role` is what it must be able to do: matching, encodable, captioner, l2c, concepts or
@@ -189,14 +223,6 @@ def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
         raise VLToolsError(f"{name_or_path}: names an ensemble of {len(paths)} checkpoints; load its members one "
                            "by one, or give the name to match(model=...)")
     return load_checkpoint_model(paths[0], role)
-
-
-def _keywords(function: Callable, *options: type) -> set[str]:
-    """The keywords `function` takes: its own parameters and the fields of the option dataclasses its `**options`
-    fill (for `checks.known`, which suggests the nearest one to a misspelt keyword)."""
-    named = {name for name, parameter in inspect.signature(function).parameters.items()
-             if parameter.kind is not parameter.VAR_KEYWORD}
-    return named.union(*(dataclass.__dataclass_fields__ for dataclass in options))
 
 
 # what each kind of data in memory (vltools.io.held.held) stands for among the kinds of file (vltools.io.kinds.FOUND)
@@ -224,6 +250,7 @@ def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]
     refuse_wrong_kinds(placed, f"see help(vltools.{function})")
 
 
+@_known_keywords(stage_match)
 def match(first: PathLike | Features | Embeddings, second: PathLike | Records | Embeddings | None = None,
           model: ModelLike = (), **options: object) -> Matches | None:
     """`vltools match FIRST SECOND [--model ...]`: features + captions with a model (a checkpoint, a store name
@@ -237,7 +264,6 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     rankings JSONL), sims (the matrix HDF5), resume, rerank_k, first_stage, index, index_file, nprobe, block_images,
     block_captions, image_cache_mb, precision, device, checkpoint_seconds. Under torchrun the first process gets
     the `Matches`, the others None."""
-    checks.known(options, _keywords(stage_match), "match")
     checks.data(first, "first", ("features", "embeddings"))
     checks.data(second, "second", ("records", "embeddings"), optional=True)
     items = model_items(model, "model")
@@ -249,6 +275,7 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
         return stage_match(files["first"], files["second"], items, **options)
 
 
+@_known_keywords()
 def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: PathLike | Embeddings, top_k: int = 10,
            nprobe: int = 16, *, model: PathLike | LoadedModel | None = None, batch_size: int = 256,
            device: str = "auto", precision: str = "fp32") -> Matches:
@@ -281,6 +308,7 @@ def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: Path
         return search_queries(loaded, given, files["index_file"], options, batch_size)
 
 
+@_known_keywords()
 def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
                     captions: PathLike | Records | None = None, *, protocol: str = "full", fold_size: int = 1000,
                     split: str | None = None) -> dict:
@@ -308,6 +336,7 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
                            split)
 
 
+@_known_keywords(stage_caption)
 def caption(model: PathLike | LoadedModel, features: PathLike | Features, captions: PathLike | Records | None = None,
             output: PathLike | None = None, *, split: str | None = None, beam: int = 3, max_len: int | None = None,
             length_penalty: float = 0.0, batch_size: int = 50, device: str = "auto", precision: str = "fp32",
@@ -318,7 +347,6 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     memory ({"ids": [...], "regions": array, ...}) and CAPTIONS records (a list of dicts), read as their files
     would be. Further keyword options are those of the command (`vltools.stages.caption.caption`): sample,
     temperature, seed, pairs, logp, block_images, block_captions, resume, checkpoint_seconds, shard."""
-    checks.known(options, _keywords(stage_caption), "caption")
     checks.data(features, "features", ("features",))
     checks.data(captions, "captions", ("records",), optional=True)
     _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),
@@ -329,6 +357,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
                              precision=precision, **options)
 
 
+@_known_keywords()
 def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, tokenized: bool = False,
                   spice: bool = True, meteor: bool = True, strict: bool = False) -> dict[str, float]:
     """`vltools score caption PREDICTIONS --refs REFS`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE when its
@@ -345,6 +374,7 @@ def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, 
         return score_caption_files(files["predictions"], files["refs"], tokenized, spice, meteor, strict)[0].metrics
 
 
+@_known_keywords()
 def score_semantic(model: PathLike | Records | Matches, proxy: PathLike | None = None,
                    triplets: PathLike | Records | None = None, *, r_values: Sequence[int] = DEFAULT_R,
                    split: str = "test", queries: int | None = None, plot: PathLike | None = None) -> dict:
@@ -365,6 +395,7 @@ def score_semantic(model: PathLike | Records | Matches, proxy: PathLike | None =
         return score_semantic_file(files["model"], proxy, files["triplets"], r_values, split, queries, plot)[0]
 
 
+@_known_keywords()
 def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) -> dict:
     """`vltools score self-retrieval LOGP`: top-K recall of each generated caption's own image ranked by
     log p(c | I) (Dai & Lin 4.1), medr and meanr, from a `caption --logp` file."""
@@ -372,6 +403,7 @@ def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) 
     return score_self_retrieval_file(logp, checks.integers(ks, "ks", 1, empty=False))
 
 
+@_known_keywords(stage_encode, QueryOptions)
 def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel, output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | Records | None = None, concepts: PathLike | None = None,
            sentences: PathLike | Records | None = None, **options: object) -> Embeddings | None:
@@ -424,6 +456,7 @@ def _flat(config: object, name: str) -> dict[str, object]:
     return flat
 
 
+@_known_keywords()
 def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike | Records | Features],
           output: PathLike, *,
           config: PathLike | dict | None = None, set: dict | None = None,  # noqa: A002
@@ -437,7 +470,7 @@ def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike 
     `set`: the command line's `--set` keys over it ({"train.lr": 1e-4, "embed_size": 64})."""
     checks.choice(model, "model", sorted(TASKS))
     given = _inputs(inputs, "inputs", ("records", "features"), empty=False)
-    checks.path(output, "output")
+    checks.training_output(output, "output")
     config_file = None if isinstance(config, dict | type(None)) else checks.path(config, "config")
     options = {**_flat(config if isinstance(config, dict) else None, "config"), **_flat(set, "set")}
     checks.flag(resume, "resume")
@@ -512,6 +545,7 @@ def _inputs(value: object, name: str, kinds: Sequence[str], empty: bool = True) 
     return {f"{name}[{k}]": checks.data(_ranked(item), name, kinds) for k, item in enumerate(value)}
 
 
+@_known_keywords()
 def report(out: PathLike, *, rankings: PathLike | Records | Matches | Sequence[PathLike | Records | Matches] = (),
            generated: PathLike | Records | Sequence[PathLike | Records] = (),
            item_scores: PathLike | Records | Sequence[PathLike | Records] = (),

@@ -304,16 +304,17 @@ class Checked(click.ParamType):
     """The type of options whose values one validator of `vltools.infer.checks` takes, the one the Python API calls
     too: a value it refuses is a usage error (exit 2) naming the option, before any work (a misspelt --device such
     as gpu at once instead of after torch has loaded; an empty --split, or one holding ESC, before it is written
-    into records and file names)."""
+    into records and file names); `then`: a click type the value goes through next (click.Path's checks)."""
 
-    def __init__(self, name: str, check: Callable[[object, str], str]) -> None:
-        self.name, self.check = name, check
+    def __init__(self, name: str, check: Callable[[object, str], str], then: click.ParamType | None = None) -> None:
+        self.name, self.check, self.then = name, check, then
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         try:
-            return self.check(value, param.name if param else self.name)
+            value = self.check(value, param.name if param else self.name)
         except checks.ArgumentError as exc:
             self.fail(exc.problem, param, ctx)
+        return value if self.then is None else self.then.convert(value, param, ctx)
 
 
 def image_side(min_side: int = 16) -> Integer:

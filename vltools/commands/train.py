@@ -9,12 +9,14 @@ from vltools.commands.options import (
     DEVICE,
     SEED_RANGE,
     SPLIT,
+    Checked,
     FiniteFloat,
     Integer,
     precision_option,
     primary_output,
     threads_option,
 )
+from vltools.infer import checks
 from vltools.io.kinds import sniff
 from vltools.training import TASKS, check_inputs
 
@@ -23,7 +25,8 @@ from vltools.training import TASKS, check_inputs
 @click.command("train")
 @click.option("--model", "model_name", required=True, type=click.Choice(sorted(TASKS)), help="Model to train.")
 @click.argument("inputs", nargs=-1, required=True, type=InputFile("hdf5", "jsonl", "images"))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True,
+              type=Checked("path", checks.training_output, click.Path(dir_okay=False)),
               help="Best checkpoint; PATH.last.pt (resume file) and PATH.log.jsonl are written beside it.")
 @click.option("--config", "config_file", type=click.Path(), help="YAML file with train:, task:, model: sections.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",

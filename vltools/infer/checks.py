@@ -137,6 +137,17 @@ def path(value: object, name: str, optional: bool = False) -> str | os.PathLike 
     return value
 
 
+def training_output(value: object, name: str) -> str | os.PathLike:
+    """`value` when it is a file path (`path`) other than `-`: train writes its checkpoint with OUTPUT.last.pt and
+    OUTPUT.log.jsonl beside it, which standard output cannot hold (`-` wrote the checkpoint there and the other
+    two as files named `-.last.pt` and `-.log.jsonl`)."""
+    path(value, name)
+    if os.fspath(value) == "-":
+        raise ArgumentError(name, "cannot be '-' (standard output): train writes a checkpoint file with OUTPUT.last.pt "
+                                  "and OUTPUT.log.jsonl beside it; give a file path")
+    return value
+
+
 def paths(value: object, name: str, also: str = "") -> list[str | os.PathLike]:
     """One path or a non-empty list (or tuple) of paths, as a list; `also` names what else the argument takes
     (data in memory that the caller has let through), for the refusal."""

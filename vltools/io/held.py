@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Embeddings:
-    """Embeddings in memory: one row of `vectors` (a numpy array or tensor) per id, the `side` they encode (images
-    or captions), each caption's image (captions), and the file's attributes (`model`, `checkpoint_digest`,
-    provenance), as the embeddings file holds them (`vltools.io.embeddings.read_embeddings`)."""
+    """Embeddings in memory: one row of `vectors` (a numpy array or tensor) per id of `ids` (a list of str, or a
+    numpy array of them), the `side` they encode (images or captions), each caption's image (captions), and the
+    file's attributes (`model`, `checkpoint_digest`, provenance), as the embeddings file holds them
+    (`vltools.io.embeddings.read_embeddings`); given to the API, each is checked as its file would be (one
+    usable id a row, none twice; attributes a file can hold) by `vltools.io.spooled`."""
 
     ids: list[str]
     vectors: object
@@ -22,9 +24,11 @@ class Embeddings:
     attrs: dict[str, object] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        """Side, shape and model, not the array: `Embeddings(captions, 21 x 64, vse)`."""
+        """Side, shape and model, not the array: `Embeddings(captions, 21 x 64, vse)` (also of attributes that
+        are no mapping, which an error message quoting them shows)."""
         shape = " x ".join(map(str, getattr(self.vectors, "shape", ("?",))))
-        return f"Embeddings({self.side}, {shape}, {self.attrs.get('model', 'no model')})"
+        model = self.attrs.get("model", "no model") if isinstance(self.attrs, Mapping) else "no model"
+        return f"Embeddings({self.side}, {shape}, {model})"
 
 
 @dataclass

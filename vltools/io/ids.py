@@ -5,6 +5,9 @@ reorder the text around them are refused, and so are names that are not UTF-8.""
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
+
+from vltools.errors import shown
 
 # bidirectional marks, embeddings, overrides and isolates: they make an id display as another (U+202E turns
 # `gpj.exe` into what reads as `exe.jpg`)
@@ -37,3 +40,19 @@ def escaped_id(text: str) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+def ids_problem(ids: Iterable[str], unique: bool = True) -> str | None:
+    """What makes `ids`, a dataset's ids given in memory, unusable where a file's would be refused (for a message:
+    `{the ids}{problem}`), else None: an id `id_problem` refuses, by its row (what a JSONL field or a file name
+    holding it gets: in memory, it would be written into files and read back by `inspect`, `index` and `search`),
+    or, when `unique`, an id given twice (rows matched by id would take one row for both and lose the other, as a
+    features or sims file's duplicate ids are refused)."""
+    rows: dict[str, int] = {}
+    for row, text in enumerate(ids):
+        if (problem := id_problem(text)) is not None:
+            return f"[{row}] {shown(text)} {problem}, which an id cannot; ids name files and lines: remove it"
+        if unique and text in rows:
+            return f": duplicate id {text!r} (rows {rows[text]} and {row}); ids must be unique"
+        rows[text] = row
+    return None

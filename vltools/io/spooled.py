@@ -10,6 +10,7 @@ index: `refs[2]: no 'image_id' or 'pair_id' field` for line 3 of the file writte
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,7 @@ from vltools.errors import ArgumentError, VLToolsError, first_line, shown
 from vltools.io.embeddings import write_embeddings_of
 from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter, stored_features
 from vltools.io.held import Embeddings, FeaturesInMemory, held
+from vltools.io.ids import ids_problem
 from vltools.io.jsonl import json_writer
 from vltools.io.scratch import scratch_folder
 
@@ -29,24 +31,33 @@ SUFFIXES = {"records": "jsonl", "document": "json", "features": "h5", "embedding
 
 
 def _array(value: object, name: str, what: str) -> np.ndarray:
-    """`value` (a numpy array, a tensor on any device, nested lists) as a numeric numpy array, or `name`'s error."""
-    if hasattr(value, "detach"):     # a torch tensor (torch is not imported here): off the graph and the GPU
-        value = value.detach().cpu()
+    """`value` (a numpy array, a tensor on any device but `meta`, nested lists) as a numeric numpy array, or `name`'s
+    error (raised by the conversion too: a tensor that cannot leave its device is no array to read)."""
+    if getattr(value, "is_meta", False):
+        raise ArgumentError(name, f"{what} is a tensor on the meta device, which holds no values; give one on the "
+                                  "CPU or a GPU")
     try:
+        if hasattr(value, "detach"):     # a torch tensor (torch is not imported here): off the graph and the GPU
+            value = value.detach().cpu()
         array = np.asarray(value)
-    except (TypeError, ValueError, RuntimeError) as exc:
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
         raise ArgumentError(name, f"{what} is not an array ({first_line(exc)})") from None
     if array.dtype.kind not in "biuf" or array.ndim == 0:
         raise ArgumentError(name, f"{what} must be a numeric array with one row per id, not {shown(value)}")
     return array
 
 
-def _ids(value: object, name: str, what: str, rows: int | None = None) -> list[str]:
-    """`value` as a list of id strings (one per row when `rows` is given), or `name`'s error."""
+def _ids(value: object, name: str, what: str, rows: int | None = None, unique: bool = True) -> list[str]:
+    """`value` (a list, a tuple or a 1-d numpy array of strings) as a list of ids, each usable as an id in a file
+    is (one per row when `rows` is given; none twice when `unique`: see `ids_problem`), or `name`'s error."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
         raise ArgumentError(name, f"{what} must be a list of id strings, not {shown(value)}")
     if rows is not None and rows != len(value):
         raise ArgumentError(name, f"has {rows} rows for {len(value)} ids; give one row per id")
+    if (problem := ids_problem(value, unique)) is not None:
+        raise ArgumentError(name, f"{what}{problem}")
     return list(value)
 
 
@@ -89,11 +100,42 @@ def _write_embeddings(path: Path, value: Embeddings, name: str) -> None:
     vectors = _array(value.vectors, name, ".vectors")
     if vectors.ndim != 2:
         raise ArgumentError(name, f".vectors must be a 2-d array (one row per id), not of shape {vectors.shape}")
-    _ids(value.ids, name, ".ids", len(vectors))
-    if value.caption_image_ids is not None:
-        _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors))
-    write_embeddings_of(path, Embeddings(list(value.ids), vectors, value.side, value.caption_image_ids,
-                                         value.attrs))
+    ids = _ids(value.ids, name, ".ids", len(vectors))
+    image_ids = (None if value.caption_image_ids is None
+                 else _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors), unique=False))
+    if not isinstance(value.side, str) or "\0" in value.side:
+        raise ArgumentError(name, f".side must be 'images' or 'captions', not {shown(value.side)}")
+    write_embeddings_of(path, Embeddings(ids, vectors, value.side, image_ids, _attrs(value.attrs, name)))
+
+
+def _attrs(value: object, name: str) -> dict[str, object]:
+    """`Embeddings.attrs` as the attributes of its file, each name and value one that an attribute can hold
+    (`_attribute`), or `name`'s error."""
+    if not isinstance(value, Mapping):
+        raise ArgumentError(name, f".attrs must be a dict of the file's attributes, not {shown(value)}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or "\0" in key:
+            raise ArgumentError(name, f".attrs has the key {shown(key)}; an attribute's name is a non-empty string "
+                                      "without NUL")
+        _attribute(item, name, f".attrs[{key!r}]")
+    return dict(value)
+
+
+def _attribute(value: object, name: str, what: str) -> None:
+    """Refuse, as `name`'s error, a value that its file's attribute cannot hold (h5py's TypeError or ValueError
+    once the file was half written): an attribute is a string without NUL, a bool, a 64-bit integer, a real
+    number, a numeric array, or a list, tuple or dict (written as its text, as provenance's are)."""
+    if isinstance(value, str):
+        usable = "\0" not in value
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        usable = -2**63 <= int(value) < 2**63
+    elif isinstance(value, np.ndarray):
+        usable = value.dtype.kind in "biuf"
+    else:
+        usable = isinstance(value, bool | np.bool_ | numbers.Real | list | tuple | dict)
+    if not usable:
+        raise ArgumentError(name, f"{what} must be a string without NUL, a number, a bool, or a list or dict of "
+                                  f"them, as a file's attribute is, not {shown(value)}")
 
 
 def _write(path: Path, value: dict | list | tuple, name: str) -> None:
