@@ -8,11 +8,15 @@ parent-death signal ends it at once instead.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1     # <linux/prctl.h>: the signal a process receives when the thread that started it ends
 
@@ -32,3 +36,24 @@ def dies_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return tie
+
+
+@contextlib.contextmanager
+def tied_children(*modules: types.ModuleType) -> Iterator[None]:
+    """Within the block, the processes that `modules` start through their own `subprocess` (pycocoevalcap's PTB
+    tokenizer and SPICE, which start Java themselves) die with this process (`dies_with_parent`): a killed stage
+    left them running. Only those modules' name `subprocess` is replaced, and only for the block."""
+    tie = dies_with_parent()
+    if tie is None:
+        yield
+        return
+    tied = types.SimpleNamespace(**{**vars(subprocess), "Popen": functools.partial(subprocess.Popen, preexec_fn=tie),
+                                    "check_call": functools.partial(subprocess.check_call, preexec_fn=tie)})
+    saved = [(module, module.subprocess) for module in modules]
+    for module, _ in saved:
+        module.subprocess = tied
+    try:
+        yield
+    finally:
+        for module, original in saved:
+            module.subprocess = original

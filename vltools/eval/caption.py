@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vltools.children import dies_with_parent
+from vltools.children import dies_with_parent, tied_children
 from vltools.errors import VLToolsError, first_line, input_error, shown_ids
 from vltools.io.caption_files import CaptionFile
 from vltools.io.progress import log, quiet_children
@@ -113,14 +113,14 @@ def spice_missing() -> str | None:
 
 def ptb_tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     """Stanford PTB tokenisation as the COCO server does it: lower case, punctuation tokens removed."""
-    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+    from pycocoevalcap.tokenizer import ptbtokenizer
 
     java_path()
     # the tokenizer reads one sentence a line: any line break inside a caption would shift every later one
     flat = {i: [{"caption": " ".join(t.split())} for t in captions] for i, captions in texts.items()}
     try:
-        with quiet_children():  # its "PTBTokenizer tokenized N tokens" line obeys --quiet
-            tokens = PTBTokenizer().tokenize(flat)
+        with quiet_children(), tied_children(ptbtokenizer):  # "PTBTokenizer tokenized N tokens" obeys --quiet
+            tokens = ptbtokenizer.PTBTokenizer().tokenize(flat)
     except OSError as exc:
         raise VLToolsError(f"PTB tokenizer failed ({exc}); pycocoevalcap writes a temporary file beside its jar, "
                            "so its folder must be writable") from exc
@@ -283,13 +283,13 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
         metrics[name] = float(score)
         _put(per_item, ids, name, items)
     if spice:
-        from pycocoevalcap.spice.spice import Spice
+        from pycocoevalcap.spice import spice as spice_module
 
         if reason := spice_missing():
             raise VLToolsError(f"SPICE cannot run: {reason}")
         try:
-            with quiet_children():
-                score, items = Spice().compute_score(gts, res)
+            with quiet_children(), tied_children(spice_module):
+                score, items = spice_module.Spice().compute_score(gts, res)
         except subprocess.CalledProcessError as exc:
             raise VLToolsError(f"SPICE's java process failed (exit {exc.returncode}); it needs about 8 GB of "
                                "memory; rerun with --no-spice to skip it") from exc
