@@ -278,3 +278,35 @@ def test_same_words_groups_rows_of_the_same_words_in_the_same_proportions():
     counts = sp.csr_matrix(np.array([[1, 1, 0], [2, 2, 0], [1, 2, 0], [0, 0, 0], [0, 0, 0], [0, 2, 4], [0, 1, 2]]))
     assert same_words(counts) == [[0, 1], [5, 6]]
     assert same_words(sp.csr_matrix(np.eye(3))) == []
+
+
+def test_images_of_the_same_stems_are_warned_about_as_sharing_their_tf_idf_vector(caplog):
+    """The tf-idf proxy gave such images equal rows, tied as each other's neighbours, without the word2vec + FV
+    proxy's warning."""
+    ids, splits = ["p", "q", "r", "s", "t"], ["train", "train", "train", "test", "test"]
+    texts = [["a red dog"], ["a blue cat"], ["the dog"], ["dogs"], ["dog", "dogs"]]
+    with caplog.at_level(logging.WARNING, logger="vltools"):
+        proxy = build_proxy(ids, splits, texts, "train", 1)
+    np.testing.assert_array_equal(proxy.tfidf[3].toarray(), proxy.tfidf[4].toarray())
+    warned = [r.getMessage() for r in caplog.records if "share their tf-idf vector" in r.getMessage()]
+    assert warned == ["2 images share their tf-idf vector with another image, having the same vocabulary stems, and "
+                      "tie as each other's neighbours (the largest group: 's', 't', with 'dog'); captions of a few "
+                      "common words (such as 'a' and 'the' alone) give this"]
+
+
+def test_only_too_few_words_is_blamed_on_min_count(monkeypatch):
+    """Any ValueError of gensim's was told to lower --min-count."""
+    import vltools.data.semantic as semantic
+
+    ids, splits, texts = ["p", "q"], ["train", "test"], [["a dog"], ["a cat"]]
+    small = (FisherSettings(components=1), Word2VecSettings(dim=4, min_count=5, epochs=1))
+    with pytest.raises(VLToolsError, match="^word2vec: no word occurs 5 times .*; lower --min-count or give "):
+        build_fisher_proxy(ids, splits, texts, "train", 1, *small)
+
+    def refused(*args: object) -> None:
+        raise ValueError("cannot sort vocabulary after model weights already initialized")
+
+    monkeypatch.setattr(semantic, "train_word2vec", refused)
+    with pytest.raises(VLToolsError, match=r"^word2vec: gensim refused to train \(cannot sort vocabulary after model "
+                                            r"weights already initialized\); check --dim, --window and --epochs"):
+        build_fisher_proxy(ids, splits, texts, "train", 1, *small)

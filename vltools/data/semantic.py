@@ -10,14 +10,14 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from vltools.errors import VLToolsError, input_error, shown_ids
+from vltools.errors import VLToolsError, first_line, input_error, shown_ids
 from vltools.io.progress import log
 from vltools.io.proxy import ProxyFile
 from vltools.io.sims import Sims
 from vltools.io.word2vec import read_word2vec_binary
 from vltools.text.fisher import FisherSettings, fisher_columns, fisher_vectors, fit_gmm
 from vltools.text.tfidf import Stemmer, count_matrix, fit_tfidf, nearest_neighbors, words
-from vltools.text.word2vec import Word2VecSettings, train_word2vec
+from vltools.text.word2vec import TooFewWords, Word2VecSettings, train_word2vec
 
 
 def image_texts(records: Sequence[dict], source: object, images: Sequence[dict] | None = None,
@@ -96,6 +96,7 @@ def build_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequence[Seque
     if len(tfidf.empty_rows):
         log.warning("%d images have no vocabulary word and get the zero vector: %s", len(tfidf.empty_rows),
                     shown_ids([ids[i] for i in tfidf.empty_rows]))
+    warn_same_words(tfidf.matrix, ids, tfidf.vocab, "tf-idf vector", "vocabulary stems" if stem else "terms")
     neighbors, sims = split_neighbors(tfidf.matrix, splits, k)
     return ProxyFile(list(ids), list(splits), tfidf.matrix, tfidf.vocab, tfidf.idf, neighbors, sims)
 
@@ -120,8 +121,11 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
         sentences = [words(text) for row in train for text in texts[row]]
         try:
             word_vectors = train_word2vec(sentences, word2vec)
-        except ValueError as exc:
+        except TooFewWords as exc:
             raise VLToolsError(f"word2vec: {exc}; lower --min-count or give --word-vectors") from None
+        except ValueError as exc:     # gensim's own refusal: not a matter of counts
+            raise VLToolsError(f"word2vec: gensim refused to train ({first_line(exc)}); check --dim, --window and "
+                               "--epochs, or give --word-vectors") from None
     counts, terms = count_matrix(bags, len(ids), distinct)
     index = {word: i for i, word in enumerate(word_vectors.words)}
     known = np.array(sorted((i for i, term in enumerate(terms) if term in index), key=terms.__getitem__),
@@ -144,14 +148,7 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
     if len(empty):
         log.warning("%d images have no word with a word vector and get the zero vector: %s", len(empty),
                     shown_ids([ids[i] for i in empty]))
-    shared = same_words(counts)
-    if shared:
-        largest = max(shared, key=len)
-        log.warning("%d images share their Fisher vector with another image, having the same words with a vector, "
-                    "and tie as each other's neighbours (the largest group: %s, with %s); captions of a few common "
-                    "words (such as 'a' and 'the' alone) give this", sum(map(len, shared)),
-                    shown_ids([ids[i] for i in largest]),
-                    ", ".join(sorted(repr(terms[known[c]]) for c in counts[largest[0]].indices)))
+    warn_same_words(counts, ids, [terms[i] for i in known], "Fisher vector", "words with a vector")
     neighbors, sims = split_neighbors(matrix, splits, k)
     columns = fisher_columns(fisher.components, word_vectors.dim)
     proxy = ProxyFile(list(ids), list(splits), matrix, columns, np.ones(len(columns)), neighbors, sims)
@@ -163,6 +160,20 @@ def build_fisher_proxy(ids: Sequence[str], splits: Sequence[str], texts: Sequenc
                    "gmm_log_likelihood": gmm.log_likelihood(train_vectors, train_weights), "seed": fisher.seed,
                    "words_with_vectors": len(known), "words_without_vectors": len(terms) - len(known),
                    "images_without_words": len(empty)}
+
+
+def warn_same_words(counts: sp.csr_matrix, ids: Sequence[str], words: Sequence[str], vector: str,
+                    having: str) -> None:
+    """Warn when images (rows of `counts`, images x `words`) have equal vectors, as the same words in the same
+    proportions give: they tie as each other's neighbours, whatever their images show."""
+    shared = same_words(counts)
+    if shared:
+        largest = max(shared, key=len)
+        log.warning("%d images share their %s with another image, having the same %s, and tie as each other's "
+                    "neighbours (the largest group: %s, with %s); captions of a few common words (such as 'a' and "
+                    "'the' alone) give this", sum(map(len, shared)), vector, having,
+                    shown_ids([ids[i] for i in largest]),
+                    ", ".join(sorted(repr(words[c]) for c in counts[largest[0]].indices)))
 
 
 def same_words(counts: sp.csr_matrix) -> list[list[int]]:

@@ -42,12 +42,16 @@ def stable_hash(word: str) -> int:
     return zlib.crc32(word.encode("utf-8"))
 
 
+class TooFewWords(ValueError):
+    """No word of the training sentences occurs `min_count` times: nothing to train a vector of."""
+
+
 def train_word2vec(sentences: Sequence[Sequence[str]], settings: Word2VecSettings) -> WordVectors:
     """Skip-gram vectors of the words seen at least `min_count` times in `sentences` (lists of words), whatever
-    the sentences' order (see the module's docstring); no such word is a ValueError."""
+    the sentences' order (see the module's docstring); no such word is TooFewWords."""
     counts = Counter(word for sentence in sentences for word in sentence)
     if not counts or max(counts.values()) < settings.min_count:
-        raise ValueError(f"no word occurs {settings.min_count} times in the {len(sentences)} training sentences "
+        raise TooFewWords(f"no word occurs {settings.min_count} times in the {len(sentences)} training sentences "
                          f"(min count {settings.min_count})")
     from gensim.models import Word2Vec
 
