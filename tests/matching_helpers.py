@@ -60,6 +60,17 @@ def save_tiny(path: Path, name: str, seed: int = 0, vocab: list[str] | None = No
     return path
 
 
+def save_overflowing(path: Path, name: str) -> Path:
+    """A tiny model whose image projection's weights are 1e5 times too large: finite in float32 and bfloat16 (whose
+    range is float32's), infinite past float16's 65504, so that fp16 inference gives NaN whatever the model does to
+    keep it finite."""
+    model = tiny_model(name)
+    with torch.no_grad():
+        model.img_enc.fc.weight.mul_(1e5)
+    save_checkpoint(path, name, TINY[name], model.state_dict(), vocab=VOCAB, schema=1)
+    return path
+
+
 def make_world(folder: Path, n_images: int = 7, per_image: int = 3, extra_images: int = 2, seed: int = 0,
                ragged: bool = True) -> tuple[Path, Path]:
     """features.h5 (n_images + extra unreferenced images, file order shuffled relative to the captions, some

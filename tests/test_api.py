@@ -556,7 +556,8 @@ def test_data_in_memory_is_checked_as_its_file_is(world, tmp_path):
     assert str(error.value).startswith("first holds 'colour', not a features dataset; give 'ids' and arrays among ")
     broken = {**arrays, "regions": arrays["regions"].copy()}
     broken["regions"][4, 0, 0] = np.nan
-    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id '\w+': .*NaN or infinite /regions"):
+    with pytest.raises(VLToolsError, match=r"^first \['regions'\]: image id '\w+' holds NaN or infinite values; "
+                                          r"give finite numbers$"):
         vltools.match(broken, captions, sgr, device="cpu")
     with pytest.raises(VLToolsError, match=r"^second\[2\]: "):
         vltools.match(arrays, [*lines(captions)[:2], {"caption": "no image", "split": "test"}], sgr, device="cpu")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from vltools.devices import PRECISIONS, autocast, float32_mode, resolve_device
+from vltools.devices import PRECISIONS, autocast, float32_mode, nonfinite_advice, resolve_device
 from vltools.errors import VLToolsError
 
 
@@ -87,3 +87,10 @@ def test_more_processes_than_gpus_is_one_line(two_gpus, monkeypatch):
     with pytest.raises(VLToolsError, match="process 1 of a torchrun job on a machine with 1 visible GPUs; start at "
                                            "most 1 processes per machine"):
         resolve_device("cuda")
+
+
+def test_nonfinite_advice_names_the_precision_to_run_instead():
+    assert nonfinite_advice("fp16") == "run with precision=fp32 (or bf16, which keeps float32's range)"
+    assert nonfinite_advice("bf16") == "run with precision=fp32"
+    for precision in ("fp32", "tf32"):
+        assert nonfinite_advice(precision).startswith("check the model's weights")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matching_helpers import make_world, save_tiny
+import torch
+from matching_helpers import make_world, save_overflowing, save_tiny
 
 from vltools.errors import VLToolsError
 from vltools.infer.loader import load_model
@@ -87,3 +88,21 @@ def test_an_embeddings_file_after_features_says_what_each_input_takes(tmp_path):
                                            rf"{features} match takes captions JSON lines \(scored by model\); to "
                                            "match embeddings, give image embeddings first"):
         match_features(features, tmp_path / "emb.h5", [])
+
+
+@pytest.mark.parametrize("rerank", [False, True])
+def test_non_finite_similarities_are_one_line_naming_the_precision_and_leave_no_autocast_on(world, rerank):
+    """Issue 48 item 3: the API returned a Matches of NaN similarities without a word. Under fp16 a model whose
+    products overflow float16 is refused naming the caption (or, reranked, the image) and precision=fp32; bf16 runs;
+    and the refusal leaves this thread out of autocast."""
+    folder, features, captions, vse = world
+    model = load_model(save_overflowing(folder / "overflowing.pt", "sgr"))
+    first = {"rerank_k": 4, "first_stage": vse} if rerank else {}
+    with pytest.raises(VLToolsError) as error:
+        match_features(features, captions, [model], search_options=Search(precision="fp16"), **first)
+    assert not torch.is_autocast_enabled("cpu")
+    kind = "image id 'img0'" if rerank else "caption id 'img0#0'"
+    assert str(error.value) == (f"{kind}: the model gave NaN or infinite similarities under precision=fp16; run "
+                                "with precision=fp32 (or bf16, which keeps float32's range)")
+    found = match_features(features, captions, [model], search_options=Search(precision="bf16"), **first)
+    assert np.isfinite(found.forward[0]).all()

@@ -203,3 +203,23 @@ def test_computed_rows_come_back_in_order_and_leave_no_checkpoint(tmp_path, to_f
 def test_failures_are_listed_in_input_order():
     """As one process lists them, whichever process of a torchrun job met them first."""
     assert runner.gathered_failures(["im4\tbad", "im1\tworse"], IDS) == ["im1\tworse", "im4\tbad"]
+
+
+def test_non_finite_results_are_refused_naming_the_id_and_the_precision_and_the_blocks_are_closed():
+    closed = []
+
+    def blocks():
+        try:
+            yield np.ones((2, 3), dtype=np.float32)
+            yield np.array([[1.0], [np.inf]], dtype=np.float32)
+            yield np.ones((1, 3), dtype=np.float32)
+        finally:
+            closed.append(True)
+
+    found = runner.finite_results(blocks(), ["a", "b", "c", "d", "e"], "similarities", "caption id", "fp16")
+    assert next(found).shape == (2, 3)
+    with pytest.raises(VLToolsError) as error:
+        next(found)
+    assert str(error.value) == ("caption id 'd': the model gave NaN or infinite similarities under precision=fp16; "
+                                "run with precision=fp32 (or bf16, which keeps float32's range)")
+    assert closed == [True]     # closed at the refusal, not when the traceback goes

@@ -110,12 +110,23 @@ def test_arrays_that_cannot_be_their_file_are_refused_naming_the_argument(value,
 
 
 @pytest.mark.parametrize("features_in_memory", [False, True])
-def test_a_non_finite_row_is_the_reader_s_refusal_naming_the_argument(features_in_memory):
+def test_a_non_finite_row_given_in_memory_is_refused_as_given_naming_the_argument(features_in_memory):
+    """Not "the model gave NaN ...; check the weights and the image", the words of a file extract-regions writes:
+    the caller gave these values (issue 48 item 9)."""
     regions = np.zeros((2, 2, 3), dtype=np.float32)
     regions[1, 0, 2] = np.inf
-    with pytest.raises(VLToolsError, match=r"^first \(in memory\): image id 'b': the model gave NaN or infinite "), \
-            spooled({"first": {"ids": ["a", "b"], "regions": regions}}, features_in_memory):
+    with pytest.raises(ArgumentError) as error, spooled({"first": {"ids": ["a", "b"], "regions": regions}},
+                                                        features_in_memory):
         pass
+    assert str(error.value) == "first ['regions']: image id 'b' holds NaN or infinite values; give finite numbers"
+
+
+def test_a_non_finite_embedding_given_in_memory_is_refused_as_given_naming_the_argument():
+    vectors = np.ones((2, 3), dtype=np.float32)
+    vectors[0, 1] = np.nan
+    with pytest.raises(ArgumentError) as error, spooled({"second": Embeddings(["a", "b"], vectors, "captions")}):
+        pass
+    assert str(error.value) == "second .vectors: caption id 'a' holds NaN or infinite values; give finite numbers"
 
 
 def test_features_in_memory_are_read_as_their_file_without_one_and_records_still_get_theirs(monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from kill_helpers import interrupted_then_resumed
-from matching_helpers import VOCAB, fails, make_world, save_tiny
+from matching_helpers import VOCAB, fails, make_world, save_overflowing, save_tiny
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
 
 import vltools
@@ -408,3 +408,18 @@ def test_a_resume_with_another_model_or_without_kept_work_is_refused_or_said(wor
                                 "and starts over anyway: drop --resume"]
     err = fails(capsys, "match", "--model", str(models["sgr"]), str(features), str(captions), "--resume")
     assert err.startswith("vltools: error: --resume needs -o PATH")
+
+
+@pytest.mark.parametrize("to_file", [False, True])
+def test_non_finite_similarities_are_the_api_s_one_line_in_the_command_s_words(world, tmp_path, capsys, to_file):
+    """Issue 48 item 3: to standard output the command wrote NaN rankings with status 0; to a file it named an
+    internal dataset (/rows). Both now refuse with the API's line, naming the caption id and the precisions."""
+    _, features, captions, _ = world
+    model = save_overflowing(tmp_path / "overflowing.pt", "saf")
+    out = ["-o", str(tmp_path / "r.jsonl")] if to_file else []
+    err = fails(capsys, "match", "--model", str(model), str(features), str(captions), "--precision", "fp16",
+                "--device", "cpu", *out)
+    assert err.splitlines()[-1] == ("vltools: error: caption id 'img0#0': the model gave NaN or infinite "
+                                    "similarities under --precision fp16; run with --precision fp32 (or bf16, which "
+                                    "keeps float32's range)")
+    assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "r.jsonl.partial").exists()

@@ -363,6 +363,24 @@ def test_bf16_autocast_runs_and_stays_close(name):
     torch.testing.assert_close(bf16, fp32, atol=2e-2, rtol=0)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("name", ["sgr", "saf"])
+def test_low_precision_inference_of_padded_images_is_finite_and_close(name, precision):
+    """Encoding and scoring under autocast, as match runs them: in float16 the norms' eps 1e-8 was zero, so an
+    image with padded regions (zero rows: their word logits zero too) gave 0 / 0 = NaN for every caption."""
+    model = make_model(name)
+    regions, tokens, lengths = make_inputs()
+    num_regions = torch.tensor([SIZES["num_regions"], 2, 1, 3])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    scores = {}
+    for low in (False, True):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype, enabled=low):
+            img_emb, cap_emb = model.encode_images(regions, num_regions), model.encode_captions(tokens, lengths)
+            scores[low] = model.similarity(img_emb, cap_emb, lengths)
+    assert scores[True].dtype == torch.float32 and torch.isfinite(scores[True]).all()
+    torch.testing.assert_close(scores[True], scores[False], atol=2e-2, rtol=0)
+
+
 def test_fused_local_similarity_backward_is_the_derivative():
     # float64 finite differences against the hand-written backward (inputs: attention, regions, words, W)
     gen = torch.Generator().manual_seed(3)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matching_helpers import make_world, save_tiny
+from matching_helpers import make_world, save_overflowing, save_tiny
 
 import vltools
 import vltools.infer.encode as infer_encode
 from vltools.cli import main
-from vltools.errors import ArgumentError
+from vltools.errors import ArgumentError, VLToolsError
 from vltools.io.embeddings import read_embeddings
 from vltools.stages.encode import encode
 
@@ -54,3 +54,18 @@ def test_embeddings_returned_in_memory_never_go_through_a_file(world, monkeypatc
     np.testing.assert_array_equal(returned.vectors, read_embeddings(tmp_path / "e.h5").vectors)
     assert returned.side == "captions" and returned.attrs["checkpoint_digest"] == \
         read_embeddings(tmp_path / "e.h5").attrs["checkpoint_digest"]
+
+
+def test_non_finite_embeddings_are_the_same_one_line_from_the_api_as_from_the_command(world, tmp_path, capsys):
+    features, _, _ = world
+    model = save_overflowing(tmp_path / "overflowing.pt", "vse")
+    advice = "the model gave NaN or infinite embeddings under {}; run with {} (or bf16, which keeps float32's range)"
+    with pytest.raises(VLToolsError) as error:
+        vltools.encode(features, model, precision="fp16", device="cpu")
+    image = str(error.value).split(":", 1)[0]
+    assert str(error.value) == f"{image}: " + advice.format("precision=fp16", "precision=fp32")
+    with pytest.raises(SystemExit):
+        main(["-q", "encode", str(features), "--model", str(model), "--precision", "fp16", "--device", "cpu",
+              "-o", str(tmp_path / "e.h5")])
+    assert capsys.readouterr().err == f"vltools: error: {image}: " + advice.format("--precision fp16",
+                                                                                   "--precision fp32") + "\n"

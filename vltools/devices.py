@@ -25,6 +25,17 @@ AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}   # --precision -> the
 PRECISIONS = ("fp32", "tf32", *AUTOCAST_DTYPES)
 
 
+def nonfinite_advice(precision: str) -> str:
+    """What to do about NaN or infinite model outputs computed in `precision`, for the one-line error that names
+    it: float16's range ends at 65504, so fp16 points to fp32 (or bf16, which keeps float32's range); bf16 to
+    fp32; in float32 the weights are to blame (a training that diverged)."""
+    if precision == "fp16":
+        return f"run with {argument('precision', 'fp32')} (or bf16, which keeps float32's range)"
+    if precision == "bf16":
+        return f"run with {argument('precision', 'fp32')}"
+    return "check the model's weights: NaN or huge values there come from a training that diverged"
+
+
 def resolve_device(device: str) -> torch.device:
     """`auto` picks CUDA when available, else CPU; `cuda[:k]` without a GPU is a one-line error; under torchrun
     `auto` and `cuda` mean this process's GPU, cuda:LOCAL_RANK."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +21,7 @@ from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, check_features
 from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
-from vltools.infer.runner import check_output, computed_rows
+from vltools.infer.runner import check_output, computed_rows, finite_results
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.checkpoint import Rows
 from vltools.io.embeddings import write_embeddings
@@ -79,10 +79,12 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
 
     def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
                written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
-        with computed_rows("encode", out, ids, lambda mine: embed_blocks(loaded.model, blocks_of(mine), side, device,
-                                                                         precision, show_progress=False),
-                           side, batch_size, {**rows, "side": side}, input_digest(inputs), resume,
-                           EMBEDDINGS, checkpoint_seconds) as blocks:
+        def compute(mine: list[int]) -> Iterator[np.ndarray]:
+            computed = embed_blocks(loaded.model, blocks_of(mine), side, device, precision, show_progress=False)
+            return finite_results(computed, [ids[k] for k in mine], "embeddings", f"{side[:-1]} id", precision)
+
+        with computed_rows("encode", out, ids, compute, side, batch_size, {**rows, "side": side},
+                           input_digest(inputs), resume, EMBEDDINGS, checkpoint_seconds) as blocks:
             if blocks is not None:
                 write(ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
 

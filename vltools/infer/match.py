@@ -35,7 +35,7 @@ from vltools.infer.index import (
 )
 from vltools.infer.loader import LoadedModel, check_features, no_model
 from vltools.infer.rerank import FirstStage, rerank
-from vltools.infer.runner import check_output, computed_rows
+from vltools.infer.runner import check_output, computed_rows, finite_results, refuse_nonfinite_results
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.infer.similarity import similarity_columns
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
@@ -170,6 +170,11 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                               options.top_k, options.device, options.precision, options.image_cache_mb)
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
             backward = (np.asarray(t2i[0]), np.asarray(t2i[1]))
+            for (values, found), ids, kind in ((forward, chosen.image_ids, "image id"),
+                                               (backward, chosen.caption_ids, "caption id")):
+                # -inf marks a missing candidate (index -1), not a score
+                refuse_nonfinite_results(np.where(found >= 0, values, 0), ids, "similarities", kind,
+                                         options.precision)
         else:
             inputs = [str(path) for path in (features, captions, *(item.path for item in models))]
             found = stack.enter_context(_all_pairs(modules, images, chosen, tokens, options, output, resume, inputs,
@@ -205,9 +210,12 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
 
     def columns(mine: list[int]) -> Iterator[np.ndarray]:
         blocks = CaptionBlocks([tokens[k] for k in mine], options.block_captions)
-        for block in similarity_columns(modules, images, blocks, options.device, options.precision,
-                                        options.image_cache_mb):
-            yield block.T.contiguous().numpy()
+        computed = similarity_columns(modules, images, blocks, options.device, options.precision,
+                                      options.image_cache_mb)
+        with contextlib.closing(computed):    # a refusal leaves no autocast on (see finite_results)
+            yield from finite_results((block.T.contiguous().numpy() for block in computed),
+                                      [chosen.caption_ids[k] for k in mine], "similarities", "caption id",
+                                      options.precision)
 
     with computed_rows("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
                        options.block_captions, rows, input_digest(inputs), resume, SIMILARITIES,

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from vltools.devices import nonfinite_advice
 from vltools.distributed import from_main, gather, gathered, place, share
-from vltools.errors import VLToolsError
+from vltools.errors import VLToolsError, argument
 from vltools.infer.settings import COMMIT_SECONDS, parse_shard
 from vltools.io.checkpoint import Checkpoint, Codec, Rows
+from vltools.io.hdf5 import first_nonfinite
 from vltools.io.output import is_device, is_stdout, output_name
 from vltools.io.progress import log, progress
 from vltools.io.scratch import scratch_folder
@@ -46,6 +48,32 @@ def check_output(out: str | None, resume: bool) -> None:
     if resume and not resumable(out):
         raise VLToolsError("--resume needs -o PATH of a file: progress of a run to standard output or a device "
                            "cannot be kept")
+
+
+def refuse_nonfinite_results(rows: np.ndarray, ids: Sequence[str], what: str, id_kind: str, precision: str) -> None:
+    """Refuse model outputs `rows` (one per id of `ids`: `what`, e.g. "similarities") holding NaN or an infinity,
+    in one line naming the first such row's `id_kind` id, the precision they were computed in and what to do
+    instead (`vltools.devices.nonfinite_advice`), as they are computed: the same from the Python API, whose results
+    stay in memory, as from a command writing a file."""
+    bad = first_nonfinite(rows)
+    if bad is not None:
+        raise VLToolsError(f"{id_kind} {ids[bad]!r}: the model gave NaN or infinite {what} under "
+                           f"{argument('precision', precision)}; {nonfinite_advice(precision)}")
+
+
+def finite_results(blocks: Iterable[np.ndarray], ids: Sequence[str], what: str, id_kind: str,
+                   precision: str) -> Iterator[np.ndarray]:
+    """`blocks` (rows of `ids`, in order) as they come, each checked by `refuse_nonfinite_results`. A refusal closes
+    `blocks` (a generator) at once: one suspended inside a precision's autocast would otherwise leave autocast on in
+    this thread for as long as the traceback holds it (an API caller's next call would run in fp16)."""
+    start = 0
+    try:
+        for block in blocks:
+            refuse_nonfinite_results(block, ids[start:start + len(block)], what, id_kind, precision)
+            start += len(block)
+            yield block
+    finally:
+        getattr(blocks, "close", lambda: None)()
 
 
 @contextlib.contextmanager

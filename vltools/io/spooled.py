@@ -22,6 +22,7 @@ import numpy as np
 from vltools.errors import ArgumentError, VLToolsError, first_line, shown
 from vltools.io.embeddings import write_embeddings_of
 from vltools.io.features import FIELDS, FLOAT_FIELDS, FeaturesWriter, stored_features
+from vltools.io.hdf5 import first_nonfinite
 from vltools.io.held import Embeddings, FeaturesInMemory, held
 from vltools.io.ids import ids_problem
 from vltools.io.jsonl import json_writer
@@ -61,6 +62,14 @@ def _ids(value: object, name: str, what: str, rows: int | None = None, unique: b
     return list(value)
 
 
+def _finite(array: np.ndarray, ids: list[str], name: str, what: str, id_kind: str) -> None:
+    """Refuse given values `what` of `name` holding NaN or an infinity, naming the first such row's id: the caller
+    gave them (no model computed them, no file was corrupted)."""
+    bad = first_nonfinite(array)
+    if bad is not None:
+        raise ArgumentError(name, f"{what}: {id_kind} {ids[bad]!r} holds NaN or infinite values; give finite numbers")
+
+
 def _features(value: Mapping, name: str) -> tuple[list[str], dict[str, np.ndarray], str]:
     """`value`'s ids, its arrays by dataset, and the dtype its float datasets are stored as: float16 when all of
     them are, else float32 (no value changed by storing them)."""
@@ -73,6 +82,7 @@ def _features(value: Mapping, name: str) -> tuple[list[str], dict[str, np.ndarra
     for key, array in arrays.items():
         if len(array) != len(ids):
             raise ArgumentError(name, f"[{key!r}] has {len(array)} rows for {len(ids)} ids; give one row per id")
+        _finite(array, ids, name, f"[{key!r}]", "image id")
     floats = [arrays[key].dtype for key in FLOAT_FIELDS if key in arrays]
     return ids, arrays, "float16" if floats and all(kind == np.float16 for kind in floats) else "float32"
 
@@ -105,6 +115,7 @@ def _write_embeddings(path: Path, value: Embeddings, name: str) -> None:
                  else _ids(value.caption_image_ids, name, ".caption_image_ids", len(vectors), unique=False))
     if not isinstance(value.side, str) or "\0" in value.side:
         raise ArgumentError(name, f".side must be 'images' or 'captions', not {shown(value.side)}")
+    _finite(vectors, ids, name, ".vectors", "caption id" if value.side == "captions" else "image id")
     write_embeddings_of(path, Embeddings(ids, vectors, value.side, image_ids, _attrs(value.attrs, name)))
 
 

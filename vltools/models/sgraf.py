@@ -47,14 +47,25 @@ CACHE_ELEMENTS = 1 << 22
 BLOCK_KERNEL = True
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32 when autocast made it float16 or bfloat16, else as it is (float32 and float64 unchanged).
+
+    What divides by a norm runs in float32: in float16 the eps 1e-8 is zero, so a zero row (a padded region, its
+    word logits) became 0 / 0 = NaN, and the squares of a 1024-d norm overflow past 65504."""
+    return x.float() if torch.finfo(x.dtype).bits < 32 else x
+
+
 def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
-    """x / (||x||_2 + eps) along `dim`, the released code's normalisation (eps added, not clamped)."""
-    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+    """x / (||x||_2 + eps) along `dim`, the released code's normalisation (eps added, not clamped); computed in
+    float32 under autocast (`_wide`), returned in x's dtype."""
+    wide = _wide(x)
+    return (wide / (torch.linalg.vector_norm(wide, dim=dim, keepdim=True) + eps)).to(x.dtype)
 
 
 def l1norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
-    """x / (sum |x| + eps) along `dim`."""
-    return x / (x.abs().sum(dim=dim, keepdim=True) + eps)
+    """x / (sum |x| + eps) along `dim`; computed in float32 under autocast (`_wide`), returned in x's dtype."""
+    wide = _wide(x)
+    return (wide / (wide.abs().sum(dim=dim, keepdim=True) + eps)).to(x.dtype)
 
 
 def xavier_(linear: nn.Linear) -> None:
@@ -70,8 +81,8 @@ def _scratch(x: torch.Tensor) -> bool:
 
 
 def _l2norm_temp(x: torch.Tensor) -> torch.Tensor:
-    """`l2norm(x)` of an intermediate, in place when that is safe (inference), saving memory traffic."""
-    if _scratch(x):
+    """`l2norm(x)` of an intermediate, in place when that is safe (inference in float32), saving memory traffic."""
+    if _scratch(x) and _wide(x) is x:
         return x.div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True).add_(1e-8))
     return l2norm(x)
 
@@ -400,11 +411,12 @@ class EncoderSimilarity(nn.Module):
             sim_loc = l2norm(LocalSimilarity.apply(alpha, img_emb, cap_emb, loc.weight) + loc.bias)
         else:
             weighted = self.attend(img_emb, cap_emb, word_mask)
-            norm = torch.linalg.vector_norm(weighted, dim=-1, keepdim=True) + 1e-8
+            norm = torch.linalg.vector_norm(_wide(weighted), dim=-1, keepdim=True) + 1e-8
             # with c = u / n, (c - t)^2 = (u - n t)^2 / n^2: the division by n^2 moves past the linear map onto
-            # its 256-d output, which saves a pass over the large [Bi, Bc, L, E] tensor
-            difference = weighted.addcmul_(cap_emb, norm, value=-1).square_()
-            sim_loc = _l2norm_temp(torch.addcdiv(loc.bias, F.linear(difference, loc.weight), norm.square()))
+            # its 256-d output, which saves a pass over the large [Bi, Bc, L, E] tensor (under autocast the
+            # division runs in float32, where n^2 neither underflows nor meets a zero eps)
+            difference = weighted.addcmul_(cap_emb, norm.to(weighted.dtype), value=-1).square_()
+            sim_loc = _l2norm_temp(torch.addcdiv(loc.bias, _wide(F.linear(difference, loc.weight)), norm.square()))
         sim_glo = _l2norm_temp(self.sim_tranglo_w((img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)))
         return torch.cat([sim_glo.unsqueeze(2), sim_loc], dim=2)
 
