@@ -16,10 +16,12 @@ from vltools.io.fields import TEXT, field
 from vltools.io.held import FeaturesInMemory
 from vltools.io.kinds import same_file, sniff
 from vltools.io.output import written
+from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, provenance
 from vltools.io.write_errors import DeferredWrites, check_room
 
 FORMAT_VERSION = 1
+_UNCHECKED: set[tuple[str, str]] = set()   # (file, list) read without a checksum and warned about in this process
 
 
 def string_dtype() -> h5py.Datatype:
@@ -47,16 +49,23 @@ def write_strings(handle: h5py.Group, name: str, values: Sequence[str]) -> None:
 
 def read_strings(handle: h5py.Group, name: str, digest: str | None = None) -> list[str]:
     """The strings of dataset `name`, checked against the digest the file records for them (the attribute
-    `digest`, default `digest_attribute(name)`; a file without one is not checked): two ids swapped or one
-    renamed would otherwise name the wrong rows silently. The one way an id list of a vltools file is read."""
+    `digest`, default `digest_attribute(name)`; a file without one is read unchecked, with a warning once per file
+    and list): two ids swapped or one renamed would otherwise name the wrong rows silently. The one way an id list
+    of a vltools file is read."""
     values = decode_strings(read(handle[name]))
     key = digest or digest_attribute(name)
-    if key in handle.attrs:
-        path = handle.file.filename
-        saved = field({key: plain(handle.attrs[key])}, key, TEXT, path, REWRITE, what="attribute")
-        if saved != ids_digest(values):
-            raise VLToolsError(f"{path}: /{name} does not match its checksum (attribute {key!r}); the file was "
-                               f"edited or is corrupt, {REWRITE}")
+    if key not in handle.attrs:     # features in memory have no file to have been edited
+        path = None if isinstance(handle, FeaturesInMemory) else handle.file.filename
+        if path is not None and (path, name) not in _UNCHECKED:
+            _UNCHECKED.add((path, name))
+            log.warning("%s: /%s has no checksum (attribute %r: the file was edited, or written before vltools "
+                        "recorded one), so its ids are read unchecked; rerun the stage that wrote it", path, name, key)
+        return values
+    path = handle.file.filename
+    saved = field({key: plain(handle.attrs[key])}, key, TEXT, path, REWRITE, what="attribute")
+    if saved != ids_digest(values):
+        raise VLToolsError(f"{path}: /{name} does not match its checksum (attribute {key!r}); the file was "
+                           f"edited or is corrupt, {REWRITE}")
     return values
 
 
