@@ -6,7 +6,7 @@ import pytest
 from vltools.errors import VLToolsError
 from vltools.io.progress import log as vltools_log
 from vltools.text.tokenize import tokenize
-from vltools.text.vocab import MAX_CAPTION_TOKENS, MAX_TOKENS_VARIABLE, Coverage, Vocabulary
+from vltools.text.vocab import MAX_CAPTION_TOKENS, MAX_TOKENS_VARIABLE, SPECIALS, Coverage, Vocabulary
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -157,3 +157,10 @@ def test_a_huge_caption_is_cut_before_it_is_tokenised():
     huge = "a red cube. " * 2_000_000
     assert len(vocab.encode(huge)) == MAX_CAPTION_TOKENS + 2
     assert vocab.encode(huge, 4) == vocab.encode("a red cube. a", 4) == [1, 4, 5, 6, 3, 2]
+
+
+def test_a_huge_training_caption_is_cut_before_it_is_counted():
+    """Vocabulary.build tokenised a 20 MB training caption whole, as encode did before its cut."""
+    huge = "a red cube. " * 2_000_000 + "zebra"
+    vocab = Vocabulary.build([huge, "zebra"], threshold=1)
+    assert vocab.words[len(SPECIALS):] == ["a", "red", "cube", ".", "zebra"]

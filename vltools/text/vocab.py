@@ -111,10 +111,13 @@ class Vocabulary:
               tokenizer: Callable[[str], list[str]] = tokenize, setting: str = "task.vocab_threshold") -> Vocabulary:
         """Words seen at least `threshold` times, in order of first appearance (SCAN's build_vocab). None (only the
         specials: every caption would be `<unk>`, a model trained on nothing) is refused, naming `setting` (the
-        training setting that gave `threshold`); what the vocabulary keeps is logged (`report_kept`)."""
+        training setting that gave `threshold`); what the vocabulary keeps is logged (`report_kept`). The words an
+        encoded caption can hold are counted (`max_caption_tokens`, as `encode` cuts them), so that a huge caption
+        is not tokenised whole."""
         counts = Counter()
+        limit = max_caption_tokens()
         for caption in captions:
-            counts.update(tokenizer(caption))
+            counts.update(tokenizer(caption if limit is None else leading_words(caption, limit)))
         words = kept_words(counts, threshold)
         if not words:
             most = max(counts.values(), default=0)
