@@ -195,8 +195,8 @@ def peer_comparison(args: argparse.Namespace, model: AdaptiveAttention, regions:
                 return out
 
             def ours(beam: int) -> list[str]:
-                return [c for _, caps in caption_batches(model, vocab, reader, ids, beam_size=beam,
-                                                          max_len=args.max_len, batch_size=args.batch_size)
+                return [c for _, caps, _ in caption_batches(model, vocab, reader, ids, beam_size=beam,
+                                                            max_len=args.max_len, batch_size=args.batch_size)
                         for c in caps]
 
             for beam in args.peer_beams:

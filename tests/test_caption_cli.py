@@ -282,8 +282,8 @@ def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monke
     real = caption_step.caption_batches
 
     def blanking(*args, **kwargs):      # the first `blank` of the 30 images get an empty caption
-        for ids, texts in real(*args, **kwargs):
-            yield ids, ["" if int(i[3:]) < blank else text for i, text in zip(ids, texts, strict=True)]
+        for ids, texts, logprob in real(*args, **kwargs):
+            yield ids, ["" if int(i[3:]) < blank else text for i, text in zip(ids, texts, strict=True)], logprob
 
     monkeypatch.setattr(caption_step, "caption_batches", blanking)
     warnings: list[str] = []

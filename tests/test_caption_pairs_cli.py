@@ -166,8 +166,8 @@ def test_all_descriptions_empty_is_one_line_exit_1_and_writes_nothing(trained, t
     real = pairs_step.describe_batches
 
     def mute(*args, **kwargs):
-        for texts in real(*args, **kwargs):
-            yield ["" for _ in texts]
+        for texts, logprob in real(*args, **kwargs):
+            yield ["" for _ in texts], logprob
 
     monkeypatch.setattr(pairs_step, "describe_batches", mute)
     out = tmp_path / "d.jsonl"

@@ -81,7 +81,7 @@ def hand_greedy(model, images: dict[str, torch.Tensor], max_len: int) -> str:
 def run_batches(loaded, features, ids, **options) -> tuple[list[list[str]], list[str]]:
     with FeaturesReader(features) as reader:
         out = list(caption_batches(loaded.model, loaded.vocab, reader, ids, **options))
-    return [chunk for chunk, _ in out], [text for _, texts in out for text in texts]
+    return [chunk for chunk, _, _ in out], [text for _, texts, _ in out for text in texts]
 
 
 @pytest.mark.parametrize("name", [NT, AA])

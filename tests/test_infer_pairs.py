@@ -40,8 +40,8 @@ def world(tmp_path_factory):
 
 
 def describe(model, maps, batch_size: int, beam_size: int = 3, max_len: int = 6, a=IMAGE_A, b=IMAGE_B):
-    return list(describe_batches(model, FeatureMaps(maps), a, b, VOCAB, beam_size=beam_size, max_len=max_len,
-                                 batch_size=batch_size))
+    return [texts for texts, _ in describe_batches(model, FeatureMaps(maps), a, b, VOCAB, beam_size=beam_size,
+                                                   max_len=max_len, batch_size=batch_size)]
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

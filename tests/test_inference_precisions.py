@@ -14,11 +14,12 @@ from click.testing import CliRunner
 from matching_helpers import VOCAB, make_world, save_tiny
 from PIL import Image
 from test_encode_cli import CTX_SEN, GENERATED
-from tiny_captioning import make_caption_world, save_captioner
+from tiny_captioning import make_caption_world, overflowing_captioner, save_captioner
 
 import vltools
 from vltools.cli import cli
 from vltools.devices import PRECISIONS
+from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.models import build_model, default_config
@@ -135,3 +136,13 @@ def test_captioners_caption_every_image(captioning, name, seed, precision):
     found = vltools.caption(checkpoint, features, captions, split="test", device="cpu", precision=precision,
                             batch_size=4)
     assert len(found) == 10 and all(record["caption"] for record in found)
+
+
+def test_a_captioner_s_nan_log_probabilities_are_one_line_naming_the_precision(captioning, tmp_path):
+    """Beam search over NaN log-probabilities gave captions without a word (empty ones only when all were)."""
+    folder, features, captions = captioning
+    checkpoint = overflowing_captioner(save_captioner(tmp_path / "nt.pt", "neuraltalk2", captions),
+                                       tmp_path / "overflowing.pt")
+    with pytest.raises(VLToolsError, match=r"^image id '[^']+': the model gave NaN or infinite caption "
+                                           r"log-probabilities under precision=fp16; run with precision=fp32"):
+        vltools.caption(checkpoint, features, captions, split="test", device="cpu", precision="fp16", batch_size=4)

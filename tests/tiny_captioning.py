@@ -3,6 +3,7 @@ and random-initialised captioner checkpoints over its vocabulary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -53,13 +54,30 @@ def save_captioner(path: Path, name: str, captions: Path, seed: int = 0, img_dim
     return path
 
 
-def mute_captioner(source, path):
-    """A copy of a captioner checkpoint whose decoder always says <end> first: every caption comes out empty."""
+def _rewritten(source: Path, path: Path, change: Callable[[dict, list[str]], None]) -> Path:
+    """A copy of captioner checkpoint `source` at `path`, its state dict edited by `change(state, vocab)`."""
     payload = load_checkpoint(source)
     state = dict(payload["state_dict"])
-    bias = state["decoder.output.bias"].clone()
-    bias[payload["vocab"].index("<end>")] = 1e4
-    state["decoder.output.bias"] = bias
+    change(state, payload["vocab"])
     save_checkpoint(path, payload["model"], payload["config"], state, vocab=payload["vocab"],
                     train_state=payload["train_state"], schema=payload["schema"])
     return path
+
+
+def mute_captioner(source, path):
+    """A copy of a captioner checkpoint whose decoder always says <end> first: every caption comes out empty."""
+    def end_first(state: dict, vocab: list[str]) -> None:
+        bias = state["decoder.output.bias"].clone()
+        bias[vocab.index("<end>")] = 1e4
+        state["decoder.output.bias"] = bias
+
+    return _rewritten(source, path, end_first)
+
+
+def overflowing_captioner(source: Path, path: Path) -> Path:
+    """A copy of a captioner checkpoint whose output layer's weights are 1e6 times too large: finite in float32
+    and bfloat16, past float16's 65504 under fp16, whose log-softmax then gives NaN."""
+    def scaled(state: dict, vocab: list[str]) -> None:
+        state["decoder.output.weight"] = state["decoder.output.weight"] * 1e6
+
+    return _rewritten(source, path, scaled)

@@ -1,7 +1,7 @@
 """A trained captioner at work: load its checkpoint, caption images in batches, score captions under images.
 
     loaded = load_model("aa.pt", "captioner")              # vltools.infer.loader: model, vocabulary, prep
-    for ids, captions in caption_batches(loaded.model, loaded.vocab, reader, ids, beam_size=3): ...
+    for ids, captions, logprob in caption_batches(loaded.model, loaded.vocab, reader, ids, beam_size=3): ...
     logp = logp_matrix(loaded, reader, image_ids, captions)  # [captions, images] log p(c | I), in blocks
 
 `caption` (the stage), the captioning task's validation and the benchmarks call these.
@@ -85,8 +85,9 @@ def _images(reader: FeaturesReader, ids: Sequence[str], fields: list[str], devic
 def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader, ids: Sequence[str],
                     method: str = "beam", beam_size: int = 3, max_len: int = 16, length_penalty: float = 0.0,
                     temperature: float = 1.0, seed: int = 0, batch_size: int = 50,
-                    device: torch.device | str = "cpu") -> Iterator[tuple[list[str], list[str]]]:
-    """(ids, captions) batch by batch in the order of `ids`; `method` is beam, greedy or sample. A sampled batch
+                    device: torch.device | str = "cpu") -> Iterator[tuple[list[str], list[str], np.ndarray]]:
+    """(ids, captions, their log-probabilities) batch by batch in the order of `ids`; `method` is beam, greedy or
+    sample (NaN log-probabilities are what a model that overflowed gave: `refuse_nonfinite_results`). A sampled batch
     draws from a generator keyed by (seed, its first id), so it draws the same words whichever process of a
     torchrun job samples it."""
     device = torch.device(device)
@@ -106,7 +107,7 @@ def caption_batches(model: Captioner, vocab: Vocabulary, reader: FeaturesReader,
             out = sample(model.step, state, static, max_len=max_len, temperature=temperature, generator=generator)
         else:
             raise ValueError(f"method must be beam, greedy or sample, not {method!r}")
-        yield chunk, decode(vocab, out.tokens.cpu())
+        yield chunk, decode(vocab, out.tokens.cpu()), out.logprob.float().cpu().numpy()
 
 
 def check_captions(records: Sequence[dict], model: object, what: str = "captions") -> None:

@@ -118,9 +118,11 @@ def _captions(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str],
         {"--beam": beam, "--length-penalty": length_penalty}
 
     def produce(todo: list[str]) -> Iterator[tuple[list[str], list[dict]]]:
-        for ids, texts in caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
-                                          max_len=max_len, length_penalty=length_penalty, temperature=temperature,
-                                          seed=seed, batch_size=batch_size, device=chosen):
+        for ids, texts, logprob in caption_batches(loaded.model, loaded.vocab, reader, todo, method, beam_size=beam,
+                                                   max_len=max_len, length_penalty=length_penalty,
+                                                   temperature=temperature, seed=seed, batch_size=batch_size,
+                                                   device=chosen):
+            runner.refuse_nonfinite_results(logprob[:, None], ids, "caption log-probabilities", "image id", precision)
             yield ids, [{"image_id": i, "caption": c} for i, c in zip(ids, texts, strict=True)]
 
     with runner.checkpoint(None if output is None else str(output), Records(),
@@ -172,8 +174,10 @@ def _describe(model: PathLike | LoadedModel, features: PathLike, pairs_path: Pat
         batches = describe_batches(loaded.model, maps, [pairs.image_a[n] for n in rows],
                                    [pairs.image_b[n] for n in rows], loaded.vocab, beam_size=beam, max_len=max_len,
                                    batch_size=batch_size, device=resolve_device(device))
-        for start, texts in zip(range(0, len(todo), batch_size), batches, strict=False):
+        for start, (texts, logprob) in zip(range(0, len(todo), batch_size), batches, strict=False):
             ids = todo[start:start + batch_size]
+            runner.refuse_nonfinite_results(logprob[:, None], ids, "description log-probabilities", "pair id",
+                                            precision)
             yield ids, [{"pair_id": i, "caption": text} for i, text in zip(ids, texts, strict=True)]
 
     with runner.checkpoint(None if output is None else str(output), Records(), options, input_digest(inputs),

@@ -192,7 +192,7 @@ class CaptioningTask:
         """CIDEr-D of greedy captions of the validation images."""
         predictions: dict[str, str] = {}
         with FeaturesReader(self.features) as reader:
-            for ids, texts in caption_batches(model, self.vocab, reader, self.val_images, "greedy",
+            for ids, texts, _ in caption_batches(model, self.vocab, reader, self.val_images, "greedy",
                                               max_len=self.prep.max_words or 16,
                                               batch_size=self.options["val_batch_size"], device=device):
                 predictions.update(zip(ids, texts, strict=True))
