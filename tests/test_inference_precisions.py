@@ -101,6 +101,10 @@ def test_rmac_encode_gives_finite_embeddings(images, tmp_path, precision):
                     vocab=["a", "photo"], train_state={"config": {"task": {"image_size": 32}}}, schema=1)
     found = vltools.encode(images, tmp_path / "rmac.pt", device="cpu", precision=precision, workers=0)
     assert len(found.vectors) == 3 and np.isfinite(found.vectors).all()
+    if precision == "bf16":     # computed in bf16, not in fp32 whatever the precision (as it was)
+        full = vltools.encode(images, tmp_path / "rmac.pt", device="cpu", precision="fp32", workers=0)
+        assert not np.array_equal(found.vectors, full.vectors)
+        np.testing.assert_allclose(found.vectors, full.vectors, atol=0.05)
 
 
 @pytest.mark.slow

@@ -62,9 +62,13 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         images = rmac_images(loaded, source, query)
         digests = {i: input_digest([checkpoint, item.path])
                    for i, item in zip(images.ids, images.store.items, strict=True)}
-        with computed_rows("encode", out, images.ids, lambda mine: image_batches(loaded, images, mine, query, device),
-                           "images", batch_size, {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size},
-                           digests, resume, EMBEDDINGS, checkpoint_seconds) as phi:
+        def phi_batches(mine: Sequence[int]) -> Iterator[np.ndarray]:
+            return finite_results(image_batches(loaded, images, mine, query, device, precision),
+                                  [images.ids[k] for k in mine], "embeddings", "image id", precision)
+
+        with computed_rows("encode", out, images.ids, phi_batches, "images", batch_size,
+                           {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size,
+                            "precision": precision}, digests, resume, EMBEDDINGS, checkpoint_seconds) as phi:
             if phi is None:       # another process of a torchrun job: the first writes every embedding
                 return len(images.ids)
             emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vltools.devices import autocast
 from vltools.distributed import gather_rows, share
 from vltools.errors import VLToolsError, shown_ids
 from vltools.infer.loader import LoadedModel
@@ -104,11 +105,12 @@ def _phi(loaded: LoadedModel, device: torch.device) -> Callable[[torch.Tensor, t
 
 
 def image_batches(loaded: LoadedModel, images: RmacImages, positions: Sequence[int], options: QueryOptions,
-                  device: torch.device) -> Iterator[np.ndarray]:
-    """The visual embeddings phi of the images at `positions`, a [B, D] array per batch of `options.batch_size`
-    (no progress line: the inference runner reports it)."""
-    return embedding_batches(_phi(loaded, device), images.store, positions, device, options.batch_size,
-                             options.workers, desc=None)
+                  device: torch.device, precision: str = "fp32") -> Iterator[np.ndarray]:
+    """The visual embeddings phi of the images at `positions`, a [B, D] array per batch of `options.batch_size`,
+    computed in `precision` (no progress line: the inference runner reports it)."""
+    with autocast(device, precision):
+        yield from embedding_batches(_phi(loaded, device), images.store, positions, device, options.batch_size,
+                                     options.workers, desc=None)
 
 
 def rmac_queries(loaded: LoadedModel, images: RmacImages, phi: np.ndarray, options: QueryOptions,
