@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vltools.io.features import FeaturesWriter
+from vltools.models import build_model
+from vltools.text.vocab import SPECIALS, Vocabulary
 
 DIM, SIZE = 8, 3
 WORDS = ("red", "blue", "green", "circle", "square", "bigger", "smaller")
@@ -54,3 +57,27 @@ TINY_MODEL = ["--set", "model.num_nodes=3", "--set", "model.pool_hidden=4", "--s
               "--set", "model.embed_size=8", "--set", "model.hidden_size=8", "--set", "model.attention_size=8",
               "--set", "task.min_count=1", "--set", "task.val_beam=2", "--set", "task.val_max_len=8",
               "--set", "task.aux_batch_size=4", "--device", "cpu", "--val-every", "0"]
+
+
+PAIR_VOCAB = Vocabulary([*SPECIALS, *WORDS, "the", "left", "one", "is"])
+L2C_CONFIG = {"feature_dim": DIM, "num_nodes": 3, "pool_hidden": 4, "graph_dim": 8, "embed_size": 8, "hidden_size": 8,
+              "attention_size": 8, "dropout": 0.0}
+IMAGE_A = ["x0", "x2", "x4", "x6", "x1", "x3", "x0"]       # seven pairs: batches of 3 end with a batch of 1
+IMAGE_B = ["x1", "x3", "x5", "x7", "x0", "x2", "x5"]
+
+
+def random_l2c(folder: Path) -> tuple[Path, torch.nn.Module]:
+    """Feature maps of images x0..x7 and a tiny random L2C model (in train mode) over PAIR_VOCAB whose BatchNorm
+    running statistics are far from a batch's own."""
+    maps = write_maps(folder / "maps.h5", [f"x{i}" for i in range(8)], seed=3, mask_size=6)  # masks resized to 3x3
+    torch.manual_seed(0)
+    model = build_model("l2c", L2C_CONFIG, len(PAIR_VOCAB))
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=generator))
+                module.running_var.copy_(torch.rand(module.running_var.shape, generator=generator) + 0.5)
+    return maps, model

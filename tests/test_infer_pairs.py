@@ -5,38 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from l2c_helpers import DIM, WORDS, write_maps
+from l2c_helpers import IMAGE_A, IMAGE_B, random_l2c
+from l2c_helpers import PAIR_VOCAB as VOCAB
 
 from vltools.data.l2c import FeatureMaps, PairSplit
 from vltools.decoding.search import greedy
 from vltools.infer.pairs import describe_batches, describe_pairs
-from vltools.models import build_model
 from vltools.text.captions import decode
-from vltools.text.vocab import SPECIALS, Vocabulary
-
-VOCAB = Vocabulary([*SPECIALS, *WORDS, "the", "left", "one", "is"])
-CONFIG = {"feature_dim": DIM, "num_nodes": 3, "pool_hidden": 4, "graph_dim": 8, "embed_size": 8, "hidden_size": 8,
-          "attention_size": 8, "dropout": 0.0}
-IMAGES = [f"x{i}" for i in range(8)]
-IMAGE_A = ["x0", "x2", "x4", "x6", "x1", "x3", "x0"]       # seven pairs: batches of 3 end with a batch of 1
-IMAGE_B = ["x1", "x3", "x5", "x7", "x0", "x2", "x5"]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pairs")
-    maps = write_maps(folder / "maps.h5", IMAGES, seed=3, mask_size=6)     # masks resized to the 3x3 maps
-    torch.manual_seed(0)
-    model = build_model("l2c", CONFIG, len(VOCAB))
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
-        for module in model.modules():           # running statistics far from a batch's own
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=generator))
-                module.running_var.copy_(torch.rand(module.running_var.shape, generator=generator) + 0.5)
-    return maps, model
+    return random_l2c(tmp_path_factory.mktemp("pairs"))
 
 
 def describe(model, maps, batch_size: int, beam_size: int = 3, max_len: int = 6, a=IMAGE_A, b=IMAGE_B):

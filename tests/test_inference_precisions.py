@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from l2c_helpers import IMAGE_A, IMAGE_B, PAIR_VOCAB, random_l2c
 from matching_helpers import VOCAB, make_world, save_tiny
 from PIL import Image
 from test_encode_cli import CTX_SEN, GENERATED
@@ -18,8 +19,10 @@ from tiny_captioning import make_caption_world, overflowing_captioner, save_capt
 
 import vltools
 from vltools.cli import cli
-from vltools.devices import PRECISIONS
+from vltools.data.l2c import FeatureMaps
+from vltools.devices import PRECISIONS, autocast
 from vltools.errors import VLToolsError
+from vltools.infer.pairs import describe_batches
 from vltools.io.checkpoints import save_checkpoint
 from vltools.io.features import FeaturesReader, FeaturesWriter
 from vltools.models import build_model, default_config
@@ -150,3 +153,18 @@ def test_a_captioner_s_nan_log_probabilities_are_one_line_naming_the_precision(c
     with pytest.raises(VLToolsError, match=r"^image id '[^']+': the model gave NaN or infinite caption "
                                            r"log-probabilities under precision=fp16; run with precision=fp32"):
         vltools.caption(checkpoint, features, captions, split="test", device="cpu", precision="fp16", batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def l2c(tmp_path_factory):
+    return random_l2c(tmp_path_factory.mktemp("l2c"))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_l2c_describes_every_pair_with_finite_log_probabilities(l2c, precision):
+    """L2C, the last family: its descriptions under the autocast `vltools caption --pairs` runs them in."""
+    maps, model = l2c
+    with autocast(torch.device("cpu"), precision):
+        batches = list(describe_batches(model, FeatureMaps(maps), IMAGE_A, IMAGE_B, PAIR_VOCAB, batch_size=3))
+    assert sum(len(texts) for texts, _ in batches) == len(IMAGE_A)
+    assert all(np.isfinite(logprob).all() for _, logprob in batches)
