@@ -476,3 +476,15 @@ def test_a_slow_training_shows_its_rate_to_two_significant_digits_and_the_time_l
     assert lines[:2] == ["vltools: vse m.pt: epoch 1/2 2/8 steps (0.031 steps/s = 32 s/step, 7 min 32 s left)",
                          "vltools: vse m.pt: epoch 1/2 4/8 steps (0.031 steps/s = 32 s/step, 6 min 27 s left)"]
     assert lines[-1] == "vltools: vse m.pt: epoch 2/2 8/8 steps (0.031 steps/s = 32 s/step, 0 s left)"
+
+
+def test_validating_on_the_training_split_warns_naming_the_option(world, tmp_path):
+    """--val-split train picked the best checkpoint on the training captions without a word."""
+    result = CliRunner().invoke(cli, train_args(world, tmp_path / "m.pt", "--epochs", "1", "--val-split",
+                                                "train")[1:], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert ("--val-split is the training split 'train': the best checkpoint is picked on the data it trains on, "
+            "which says nothing of other data; give a held-out split (--val-split val)") in result.stderr
+    plain = CliRunner().invoke(cli, train_args(world, tmp_path / "n.pt", "--epochs", "1")[1:],
+                               catch_exceptions=False)
+    assert "is the training split" not in plain.stderr

@@ -399,6 +399,10 @@ def run_training(model_name: str, inputs: Sequence[str | os.PathLike], output: s
     OUTPUT.last.pt and OUTPUT.log.jsonl beside it), under torchrun too; returns the summary (epoch, iteration,
     best). Every log line names the model and the output: two trainings under make -j2 interleave."""
     with labelled(f"{model_name} {Path(output).name}"), distributed(config["train"]["device"]) as env:
+        if train_split == val_split and env.main:
+            log.warning("%s is the training split %r: the best checkpoint is picked on the data it trains on, "
+                        "which says nothing of other data; give a held-out split (%s)", argument("val_split"),
+                        val_split, argument("val_split", "val"))
         seed_everything(config["train"]["seed"])
         task = task_module(model_name).build_task(model_name, inputs, config, vocab=vocab, train_split=train_split,
                                                   val_split=val_split)
