@@ -75,10 +75,16 @@ def start_paused(target: str, calls: int, *args: object) -> subprocess.Popen:
 
 def kill(process: subprocess.Popen, number: int = signal.SIGKILL) -> int:
     """Send signal `number` (SIGKILL: no handler runs, nothing is cleaned up) and return the exit status."""
+    return stopped(process, number)[0]
+
+
+def stopped(process: subprocess.Popen, number: int) -> tuple[int, str]:
+    """Send signal `number` and return the exit status and the last line of standard error."""
     os.kill(process.pid, number)
-    status = process.wait()
+    errors = process.stderr.read().decode()
     process.stderr.close()
-    return status
+    lines = errors.strip().splitlines()
+    return process.wait(), lines[-1] if lines else ""
 
 
 def killed_midway(target: str, calls: int, *args: object) -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from kill_helpers import kill, start_paused
+from kill_helpers import kill, start_paused, stopped
 from PIL import Image
 from pipeline_fixtures import one_and_two_processes, run_process, same_but_created, synth_world, torchrun
 
@@ -300,7 +301,11 @@ def test_a_plain_run_stopped_by_ctrl_c_or_sigterm_before_its_first_commit_contin
     # stopped once the first images are written, before they are committed
     process = start_paused("vltools.io.checkpoint:Checkpoint.add", 1, *args, "-o", out)
     assert sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5.tmp", "state.json"]
-    assert kill(process, number) == status
+    # the last line says what was kept and how to continue
+    word = "interrupted" if number == signal.SIGINT else "terminated"
+    assert stopped(process, number) == (status, f"vltools: {word}; 1 of 40 images kept in {partial}/: continue with "
+                                                f"{shlex.join(['vltools', '-q', *map(str, args), '-o', str(out)])} "
+                                                "--resume")
     kept = len(_chunk_ids(partial))
     assert 1 <= kept < 40 and sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5", "state.json"]
     assert _vltools(*args, "-o", out) == 1

@@ -7,13 +7,14 @@ import itertools
 import json
 import math
 import os
+import shlex
 import signal
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from kill_helpers import kill, start_paused
+from kill_helpers import kill, start_paused, stopped
 from tiny_matching import TINY, chance_rsum, make_world
 
 from vltools.cli import cli
@@ -488,3 +489,17 @@ def test_validating_on_the_training_split_warns_naming_the_option(world, tmp_pat
     plain = CliRunner().invoke(cli, train_args(world, tmp_path / "n.pt", "--epochs", "1")[1:],
                                catch_exceptions=False)
     assert "is the training split" not in plain.stderr
+
+
+def test_ctrl_c_says_what_was_kept_and_a_first_epoch_keeps_its_work_after_train_save_seconds(world, tmp_path):
+    """train stopped in its first epoch kept nothing and said nothing: the resume file came only after an epoch or
+    train.save_every steps. With train.save_seconds it is written once that time has passed (here at every step),
+    and the last line names it and the command that continues."""
+    output = tmp_path / "m.pt"
+    args = train_args(world, output, "--epochs", str(EPOCHS), "--seed", "0", "--set", "train.save_every=0",
+                      "--set", "train.save_seconds=1e-9")
+    process = start_paused("vltools.training.trainer:Trainer._save_last", 3, *args)
+    assert stopped(process, signal.SIGINT) == (
+        130, f"vltools: interrupted; {output}.last.pt keeps iteration 3 of {EPOCHS * 8}: continue with "
+             f"{shlex.join(['vltools', '-q', *map(str, args), '--resume'])}")
+    assert load_checkpoint(f"{output}.last.pt")["train_state"]["iteration"] == 3

@@ -9,6 +9,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -19,7 +20,7 @@ import click
 from vltools import __version__
 from vltools.commands.inputs import check_files, take_stdin
 from vltools.commands.options import PrimaryOutput, binary_format, is_output_param, option_spelling, writes_stdout
-from vltools.errors import ArgumentError, VLToolsError, first_line, spelled
+from vltools.errors import ArgumentError, VLToolsError, first_line, kept_note, spelled
 from vltools.io.lock import output_lock
 from vltools.io.output import refuse_terminal
 from vltools.io.progress import configure, log
@@ -333,6 +334,17 @@ def _after_failure(empty: tuple[int, int] | None, args: list[str]) -> str:
     return _left_empty(empty) if empty is not None and _writes_stdout(args) else ""
 
 
+def _kept(exc: BaseException, args: list[str]) -> str:
+    """What the stopped run kept for --resume (`errors.keep_note`, on the exception or, for click's Abort, the
+    Ctrl-C under it) and the command that continues it, as words to append to the last line; "" for a stage that
+    keeps nothing as it goes."""
+    note = kept_note(exc) or (kept_note(exc.__context__) if exc.__context__ is not None else None)
+    if note is None or note.startswith("nothing"):
+        return f"; {note}" if note else ""
+    again = ["vltools", *args, *([] if "--resume" in args else ["--resume"])]
+    return f"; {note}: continue with {shlex.join(again)}"
+
+
 def _main(argv: list[str] | None) -> None:
     """Run the CLI; user errors print one line on stderr and exit 1 (`--debug` shows the traceback).
 
@@ -344,11 +356,11 @@ def _main(argv: list[str] | None) -> None:
     empty = _empty_stdout_file()
     try:
         cli.main(args=args, prog_name="vltools", standalone_mode=False)
-    except Terminated:
-        print(f"vltools: terminated{_after_failure(empty, args)}", file=sys.stderr)
+    except Terminated as exc:
+        print(f"vltools: terminated{_kept(exc, args)}{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(143)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        print(f"vltools: interrupted{_after_failure(empty, args)}", file=sys.stderr)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        print(f"vltools: interrupted{_kept(exc, args)}{_after_failure(empty, args)}", file=sys.stderr)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

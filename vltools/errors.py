@@ -129,3 +129,17 @@ def require_file(path: str | os.PathLike, absent: str = "no such file", give: st
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "a special file")
     raise VLToolsError(f"{path}: is {kind}, not a file; give {give}")
+
+
+KEPT = "vltools_kept"    # the attribute of an exception that says what the interrupted run kept for --resume
+
+
+def keep_note(exc: BaseException, note: str) -> None:
+    """Record on `exc` (Ctrl-C, SIGTERM, a failure) what the run it stopped kept for `--resume` ("17 of 40 images
+    kept in feats.h5.partial/"), for the command line's last line."""
+    setattr(exc, KEPT, note)
+
+
+def kept_note(exc: BaseException) -> str | None:
+    """What `keep_note` recorded on `exc`, else None."""
+    return getattr(exc, KEPT, None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from vltools.devices import nonfinite_advice
 from vltools.distributed import from_main, gather, gathered, place, share
-from vltools.errors import VLToolsError, argument
+from vltools.errors import VLToolsError, argument, keep_note
 from vltools.infer.settings import COMMIT_SECONDS, parse_shard
 from vltools.io.checkpoint import Checkpoint, Codec, Rows
 from vltools.io.hdf5 import first_nonfinite
@@ -87,7 +87,7 @@ def checkpoint(out: str | None, codec: Codec, options: Mapping[str, object], dig
         return
     with contextlib.ExitStack() as stack:
         folder = Path(f"{out}.partial") if resumable(out) else stack.enter_context(scratch_folder()) / "partial"
-        yield Checkpoint(folder, output_name(out), codec, options, digests, resume, commit_seconds)
+        yield Checkpoint(folder, output_name(out), codec, options, digests, resume, commit_seconds, resumable(out))
 
 
 def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produce, unit: str = "items",
@@ -114,9 +114,12 @@ def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produc
             for done_ids, results in batches:
                 kept.add(done_ids, results)
                 computed += len(done_ids)
-    except BaseException:
+    except BaseException as exc:
         if kept is not None:
             kept.discard()
+            if kept.resumable:
+                held = len(kept.done)
+                keep_note(exc, f"{held} of {len(ids)} {unit} kept in {kept.folder}/" if held else "nothing was kept")
         raise
     return computed
 

@@ -193,11 +193,13 @@ class Checkpoint:
 
     `options` are what every item depends on (a resumed run must share them); `digests` each item's inputs (by
     id; a string: the same for every item). `done` holds the ids finished; `add` keeps more, `gather` reads them
-    back in any order; a failure calls `discard`, the written output `remove`."""
+    back in any order; a failure calls `discard`, the written output `remove`. `resumable` says whether a rerun
+    with --resume can find `folder` (`OUT.partial/`), or it is a scratch folder that goes with this run."""
 
     def __init__(self, folder: Path, name: str, codec: Codec, options: Mapping[str, object],
-                 digests: Mapping[str, str] | str, resume: bool, commit_seconds: float) -> None:
+                 digests: Mapping[str, str] | str, resume: bool, commit_seconds: float, resumable: bool = True) -> None:
         self.folder, self.output, self.codec, self.resume = folder, name, codec, resume
+        self.resumable = resumable
         self.commit_seconds = commit_seconds
         self._digests = digests
         self.state = {"format": FORMAT, "codec": codec.suffix, "options": _plain(dict(options))}

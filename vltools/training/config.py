@@ -32,6 +32,7 @@ TRAIN_DEFAULTS: dict[str, object] = {
     "keep_best": "any",       # best checkpoint from: any validation (vltools), epoch_end validations only (released)
     "precision": "fp32",      # IEEE fp32, tf32 (TF32 on GPUs), or autocast to bf16 / fp16 (fp16: gradient scaler)
     "save_every": 1000,       # write the resume file every N iterations (0: only at the end of each epoch)
+    "save_seconds": 180.0,    # and once N seconds have passed since it was last written (0: not by time)
     "log_every": 10,          # one loss line in the log every N iterations
     "seed": 0,
     "workers": 0,
@@ -190,6 +191,7 @@ RANGES: dict[str, tuple[float, bool, float | None, bool]] = {
     "margin": (0.0, True, None, False), "epochs": (1, True, None, False), "batch_size": (1, True, None, False),
     "accumulate": (1, True, None, False), "val_batch_size": (1, True, None, False),
     "workers": (0, True, None, False), "val_every": (0, True, None, False), "save_every": (0, True, None, False),
+    "save_seconds": (0.0, True, None, False),
     "log_every": (0, True, None, False), "lr_update": (0, True, None, False),
     "seed": (0, True, MAX_SEED, True),
     # the tasks' settings: counts of words, captions, images and steps, and the losses' weights

@@ -18,7 +18,8 @@ from vltools.io.output import written
 from vltools.io.write_errors import output_error
 
 # keys that may change between a run and its --resume (the rest fix the data order and the model)
-RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "log_every", "keep_best"}
+RESUMABLE_CHANGES = {"epochs", "workers", "device", "val_every", "save_every", "save_seconds", "log_every",
+                     "keep_best"}
 NOT_RESUMABLE = ("it is not a resume file of vltools train (a finished checkpoint keeps no optimizer state); "
                  "start again without --resume")
 RNG_STATES = Kind("a list of RNG states (one per process)", lambda value: isinstance(value, (list, tuple)) and all(

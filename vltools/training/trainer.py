@@ -45,7 +45,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vltools.data.draws import LOSS, keyed_seed
 from vltools.devices import PRECISIONS, autocast, float32_mode
-from vltools.errors import ArgumentError, VLToolsError, argument, first_line
+from vltools.errors import ArgumentError, VLToolsError, argument, first_line, keep_note
 from vltools.io.checkpoints import load_checkpoint, save_checkpoint
 from vltools.io.numbers import clean_numbers
 from vltools.io.output import check_parent, is_device
@@ -153,6 +153,8 @@ class Trainer:
                                         env.world_size * accumulate, env.rank * accumulate, accumulate,
                                         self.options["seed"])
         self.state = {"epoch": 0, "step": 0, "iteration": 0, "best": None, "skipped_steps": 0}
+        self._saved_at = time.monotonic()
+        self._kept: int | None = None    # the iteration the resume file holds, once this run wrote or read it
         self.log: JsonLog
         self.resume = resume
         self.generator = torch.Generator()
@@ -166,9 +168,16 @@ class Trainer:
         self.log = JsonLog(self.log_path, keep, self.env.main)
         if not self.resume:
             self.log.write({"type": "config", "config": self.config, "world_size": self.env.world_size})
-        with deterministic(self.env.device.type == "cpu"), float32_mode(self.options["precision"]):
-            for epoch in range(self.state["epoch"], self.options["epochs"]):
-                self._epoch(epoch)
+        try:
+            with deterministic(self.env.device.type == "cpu"), float32_mode(self.options["precision"]):
+                for epoch in range(self.state["epoch"], self.options["epochs"]):
+                    self._epoch(epoch)
+        except BaseException as exc:    # Ctrl-C, SIGTERM, a failure: what a rerun with --resume continues from
+            total = self.options["epochs"] * self.sampler.steps
+            keep_note(exc, f"{self.last_path} keeps iteration {self._kept} of {total}" if self._kept is not None
+                      else f"nothing was kept: {self.last_path} is first written after an epoch, train.save_every "
+                           "steps or train.save_seconds")
+            raise
         if self.state["skipped_steps"] and self.env.main:
             log.info("%d of %d steps were skipped: their fp16 gradients overflowed the loss scale (now %g)",
                      self.state["skipped_steps"], self.state["iteration"], self.scaler.get_scale())
@@ -214,7 +223,8 @@ class Trainer:
             if step + 1 < steps:
                 if self.options["val_every"] > 0 and iteration % self.options["val_every"] == 0:
                     self._validate(epoch, may_keep=self.options["keep_best"] == "any")
-                if self.options["save_every"] > 0 and iteration % self.options["save_every"] == 0:
+                if (self.options["save_every"] > 0 and iteration % self.options["save_every"] == 0
+                        or self._save_due()):
                     self._save_last()
         self.state.update(epoch=epoch + 1, step=0)
         self._validate(epoch)
@@ -318,8 +328,21 @@ class Trainer:
                 inputs[f"{key}_file"] = input_digest([value])
         return inputs
 
+    def _save_due(self) -> bool:
+        """Whether train.save_seconds have passed since the resume file was last written (or the run started), so
+        that an interruption keeps recent work whatever the epoch's length; the first process decides for all."""
+        seconds = self.options["save_seconds"]
+        if seconds <= 0:
+            return False
+        due = torch.tensor(float(time.monotonic() - self._saved_at >= seconds), device=self.env.device)
+        if self.env.active:
+            dist.broadcast(due, 0)
+        return bool(due)
+
     def _save_last(self) -> None:
         """The resume file: everything needed to continue exactly where this step left off."""
+        self._saved_at = time.monotonic()
+        self._kept = self.state["iteration"]
         states = [rng_state(self.env.device)]
         if self.env.active:
             gathered: list = [None] * self.env.world_size
@@ -358,6 +381,7 @@ class Trainer:
             raise VLToolsError(f"{self.last_path}: its model or optimizer state does not fit this run "
                                f"({first_line(exc)}); start again without --resume") from None
         self.state = {k: saved[k] for k in ("epoch", "step", "iteration", "best", "skipped_steps")}
+        self._kept = self.state["iteration"]
         states: Sequence[dict] = saved["rng"]
         if len(states) == self.env.world_size:
             set_rng_state(states[self.env.rank], self.env.device)
