@@ -624,7 +624,7 @@ def test_convert_gives_the_records_the_stage_writes(tmp_path):
 def test_convert_takes_every_kind_of_the_command_and_checks_every_keyword_of_its_function():
     from vltools.api import CONVERTERS
 
-    assert set(CONVERTERS) == set(cli.get_command(None, "convert").commands) and len(CONVERTERS) == 15
+    assert set(CONVERTERS) == set(cli.get_command(None, "convert").commands) and len(CONVERTERS) == 16
     for kind, converter in CONVERTERS.items():    # all but the source, the output and a memory knob no command shows
         keywords = set(list(inspect.signature(converter.function).parameters)[1:]) - {converter.output, "chunk_bytes"}
         assert set(converter.options) == keywords, kind

@@ -86,7 +86,8 @@ def test_the_inputs_of_train_and_of_the_image_stages_are_checked_before_torch_lo
     said = fresh("train", "--model", "vse", vse.name, captions.name, "-o", "new.pt", cwd=folder)
     assert said == {"code": 1, "torch": False, "err": (
         f"vltools: error: {vse.name}: INPUTS must be HDF5 or JSON lines or images (a folder, image files, a tar, a "
-        "text list or an images JSONL), but this is a torch checkpoint; see `vltools train --help`\n")}
+        "text list, an images JSONL or a Hugging Face dataset), but this is a torch checkpoint; see `vltools train "
+        "--help`\n")}
     said = fresh("train", "--model", "vse", features.name, captions.name, "--init", captions.name, "-o", "new.pt",
                  cwd=folder)
     assert said["code"] == 1 and not said["torch"]

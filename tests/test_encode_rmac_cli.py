@@ -130,3 +130,21 @@ def test_explain_writes_a_picture_per_pair(world):
     pictures = sorted(p.name for p in (folder / "fig3").iterdir())
     assert len(pictures) == 4 and pictures[0].startswith("im2__")
     assert Image.open(folder / "fig3" / pictures[0]).size == (32 + 8 + 32, 27)
+
+
+def test_a_hugging_face_dataset_is_encoded_as_its_images_are(world, tmp_path):
+    """`encode DATASET` (its images as embedded bytes, ids from its id column) gives the embeddings of
+    `encode images.jsonl` of the same images and ids."""
+    import datasets
+
+    folder, _, _ = world
+    features = datasets.Features({"image": datasets.Image(), "image_id": datasets.Value("string"),
+                                  "caption": datasets.Value("string")})
+    rows = {"image": [{"bytes": (folder / f"{i}.png").read_bytes(), "path": None} for i in range(len(CAPTIONS))],
+            "image_id": [f"im{i}" for i in range(len(CAPTIONS))], "caption": CAPTIONS}
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(tmp_path / "world.parquet"))
+    for source, out in ((folder / "images.jsonl", "files.h5"), (tmp_path / "world.parquet", "dataset.h5")):
+        run("encode", "--model", str(folder / "rmac.pt"), str(source), "--device", "cpu", "-o", str(tmp_path / out))
+    files, dataset = read(tmp_path / "files.h5"), read(tmp_path / "dataset.h5")
+    assert dataset[0] == files[0] == [f"im{i}" for i in range(len(CAPTIONS))]
+    np.testing.assert_array_equal(dataset[1], files[1])

@@ -335,3 +335,44 @@ def test_the_pixel_limit_is_bounded_so_a_bomb_is_skipped_not_a_memory_error(tmp_
             load_rgb(tmp_path / "bomb.png", max_pixels=value)
         with pytest.raises(VLToolsError, match="max_pixels must be in"):
             ImageDataset([], "shorter", 8, max_pixels=value)
+
+
+def test_hugging_face_datasets_are_inputs_with_the_ids_of_their_id_column(tmp_path):
+    """A save_to_disk folder, a parquet file and a folder of parquet shards list their rows' images (a row per
+    caption: its image once), decoded from the embedded bytes or from the path under the dataset's folder."""
+    from hf_helpers import coco_karpathy, flickr, jpeg, per_caption
+
+    folder = flickr(tmp_path / "f30k")
+    items = list_inputs([folder])
+    assert [item.image_id for item in items] == ["1000.jpg", "1001.jpg", "1002.jpg", "1003.jpg"]
+    expected = np.asarray(Image.open(io.BytesIO(jpeg(2))).convert("RGB"))
+    image, size = load_rgb(items[2])
+    assert size == (40, 48) and np.array_equal(np.asarray(image), expected)
+    shards = list_inputs([per_caption(tmp_path / "hub")])
+    assert [item.image_id for item in shards] == ["COCO_val2014_000000000000.jpg", "COCO_val2014_000000000001.jpg"]
+    assert [item.cell.row for item in shards] == [0, 3]
+    coco = list_inputs([coco_karpathy(tmp_path / "coco" / "karpathy.parquet", tmp_path / "coco")])
+    assert len(coco) == 4 and load_rgb(coco[3])[1] == (40, 48)
+
+
+def test_a_dataset_image_that_does_not_decode_fails_naming_its_row_and_column(tmp_path):
+    from hf_helpers import flickr, flickr_rows
+
+    rows = flickr_rows(3)
+    rows["image"][1] = {"bytes": b"\xff\xd8\xff not a jpeg", "path": None}
+    items = list_inputs([flickr(tmp_path / "bad", rows)])
+    with pytest.raises(BadImage, match=r"^row 1, column 'image': (corrupt or truncated image|not an image file)"):
+        load_rgb(items[1])
+    failures = [sample.get("error") for sample in ImageDataset(items, "shorter", 8)]
+    assert [error is not None for error in failures] == [False, True, False]
+
+
+def test_a_dataset_image_file_that_is_missing_fails_naming_its_row_and_the_file(tmp_path):
+    from hf_helpers import coco_karpathy
+
+    parquet = coco_karpathy(tmp_path / "karpathy.parquet", tmp_path)
+    (tmp_path / "val2014" / "COCO_val2014_000000000002.jpg").unlink()
+    items = list_inputs([parquet])
+    with pytest.raises(BadImage, match=r"^row 2, column 'filepath/filename': cannot read .*COCO_val2014_000000000002"
+                                       r"\.jpg \(No such file or directory\)$"):
+        load_rgb(items[2])

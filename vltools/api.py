@@ -38,6 +38,7 @@ from vltools.data.converters.bottom_up import convert_bottom_up
 from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
 from vltools.data.converters.cub import read_cub
 from vltools.data.converters.flickr import convert_flickr
+from vltools.data.converters.hf import convert_hf
 from vltools.data.converters.scan_vocab import convert_scan_vocab, convert_to_scan_vocab
 from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
 from vltools.data.converters.visual_genome import visual_genome_records
@@ -104,7 +105,8 @@ def _positive(value: object, name: str) -> int:
 
 
 def _fields(value: object, name: str) -> str | tuple[str, ...]:
-    """Column names: a list of strings or one comma-separated string, as `--fields` takes them."""
+    """Column names: a list of strings, or one string (comma-separated for bottom-up's `fields`, as `--fields`
+    takes them)."""
     return checks.text(value, name) if isinstance(value, str) else checks.texts(value, name)
 
 
@@ -174,6 +176,10 @@ CONVERTERS: dict[str, Converter] = {
     "bottom-up": Converter(convert_bottom_up, {
         "fields": _fields, "max_regions": _optional(_positive), "dtype": _one_of(FEATURE_DTYPES)}, output="output",
         sources=True),
+    "hf": Converter(convert_hf, {
+        "image_column": _fields, "caption_column": _optional(checks.text), "id_column": _optional(checks.text),
+        "split_column": _optional(checks.text), "image_root": _optional(checks.path), "force": checks.flag},
+        output="output"),
     "scan-vocab": Converter(convert_scan_vocab, output="output"),
     "to-scan-vocab": Converter(convert_to_scan_vocab, output="output"),
     "sgraf-checkpoint": Converter(convert_sgraf_checkpoint, {"vocab": checks.path, "trust": checks.flag},
@@ -492,7 +498,10 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
     convert("karpathy", "dataset_coco.json", id_field="cocoid"). The file formats write `output` (to-precomp: the
     folder; precomp: `features` and / or `captions` instead) and return what they wrote, e.g.
     convert("precomp", "f30k_precomp", split="test", features="f.h5", captions="c.jsonl") gives
-    {"images": 1000, "captions": 5000}; bottom-up (SOURCE: TSV files or one .npz folder), scan-vocab,
+    {"images": 1000, "captions": 5000}; hf writes the folder `output` (images/, images.jsonl, captions.jsonl) from
+    a Hugging Face dataset, e.g. convert("hf", "coco-karpathy/", "coco", image_root="coco2014/") (columns detected,
+    or named: image_column, caption_column, id_column, split_column; force=True replaces an earlier one);
+    bottom-up (SOURCE: TSV files or one .npz folder), scan-vocab,
     to-scan-vocab, to-coco-results, sgraf-checkpoint (vocab=, trust=) and bottom-up-weights (trust=) too.
     to-coco-results takes captions records in memory as SOURCE, and to-precomp features in memory ({"ids": [...],
     "regions": array}) as SOURCE and records as `captions`."""

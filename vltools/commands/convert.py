@@ -25,7 +25,8 @@ DROP_UNASSIGNED = click.option("--drop-unassigned", is_flag=True,
 @click.group("convert")
 def command() -> None:
     """Import the field's formats (SCAN precomp, Karpathy, COCO, Flickr, Visual Genome, Birds-to-Words, CUB,
-    webdataset shards, bottom-up features, SCAN vocabularies) as vltools files, and export vltools files back."""
+    webdataset shards, Hugging Face datasets, bottom-up features, SCAN vocabularies) as vltools files, and export
+    vltools files back."""
 
 
 def _wrote(count: int, what: str, output: str | None) -> None:
@@ -200,6 +201,39 @@ def webdataset_command(shards: tuple[str, ...], output: str | None, split: str |
 
     records = webdataset.read_webdataset(shards, split, strict)
     _wrote(write_records(output, records), "captions", output)
+
+
+@primary_output("output")
+@command.command("hf")
+@click.argument("dataset", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="New folder to write: images/, images.jsonl, captions.jsonl.")
+@click.option("--image-column", "image_column", multiple=True, metavar="COLUMN",
+              help="The image: an Image column, or a text column of paths; repeated, text columns joined as a path "
+                   "(default: the Image column, else filepath + filename).")
+@click.option("--caption-column", metavar="COLUMN",
+              help="Captions: text, a list of texts or Karpathy sentences (default: caption, captions, sentences, "
+                   "text or alt_text).")
+@click.option("--id-column", metavar="COLUMN",
+              help="Image ids (default: filename, file_name, image_id, img_id, cocoid, imgid or id; else the row "
+                   "number).")
+@click.option("--split-column", metavar="COLUMN",
+              help="Splits (default: split; else the DatasetDict's split or the shard's name).")
+@click.option("--image-root", type=click.Path(file_okay=False),
+              help="Folder that relative image paths are under (default: the dataset's folder).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it holds an earlier convert hf output.")
+def hf_command(dataset: str, output: str, image_column: tuple[str, ...], caption_column: str | None,
+               id_column: str | None, split_column: str | None, image_root: str | None, force: bool) -> None:
+    """Hugging Face image-caption dataset (a save_to_disk folder, a parquet file or a folder of parquet shards:
+    nlphuji/flickr30k, yerevann/coco-karpathy, ...) -> images/ + images.jsonl + captions.jsonl in OUTPUT, ids and
+    splits kept, each image written once. Needs pip install 'vltools[hf]'.
+
+    Example: vltools convert hf flickr30k/ -o f30k && vltools extract-regions f30k/images.jsonl > feats.h5
+    """
+    from vltools.data.converters.hf import convert_hf
+
+    written = convert_hf(dataset, output, image_column, caption_column, id_column, split_column, image_root, force)
+    log.info("wrote %d images and %d captions to %s", written["images"], written["captions"], output)
 
 
 @primary_output("output", stdout=True)

@@ -24,8 +24,8 @@ from vltools.commands.options import (
 @click.command("encode")
 @click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=InputFile("hdf5", "jsonl", "images", stdin=True))
 @click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
-              help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder "
-                   "or list).")
+              help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder, "
+                   "list or Hugging Face dataset).")
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Embeddings HDF5 (default: standard output, never a terminal).")
 @click.option("--split", type=SPLIT,

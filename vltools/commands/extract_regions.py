@@ -48,7 +48,8 @@ def command(inputs: tuple[str, ...], regions: str, global_pool: str | None, imag
             backbone: str, weights: str, shard: str | None, **run: object) -> None:
     """Region features of the images in INPUT (an image folder, recursive, ids = relative paths; image files,
     ids = file names; an uncompressed tar of images such as a webdataset shard, ids = member names; a text file
-    of image paths; or an `images` JSONL with image_id, path and optional boxes) as a features HDF5.
+    of image paths; an `images` JSONL with image_id, path and optional boxes; or a Hugging Face dataset, a
+    save_to_disk folder or parquet files, ids = its id column as `convert hf` gives them) as a features HDF5.
 
     Bad images are skipped, listed on standard error and in the output's /failed dataset."""
     from vltools.stages.extract_regions import extract_regions

@@ -34,7 +34,8 @@ TAKES = {"hdf5": ({"hdf5"}, "HDF5"), "checkpoint": ({"checkpoint"}, "a torch che
          "json": ({"json"}, "JSON"), "lines": ({"text", "json", "empty"}, "text, one item a line"),
          "folder": ({"folder"}, "a folder"), "image": ({"image"}, "a PNG or JPEG image"),
          "images": ({"folder", "image", "text", "json", "binary"},
-                    "images (a folder, image files, a tar, a text list or an images JSONL)")}
+                    "images (a folder, image files, a tar, a text list, an images JSONL or a Hugging Face "
+                    "dataset)")}
 LINE_KINDS = ("jsonl", "lines")   # what a stage reads a line at a time: from a pipe too, typed at a terminal too
 
 

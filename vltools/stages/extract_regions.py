@@ -24,10 +24,10 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
                     batch_size: int = 8, workers: int = 2, strict: bool = False, resume: bool = False,
                     checkpoint_seconds: float = COMMIT_SECONDS, shard: str | None = None,
                     **options: object) -> dict[str, int]:
-    """Region features of the images of INPUTS (folders, image files, tar shards, path lists or an images JSONL)
-    in a features HDF5 at `output` (`-`: standard output); returns {"written": n, "failed": n}. Every run keeps
-    its finished images in `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint);
-    `shard` "i/n" extracts every n-th image from the i-th. Further keyword options are those of
+    """Region features of the images of INPUTS (folders, image files, tar shards, path lists, an images JSONL or
+    Hugging Face datasets) in a features HDF5 at `output` (`-`: standard output); returns {"written": n,
+    "failed": n}. Every run keeps its finished images in `OUTPUT.partial/`; `resume` continues an interrupted one
+    (vltools.io.checkpoint); `shard` "i/n" extracts every n-th image from the i-th. Further keyword options are those of
     `vltools.infer.regions.RegionOptions` (num_regions, global_pool, image_size, ...) and
     `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
     inputs = checks.paths(inputs, "inputs")

@@ -23,6 +23,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vltools.errors import VLToolsError, input_error, require_file
 from vltools.io.bounded import member_bytes
+from vltools.io.hf import ImageCell, dataset_rows, image_source, is_dataset_folder, parquet_files
 from vltools.io.ids import escaped_id, id_problem
 from vltools.io.progress import log
 from vltools.io.records import iter_records
@@ -33,10 +34,11 @@ IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".
 EXIF_ORIENTATION = 0x0112
 SWAPPING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that rotate by 90 degrees
 RESIZE_MODES = ("shorter", "square", "longer")
-ACCEPTED = ("an image folder, image files, an uncompressed tar of images, a text list of image paths or an images "
-            "JSONL")
+ACCEPTED = ("an image folder, image files, an uncompressed tar of images, a text list of image paths, an images "
+            "JSONL or a Hugging Face dataset (save_to_disk folder or parquet)")
 HEAD_BYTES = 1 << 16  # bytes read to tell a text list from a binary file
 COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd
+PARQUET_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True)
@@ -51,16 +53,18 @@ class TarMember:
 
 @dataclass(frozen=True)
 class ImageItem:
-    """One input image: its id (a string), its file (or the folder or tar archive holding it, with `member`), and
-    optional boxes in original-image pixels. `problem`: why an image found in a folder or a tar archive cannot be
-    used though it was listed (its name is no usable id, or its member overruns the archive); it then fails to
-    load like a corrupt image: skipped, counted and recorded, fatal with --strict."""
+    """One input image: its id (a string), its file (or the folder or tar archive holding it, with `member`, or the
+    Hugging Face dataset holding it, with `cell`), and optional boxes in original-image pixels. `problem`: why an
+    image found in a folder or a tar archive cannot be used though it was listed (its name is no usable id, or its
+    member overruns the archive); it then fails to load like a corrupt image: skipped, counted and recorded, fatal
+    with --strict."""
 
     image_id: str
     path: Path
     boxes: tuple[tuple[float, float, float, float], ...] | None = None
     member: TarMember | None = None
     problem: str | None = None
+    cell: ImageCell | None = None
 
 
 class BadImage(Exception):
@@ -142,6 +146,17 @@ def _tar_items(archive: Path) -> list[ImageItem]:
     return items
 
 
+def _dataset_items(path: Path) -> list[ImageItem]:
+    """The images of a Hugging Face dataset (vltools.io.hf: its image and id columns as the known layouts have
+    them), in row order; an id on several rows (a row per caption) is the image of its first row."""
+    items: dict[str, ImageItem] = {}
+    for row in dataset_rows(path, captions=False):
+        items.setdefault(row.image_id, ImageItem(row.image_id, row.image.part.source, cell=row.image))
+    if not items:
+        raise input_error(path, None, "no rows in this dataset", "give a dataset of images")
+    return list(items.values())
+
+
 def _head(path: Path) -> bytes:
     with open(path, "rb") as stream:
         return stream.read(HEAD_BYTES)
@@ -177,6 +192,8 @@ def _file_items(path: Path) -> list[ImageItem]:
     if suffix in (".jsonl", ".json"):
         return _jsonl_items(path)
     head = _head(path)
+    if head.startswith(PARQUET_MAGIC):
+        return _dataset_items(path)
     text = _text(head)
     if text is not None:
         return _jsonl_items(path) if text.lstrip("\ufeff").lstrip().startswith("{") else _list_items(path)
@@ -193,13 +210,16 @@ def _file_items(path: Path) -> list[ImageItem]:
 def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
     """Items of every INPUT in order: a folder (recursive, ids = relative paths, sorted); an image file (id = its
     file name, as the folder holding it would give); an uncompressed tar archive (ids = member names, in archive
-    order); a text file of paths (one a line, ids = the line, relative to the list's folder); or an `images`
-    JSONL. Ids must be unique across all inputs."""
+    order); a text file of paths (one a line, ids = the line, relative to the list's folder); an `images`
+    JSONL; or a Hugging Face dataset (a save_to_disk folder, a parquet file, or a folder of parquet files and no
+    images; ids from its id column, vltools.io.hf). Ids must be unique across all inputs."""
     items: list[ImageItem] = []
     for given in inputs:
         path = Path(given)
         if path.is_dir():
-            found = _folder_items(path)
+            found = _dataset_items(path) if is_dataset_folder(path) else _folder_items(path)
+            if not found and parquet_files(path):
+                found = _dataset_items(path)
             if not found:
                 raise input_error(path, None, "no image files in this folder",
                                   f"give a folder with {', '.join(sorted(IMAGE_EXTENSIONS))} files")
@@ -262,10 +282,10 @@ def check_max_pixels(max_pixels: int) -> None:
         raise VLToolsError(f"max_pixels must be in [1, {MAX_PIXELS_LIMIT}], not {max_pixels}")
 
 
-def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
+def load_rgb(source: Path | ImageItem | bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
              plan: Callable[[int, int], tuple[int, int]] | None = None) -> tuple[Image.Image, tuple[int, int]]:
-    """Decode an image file, or an item (a file or a tar member), upright (EXIF orientation applied) as RGB;
-    return it and its original (h, w).
+    """Decode an image file, an item (a file, a tar member or a dataset row's image) or an image's bytes upright
+    (EXIF orientation applied) as RGB; return it and its original (h, w).
 
     `plan` maps the upright (h, w) to the size the image will be resized to; it lets JPEG decoding shrink
     by DCT scaling when the image is downsized anyway. The original size returned is always that of the
@@ -275,13 +295,25 @@ def load_rgb(source: Path | ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
     check_max_pixels(max_pixels)
     if isinstance(source, ImageItem) and source.problem is not None:
         raise BadImage(source.problem)
+    if isinstance(source, ImageItem) and source.cell is not None:
+        try:
+            return _decoded(image_source(source.cell), max_pixels, plan)
+        except OSError as exc:
+            raise BadImage(f"{source.cell.where}: cannot read {exc.filename} ({exc.strerror or exc})") from None
+        except (BadImage, ValueError) as exc:
+            raise BadImage(f"{source.cell.where}: {exc}") from None
     if isinstance(source, ImageItem) and source.member is not None:
-        data = _member_bytes(source)
-        opened: Path | io.BytesIO = io.BytesIO(data)
-        empty = not data
+        return _decoded(_member_bytes(source), max_pixels, plan)
+    return _decoded(source.path if isinstance(source, ImageItem) else source, max_pixels, plan)
+
+
+def _decoded(source: Path | bytes, max_pixels: int,
+             plan: Callable[[int, int], tuple[int, int]] | None) -> tuple[Image.Image, tuple[int, int]]:
+    """`load_rgb` of an image file or an image's bytes."""
+    if isinstance(source, bytes):
+        opened, empty = io.BytesIO(source), not source
     else:
-        opened = source.path if isinstance(source, ImageItem) else source
-        empty = opened.stat().st_size == 0
+        opened, empty = source, source.stat().st_size == 0
     if empty:
         raise BadImage("empty file (0 bytes)")
     previous = Image.MAX_IMAGE_PIXELS
