@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import run_vltools
 from matching_helpers import IMG_DIM, REGIONS, save_tiny
+from page_reader import read_page
 from PIL import Image
 from pipeline_fixtures import run_process
 
@@ -129,9 +130,41 @@ def test_every_image_resolves_to_a_file_in_the_report(sgraf):
     assert len(thumbs) == len(set(sources))  # one thumbnail per image, however often it is shown
     with Image.open(thumbs[0]) as image:
         assert max(image.size) <= 160
-    html = (site / "index.html").read_text(encoding="utf-8")
-    for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
-        assert (site / ref).is_file(), ref
+    page = read_page(site / "index.html")
+    refs = [attrs.get(key) for _, attrs in page.elements for key in ("src", "href") if attrs.get(key)]
+    assert "assets/report.js" in refs and any(ref.startswith("thumbs/") for ref in refs)
+    for ref in refs:  # links to the sections (#s=ID) name the page's own sections
+        assert (site / ref).is_file() if not ref.startswith("#") else ref[1:] in \
+            [attrs.get("id") for _, attrs in page.elements], ref
+
+
+def test_the_page_reads_without_javascript(sgraf):
+    """index.html said only "Loading..." without JavaScript: read by an HTML parser (which runs no script), it holds
+    the title, the scores and each section's first page of cards, with their captions and the correct answers
+    marked."""
+    root, _, site = sgraf
+    page = read_page(site / "index.html")
+    assert page.texts.count("SGR on the synthetic world") == 2  # <title> and the heading
+    scores = json.loads((root / "scores.json").read_text())
+    plain = {name: value for name, value in scores.items() if isinstance(value, (int, float))}
+    assert "rsum" in plain
+    for name, value in plain.items():
+        assert float(page.texts[page.texts.index(name) + 1]) == pytest.approx(value, rel=1e-3), name
+    marked = 0
+    for section in summary_of(site)["sections"]:
+        first = chunk_cards(site, section["id"])[:PAGE]
+        shown = sum(attrs.get("class") == f"card {section['kind']}" for _, attrs in page.elements)
+        assert shown == len(first) == PAGE < section["count"]
+        assert section["title"] in page.texts
+        for card in first:
+            assert card["query"] in page.texts
+            if section["kind"] == "i2t":
+                assert all(r["text"] in page.texts for r in card["results"]) and card["results"][0]["text"]
+                marked += sum(r["ok"] for r in card["results"]) + ("first_result" in card)
+            else:
+                assert card["text"] in page.texts
+                marked += sum(r["ok"] for r in card["results"])
+    assert marked and page.text.count("\u2713") == marked  # each correct answer shown is checked
 
 
 def test_header_has_the_scores_and_the_inputs_provenance(sgraf):
@@ -292,6 +325,13 @@ def test_i2i_captions_and_pairs_sections_hold_their_cards(every_kind):
     assert [c["id"] for c in pairs] == pair_ids and all(len(c["images"]) == 2 and c["refs"] for c in pairs)
     for src in image_sources([i2i, chunk_cards(site, kinds["captions"]["id"]), pairs]):
         assert (site / src).is_file()
+    page = read_page(site / "index.html")  # without JavaScript: each kind's first page of cards
+    for kind in kinds:
+        assert sum(attrs.get("class") == f"card {kind}" for _, attrs in page.elements) == PAGE
+    assert [f"a picture {n}" in page.texts for n in range(PAGE + 1)] == [True] * PAGE + [False]
+    assert page.texts.count("they differ") == PAGE and "heatmap" in page.texts
+    shown = {attrs["src"] for tag, attrs in page.elements if tag == "img"}
+    assert shown and shown <= set(image_sources([i2i, chunk_cards(site, kinds["captions"]["id"]), pairs]))
 
 
 @pytest.mark.skipif(chromium() is None, reason="Chromium is not installed (apt-get install chromium); the page is "

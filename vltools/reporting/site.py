@@ -1,6 +1,7 @@
 """Write the report as a static folder that works from `file://` and any static host.
 
-Layout: `index.html`, `assets/` (the page's script and style), `data/summary.js` (header, sections, sort keys),
+Layout: `index.html` (the header and each section's first page of cards as plain HTML, readable without
+JavaScript: `page.py`), `assets/` (the page's script and style), `data/summary.js` (header, sections, sort keys),
 `data/<section>/<n>.js` (page n of a section's cards), `thumbs/`, `figures/`. Data files are scripts that call
 `VLR.summary(...)` / `VLR.chunk(...)`, so a page loads them with `<script>` tags, which browsers allow from
 `file://` where `fetch` is refused; only the pages a reader opens are loaded, so 10k queries stay light.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
-from vltools.io.numbers import dumps
+from vltools.io.numbers import clean_numbers, dumps
 from vltools.io.output import written_folder
 from vltools.io.progress import log
 from vltools.io.provenance import provenance
@@ -32,10 +33,11 @@ from vltools.reporting.gallery import (
     read_references,
     read_scores,
 )
+from vltools.reporting.page import index_html
 from vltools.reporting.thumbs import Thumbnails
 from vltools.vision.images import ImageItem, list_inputs
 
-ASSETS = ("index.html", "report.js", "report.css")
+ASSETS = ("report.js", "report.css")
 HEATMAP_SIZE = 480
 
 
@@ -84,8 +86,7 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
         assets = resources.files("vltools.reporting") / "assets"
         (stage / "assets").mkdir()
         for name in ASSETS:
-            target = stage / ("index.html" if name == "index.html" else f"assets/{name}")
-            target.write_bytes((assets / name).read_bytes())
+            (stage / "assets" / name).write_bytes((assets / name).read_bytes())
         figures = []
         if header.logs:
             (stage / "figures").mkdir(exist_ok=True)
@@ -99,12 +100,13 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
             shutil.copyfile(figure, stage / name)
             figures.append({"src": name, "title": figure.name})
         thumbs = Thumbnails(stage, images, thumb_size, boxes)
-        listed = []
+        listed, first_cards = [], {}
         for section in sections:
             pages = [section.cards[i:i + page_size] for i in range(0, len(section.cards), page_size)]
             for number, cards in enumerate(pages):
-                _script(stage / "data" / section.id / f"{number}.js", "chunk", section.id, number,
-                        _resolve(cards, thumbs))
+                resolved = _resolve(cards, thumbs)
+                first_cards.setdefault(section.id, resolved)
+                _script(stage / "data" / section.id / f"{number}.js", "chunk", section.id, number, resolved)
             listed.append({"id": section.id, "title": section.title, "kind": section.kind, "source": section.source,
                            "note": section.note, "total": section.total, "count": len(section.cards),
                            "page_size": page_size, "pages": len(pages), "keys": section.keys})
@@ -112,6 +114,8 @@ def write_report(out: str | Path, header: Header, sections: list[Section], image
                    "scores": [{"name": name, "values": values} for name, values in header.scores],
                    "inputs": header.inputs, "sections": listed}
         _script(stage / "data" / "summary.js", "summary", summary)
+        page = index_html(clean_numbers(summary), clean_numbers(first_cards))
+        (stage / "index.html").write_text(page, encoding="utf-8")
     return {"cards": sum(len(s.cards) for s in sections), "thumbnails": len(thumbs.made) - thumbs.failed,
             "broken": thumbs.failed}
 

@@ -2,6 +2,8 @@
 // <script> tags, so the folder works from file:// as well as from any static host). The view is named in the
 // address: #s=SECTION&p=PAGE&k=SORT_KEY&d=asc|desc. When a page's images have loaded, #vlr-status carries
 // data-cards, data-images, data-loaded and data-broken (used by the browser test, and readable by people).
+// index.html already holds the header and each section's first cards as plain HTML (vltools/reporting/page.py),
+// for readers without JavaScript; this script replaces them with its own views.
 "use strict";
 (function () {
   const state = { summary: null, chunks: {}, pending: {}, render: 0 };
@@ -59,7 +61,7 @@
   }
 
   function thumb(result, cls) {
-    const lines = [picture(result.image), el("div", {}, "#" + result.rank + " ", el("span", { class: "score", text: fmt(result.score) }))];
+    const lines = [picture(result.image), el("div", {}, "#" + result.rank + " ", el("span", { class: "score", text: fmt(result.score) + (result.ok ? " \u2713" : "") }))];
     if (result.relevance !== undefined) lines.push(el("div", { class: "score", text: "relevance " + fmt(result.relevance) }));
     lines.push(el("div", { class: "rid", text: result.id }));
     if (result.heatmap) {
