@@ -68,7 +68,7 @@ def _check_sources(loaded: LoadedModel, source: PathLike | Sequence[PathLike], r
                    captions: PathLike | None, concepts: PathLike | None, sentences: PathLike | None) -> None:
     """Refuse several sources where one file is read (features, captions), and what an OpenCLIP model would not
     read: rmac's options (but workers), and --captions, --concepts, --sentences."""
-    several = not isinstance(source, str | os.PathLike)
+    several = isinstance(source, list | tuple)
     if several and (not source or not all(isinstance(item, str | os.PathLike) for item in source)):
         raise ArgumentError("source", "must be a file path, or a non-empty list of images inputs")
     if several and len(source) > 1 and not (isinstance(loaded, OpenClipModel) or loaded.name == "rmac"):
