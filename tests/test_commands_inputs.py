@@ -54,12 +54,12 @@ def test_swapped_inputs_are_named_before_torch_loads(world):
     assert said == {"code": 1, "torch": False, "err": (
         f"vltools: error: {captions.name} and {features.name} are in each other's places: {captions.name} is JSON "
         f"text, which [CAPS.jsonl|CAP_EMB.h5|SIMS.h5] takes, and {features.name} is HDF5, which "
-        "FEATS.h5|IMG_EMB.h5|SIMS.h5 takes; swap them\n")}
+        "FEATS.h5|IMG_EMB.h5|SIMS.h5|IMAGES/ takes; swap them\n")}
     said = fresh("match", "--model", features.name, vse.name, captions.name, cwd=folder)
     assert said["code"] == 1 and not said["torch"]
     assert said["err"] == (f"vltools: error: {vse.name} and {features.name} are in each other's places: {vse.name} "
                            f"is a torch checkpoint, which --model takes, and {features.name} is HDF5, which "
-                           "FEATS.h5|IMG_EMB.h5|SIMS.h5 takes; swap them\n")
+                           "FEATS.h5|IMG_EMB.h5|SIMS.h5|IMAGES/ takes; swap them\n")
 
 
 def test_a_file_of_the_wrong_kind_and_a_missing_one_are_refused_before_torch_loads(world):
@@ -155,7 +155,7 @@ def test_what_standard_input_carries_is_checked_like_a_file(world, vltools_cmd):
     assert swapped.returncode == 1 and swapped.stderr.decode() == (
         f"vltools: error: standard input (-) and {features} are in each other's places: standard input (-) is JSON "
         "text, which [CAPS.jsonl|CAP_EMB.h5|SIMS.h5] takes, and "
-        f"{features} is HDF5, which FEATS.h5|IMG_EMB.h5|SIMS.h5 takes; swap them\n")
+        f"{features} is HDF5, which FEATS.h5|IMG_EMB.h5|SIMS.h5|IMAGES/ takes; swap them\n")
     wrong = vltools_cmd("index", "-", "-o", features.parent / "index.h5", stdin=captions.read_bytes())
     assert wrong.returncode == 1 and wrong.stderr.decode() == (
         "vltools: error: standard input (-): EMB.h5 must be HDF5, but this is JSON text; see `vltools index --help`\n")
@@ -174,7 +174,7 @@ def test_one_standard_input_feeds_one_input(world):
     features, captions, vse = world
     said = fresh("match", "--model", vse.name, "-", "-", cwd=features.parent)
     assert said == {"code": 1, "torch": False, "err": (
-        "vltools: error: standard input (-) is given to FEATS.h5|IMG_EMB.h5|SIMS.h5 and "
+        "vltools: error: standard input (-) is given to FEATS.h5|IMG_EMB.h5|SIMS.h5|IMAGES/ and "
         "[CAPS.jsonl|CAP_EMB.h5|SIMS.h5]; it can feed one input only, give the others as files\n")}
 
 

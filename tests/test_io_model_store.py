@@ -7,7 +7,16 @@ import json
 import pytest
 
 from vltools.errors import VLToolsError
-from vltools.io.model_store import ENV, add_model, read_index, remove_model, resolve_models, store_dir
+from vltools.io.model_store import (
+    ENV,
+    OpenClipSpec,
+    add_model,
+    openclip_spec,
+    read_index,
+    remove_model,
+    resolve_models,
+    store_dir,
+)
 
 
 @pytest.fixture()
@@ -138,3 +147,29 @@ def test_a_released_model_whose_checkpoint_went_missing_names_the_command_again(
     with pytest.raises(VLToolsError, match=r"checkpoint of the stored model 'sgr-coco' is missing; .*, or rerun "
                                            r"`bin/fetch_sgraf_models.sh --only coco`$"):
         resolve_models(["sgr-coco"])
+
+
+def test_openclip_values_name_random_weights_files_tags_and_registered_files(store):
+    assert resolve_models(["openclip:ViT-B-32:random", "openclip:ViT-B-32:none"]) == [
+        OpenClipSpec("ViT-B-32", random=True, given="openclip:ViT-B-32:random"),
+        OpenClipSpec("ViT-B-32", random=True, given="openclip:ViT-B-32:none")]
+    assert openclip_spec("openclip:ViT-B-32") == OpenClipSpec("ViT-B-32", "laion2b_s34b_b79k",
+                                                              given="openclip:ViT-B-32")
+    assert openclip_spec("openclip:RN50").tag is None       # open_clip's first tag, when it loads
+    assert openclip_spec(f"openclip:ViT-B-32:{store / 'sgr.pt'}").file == store / "sgr.pt"
+    with pytest.raises(VLToolsError, match="no such weights file /nowhere/w.safetensors; give an existing"):
+        openclip_spec("openclip:ViT-B-32:/nowhere/w.safetensors")
+    with pytest.raises(VLToolsError, match="names no architecture"):
+        openclip_spec("openclip:")
+    add_model("openclip:ViT-B-32:openai", [store / "sgr.pt"])
+    assert openclip_spec("openclip:ViT-B-32:openai") == OpenClipSpec("ViT-B-32", "openai", store / "sgr.pt",
+                                                                     given="openclip:ViT-B-32:openai")
+    assert openclip_spec("openclip:ViT-B-32").file is None    # its default tag is another one
+    add_model("openclip:ViT-B-32", [store / "saf.pt"])
+    assert openclip_spec("openclip:ViT-B-32") == OpenClipSpec("ViT-B-32", None, store / "saf.pt",
+                                                              given="openclip:ViT-B-32")
+    with pytest.raises(VLToolsError, match="not a valid OpenCLIP model name"):
+        add_model("openclip:ViT-B-32:random", [store / "sgr.pt"])
+    (store / "sgr.pt").unlink()
+    with pytest.raises(VLToolsError, match="weights file of the stored model 'openclip:ViT-B-32:openai' is missing"):
+        openclip_spec("openclip:ViT-B-32:openai")

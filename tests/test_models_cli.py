@@ -111,3 +111,28 @@ def test_a_released_name_not_fetched_yet_says_its_command_in_match(world, capsys
     assert err.strip().splitlines() == [err.strip()]
     assert "--model sgraf-coco: neither a checkpoint file nor a model in the store" in err
     assert "run `bin/fetch_sgraf_models.sh --only coco` in the vltools source tree" in err
+
+
+def test_available_lists_openclip_tags_and_add_registers_an_openclip_weights_file(world):
+    pytest.importorskip("open_clip")
+    import torch
+
+    from vltools.infer.loader import load_model
+
+    folder = world[0]
+    text = run("models", "available")
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("openclip:")}
+    assert sorted(rows) == ["openclip:ViT-B-16:laion2b_s34b_b88k", "openclip:ViT-B-32:laion2b_s34b_b79k",
+                            "openclip:ViT-B-32:openai", "openclip:ViT-L-14:laion2b_s32b_b82k"]
+    assert rows["openclip:ViT-B-32:laion2b_s34b_b79k"].split()[1:6] == [
+        "about", "605", "MB", "laion/CLIP-ViT-B-32-laion2B-s34B-b79K", "no"]
+    assert "about 1710 MB" in rows["openclip:ViT-L-14:laion2b_s32b_b82k"]
+    assert "vltools models add openclip:ARCH:TAG FILE" in text
+    random = load_model("openclip:ViT-B-32:random", "encodable")
+    torch.save(random.model.state_dict(), folder / "clip.pt")
+    run("models", "add", "openclip:ViT-B-32:openai", str(folder / "clip.pt"))
+    assert " yes " in run("models", "available").split("openclip:ViT-B-32:openai")[1].splitlines()[0]
+    stored = load_model("openclip:ViT-B-32:openai", "encodable")
+    assert stored.clip.weights == "clip.pt (openai)" and stored.clip.preprocess_cfg["interpolation"] == "bicubic"
+    assert all(torch.equal(a, b) for a, b in zip(stored.model.state_dict().values(),
+                                                  random.model.state_dict().values(), strict=True))

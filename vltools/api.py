@@ -410,12 +410,16 @@ def score_self_retrieval(logp: PathLike, ks: Sequence[int] = SELF_RETRIEVAL_KS) 
 
 
 @_known_keywords(stage_encode, QueryOptions)
-def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel, output: PathLike | None = None, *,
+def encode(source: PathLike | Sequence[PathLike] | Records | Features, model: PathLike | LoadedModel,
+           output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | Records | None = None, concepts: PathLike | None = None,
            sentences: PathLike | Records | None = None, **options: object) -> Embeddings | None:
     """`vltools encode SOURCE --model MODEL [-o OUTPUT]`: the embeddings of a separable model (vse, sco; rmac on
     images) for the images of a features file (those the `split` of `captions` names, when given) or the captions
-    of a captions file's `split`, written to `output` when given (the HDF5 of `/ids` and `/emb`). Returns them as
+    of a captions file's `split`, written to `output` when given (the HDF5 of `/ids` and `/emb`). An OpenCLIP
+    model, `model="openclip:ARCH[:PRETRAINED_OR_FILE]"` (e.g. "openclip:ViT-B-32"), embeds the images of images
+    inputs (a folder, image files, a tar, a list; one or a list of them) or captions (a file or records), as
+    open_clip's own encode_image(preprocess(image)) / encode_text(tokenizer(texts)) do, l2-normalised. Returns them as
     `Embeddings`: `.ids`, `.vectors` (a numpy array, one row per id), `.side`, `.caption_image_ids`, `.attrs` (the
     model and its digest), which `match` and `search` take as they take the file; under torchrun the first process
     gets them, the others None. SOURCE, `captions` and `sentences` may be in memory: records (a list of dicts)
@@ -424,7 +428,10 @@ def encode(source: PathLike | Records | Features, model: PathLike | LoadedModel,
     `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). The other
     keyword options are the command's (`vltools.stages.encode.encode`): batch_size, device, precision, resume (an
     interrupted run continued into the same `output`), checkpoint_seconds."""
-    checks.data(source, "source", ("records", "features"))
+    if isinstance(source, list | tuple) and source and all(isinstance(item, str | os.PathLike) for item in source):
+        checks.paths(source, "source")   # several images inputs (rmac, OpenCLIP)
+    else:
+        checks.data(source, "source", ("records", "features"))
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")      # a path before it is asked what kind of file it is
     checks.data(captions, "captions", ("records",), optional=True)

@@ -1,4 +1,4 @@
-"""`vltools encode`: image or caption embeddings of a separable model, for search over large galleries."""
+"""`vltools encode`: image or caption embeddings of a separable model (or OpenCLIP), for search over large galleries."""
 
 from __future__ import annotations
 
@@ -22,10 +22,15 @@ from vltools.commands.options import (
 
 @primary_output("output", stdout=True, locks=False)
 @click.command("encode")
-@click.argument("source", metavar="FEATS.h5|CAPS.jsonl|IMAGES", type=InputFile("hdf5", "jsonl", "images", stdin=True))
-@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"), metavar="CKPT",
+@click.argument("source", nargs=-1, required=True, metavar="FEATS.h5|CAPS.jsonl|IMAGES...",
+                type=InputFile("hdf5", "jsonl", "images", stdin=True))
+@click.option("--model", "model_path", required=True, type=InputFile("checkpoint"),
+              metavar="CKPT|openclip:ARCH[:PRETRAINED_OR_FILE]",
               help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder, "
-                   "list or Hugging Face dataset).")
+                   "list or Hugging Face dataset), or an OpenCLIP model on images (folders, image files, tars, lists) or captions: "
+                   "openclip:ViT-B-32 (its default pretrained weights), openclip:ViT-B-32:laion2b_s34b_b79k (a tag), "
+                   "openclip:ViT-B-32:FILE (a .pt, .bin or .safetensors file), openclip:ViT-B-32:random (seeded, "
+                   "for tests); `vltools models available` lists tags.")
 @output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
                help="Embeddings HDF5 (default: standard output, never a terminal).")
 @click.option("--split", type=SPLIT,
@@ -54,10 +59,10 @@ from vltools.commands.options import (
 @click.option("--subtract", "subtract_words", multiple=True, metavar="WORD",
               help="rmac (V+T model): subtract theta(WORD) from each query; repeatable.")
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
-@workers_option(0, "rmac: image decoding processes.")
+@workers_option(0, "rmac, openclip: image decoding processes.")
 @resume_option("-o, checkpoint, inputs and options", "embeddings")
 @threads_option()
-def command(source: str, model_path: str, output: str | None, split: str | None, captions_path: str | None,
+def command(source: tuple[str, ...], model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],
             subtract_words: tuple[str, ...], image_size: int | None, workers: int, resume: bool,
@@ -67,10 +72,13 @@ def command(source: str, model_path: str, output: str | None, split: str | None,
 
     `vltools match IMG_EMB.h5 CAP_EMB.h5` searches them. Cross-attention models (sgr, saf) have no standalone
     embeddings and are refused. An rmac checkpoint embeds IMAGES (semantic retrieval); `vltools match
-    QUERIES.h5 DATABASE.h5` then ranks images for images."""
+    QUERIES.h5 DATABASE.h5` then ranks images for images. An OpenCLIP model embeds IMAGES (images that cannot be
+    decoded are skipped, counted and listed in /failed) or the captions of CAPS.jsonl, as open_clip's own
+    encode_image(preprocess(image)) and encode_text(tokenizer(texts)) give them, l2-normalised."""
     from vltools.stages.encode import encode
 
-    encode(source, model_path, "-" if output is None else output, split=split, captions=captions_path,
-           concepts=concepts_path, sentences=sentences_path, batch_size=batch_size, precision=precision,
-           device=device, resume=resume, checkpoint_seconds=checkpoint_seconds, proxy=proxy_path, first=first,
-           with_text=with_text, add=add_words, subtract=subtract_words, image_size=image_size, workers=workers)
+    encode(source[0] if len(source) == 1 else list(source), model_path, "-" if output is None else output,
+           split=split, captions=captions_path, concepts=concepts_path, sentences=sentences_path,
+           batch_size=batch_size, precision=precision, device=device, resume=resume,
+           checkpoint_seconds=checkpoint_seconds, proxy=proxy_path, first=first, with_text=with_text, add=add_words,
+           subtract=subtract_words, image_size=image_size, workers=workers)

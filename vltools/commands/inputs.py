@@ -20,7 +20,7 @@ import click
 
 from vltools.errors import VLToolsError
 from vltools.io.kinds import FOUND, LINE_KINDS, Placed, accepts, described, kind_of, peek, refuse_wrong_kinds, sniff
-from vltools.io.model_store import resolve_models
+from vltools.io.model_store import is_openclip, resolve_models
 from vltools.io.progress import log
 from vltools.io.scratch import scratch_folder
 from vltools.io.write_errors import output_error
@@ -32,8 +32,9 @@ class InputFile(click.Path):
     """The type of every input file of a stage: a path to a file of one of `kinds` (keys of vltools.io.kinds.TAKES;
     "folder" and "images" accept a folder). `-` is standard input where HDF5 is taken, and where JSON or text lines
     are when `stdin` (the stage reads them from a pipe); `names`: a value that is no file may name a stored model
-    (`--model NAME`), left to the stage; `formats`: the vltools HDF5 files taken (features, embeddings, index, sims,
-    proxy, logp), by the kind each declares (an HDF5 file that declares none is left to the stage)."""
+    (`--model NAME`), left to the stage (a checkpoint input takes an OpenCLIP model, `openclip:ARCH[:...]`, too);
+    `formats`: the vltools HDF5 files taken (features, embeddings, index, sims, proxy, logp), by the kind each
+    declares (an HDF5 file that declares none is left to the stage)."""
 
     def __init__(self, *kinds: str, stdin: bool = False, names: bool = False, formats: tuple[str, ...] = ()) -> None:
         super().__init__(allow_dash=True)   # a folder where a file is taken: check_files says so, in one line
@@ -111,8 +112,9 @@ def check_files(params: list[click.Parameter], values: dict[str, object], stage:
         elif Path(path).is_dir() and not accepts(param.type.kinds, "folder"):
             raise VLToolsError(f"{path}: is a directory; give {label(param)} {param.type.takes()} file"
                                + (" or a model name" if param.type.names else ""))
-        elif param.type.names and not Path(path).exists():
-            resolve_models([path], param.name)     # a stored model's name, or the one-line error saying how to get it
+        elif (param.type.names or (is_openclip(path) and "checkpoint" in param.type.kinds)) and not Path(path).exists():
+            # a stored model's name or an OpenCLIP model, or the one-line error saying how to get it
+            resolve_models([path], param.name)
         else:
             given.append(Given(param, path, sniff(path, folder_ok=accepts(param.type.kinds, "folder"))))
     if len(dashes) > 1:

@@ -1,5 +1,6 @@
 """What `vltools encode` and `vltools.encode` compute: the embeddings file of images or captions of a separable
-model, with its provenance, from features (regions or global vectors), captions or (rmac) images. The embeddings go
+model, with its provenance, from features (regions or global vectors), captions or (rmac, OpenCLIP) images. The
+embeddings go
 through the inference runner, which keeps them in `OUT.partial/` as they come (vltools.io.checkpoint), so that
 `--resume` continues an interrupted run."""
 
@@ -19,9 +20,18 @@ from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
 from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_blocks, require_separable
-from vltools.infer.loader import LoadedModel, check_features
+from vltools.infer.loader import LoadedModel, OpenClipModel, check_features
+from vltools.infer.openclip import captions_given, image_embeddings, image_inputs, text_embeddings
 from vltools.infer.rmac import QueryOptions, image_batches, rmac_images, rmac_queries
-from vltools.infer.runner import check_output, computed_rows, finite_results
+from vltools.infer.runner import (
+    check_output,
+    checkpoint,
+    computed_rows,
+    finite_results,
+    gathered_failures,
+    report_skipped,
+    run,
+)
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.checkpoint import Rows
 from vltools.io.embeddings import write_embeddings
@@ -32,8 +42,9 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
 
 PathLike = str | os.PathLike
-# what takes an encode's embeddings: (ids, [B, E] blocks in their order, attributes, caption image ids)
-WriteEmbeddings = Callable[[Sequence[str], Iterable[np.ndarray], dict[str, object], Sequence[str] | None], None]
+# what takes an encode's embeddings: (ids, [B, E] blocks in their order, attributes, caption image ids[, the images
+# skipped])
+WriteEmbeddings = Callable[..., None]
 EMBEDDINGS = Rows("float32", id_kind="id", fix="check the weights and the input, or encode in fp32 (--precision fp32)")
 
 
@@ -48,12 +59,18 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     batch size are `split` and `batch_size`). An SCO model reads its concept scores from `concepts` and ("ctx +
     sen") its generated sentences from `sentences`. Finished embeddings are committed to `OUT.partial/` as they
     come, so that `resume` continues an interrupted run (see vltools.infer.runner). `write` takes the embeddings
-    instead of the file (ids, blocks, attributes, caption image ids)."""
+    instead of the file (ids, blocks, attributes, caption image ids[, images skipped]). An OpenCLIP model encodes
+    the images of an images input (its decoding `workers` are rmac's) or the captions of a captions file."""
     out = None if output is None else str(output)
     write = write or functools.partial(write_embeddings, output)
     check_output(out, resume)
+    clip = isinstance(loaded, OpenClipModel)
+    if clip and not captions_given(source):
+        return _encode_images(loaded, source, out, device, write, batch_size, precision,
+                              (rmac or QueryOptions()).workers, resume, checkpoint_seconds)
     checkpoint = str(loaded.path)
-    features_in = loaded.name != "rmac" and hdf5_kind(source) is not None     # else captions, or rmac's images
+    # else captions, or rmac's images
+    features_in = loaded.name != "rmac" and not clip and hdf5_kind(source) is not None
     vectors_in = features_in and getattr(loaded.model, "inputs", "regions") == "global"
     _refuse_unread(loaded, features_in, vectors_in, concepts, sentences)
     provenance = {"checkpoint": checkpoint, "checkpoint_digest": loaded.digest, "source": str(source)}
@@ -75,16 +92,21 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             write(images.ids, [emb], {"model": "rmac", **provenance, "ids_digest": ids_digest(images.ids), **attrs})
         log.info("encoded %d images (%s) with rmac", len(images.ids), attrs["query"])
         return len(images.ids)
-    require_separable(loaded.model, loaded.name, checkpoint)
-    loaded.model.to(device)
-    rows = {"model": loaded.name, "checkpoint": checkpoint, "precision": precision}   # what each embedding depends on
+    if not clip:
+        require_separable(loaded.model, loaded.name, checkpoint)
+        loaded.model.to(device)
+    # what each embedding depends on
+    rows = {"model": loaded.name, "checkpoint": checkpoint, "precision": precision,
+            **({"digest": loaded.digest} if clip else {})}
     inputs = [checkpoint, str(source), *(str(path) for path in (captions, concepts, sentences) if path is not None)]
-    attrs = {"model": loaded.name, **provenance, "precision": precision}
+    attrs = {"model": loaded.name, **provenance, "precision": precision, **(loaded.clip.provenance() if clip else {})}
 
     def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
                written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
+        """Encode `ids` (`blocks_of(positions)`: their blocks; for OpenCLIP, their texts) into `write`."""
         def compute(mine: list[int]) -> Iterator[np.ndarray]:
-            computed = embed_blocks(loaded.model, blocks_of(mine), side, device, precision, show_progress=False)
+            computed = text_embeddings(loaded, blocks_of(mine), device, precision, batch_size) if clip else \
+                embed_blocks(loaded.model, blocks_of(mine), side, device, precision, show_progress=False)
             return finite_results(computed, [ids[k] for k in mine], "embeddings", f"{side[:-1]} id", precision)
 
         with computed_rows("encode", out, ids, compute, side, batch_size, {**rows, "side": side},
@@ -121,13 +143,53 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             count, side = len(ids), "images"
     else:
         chosen = read_split(source, split)
-        tokens = loaded.tokenize(chosen.captions)
-        encode(chosen.caption_ids, lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size), "captions",
+        tokens = None if clip else loaded.tokenize(chosen.captions)
+        encode(chosen.caption_ids, (lambda mine: [chosen.captions[k] for k in mine]) if clip else
+               (lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size)), "captions",
                {"split": chosen.name, "ids_digest": ids_digest(chosen.caption_ids)},
                [chosen.image_ids[i] for i in chosen.caption_image_index])
         count, side = len(chosen.caption_ids), "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
+
+
+def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike], out: str | None,
+                   device: torch.device, write: WriteEmbeddings, batch_size: int, precision: str, workers: int,
+                   resume: bool, checkpoint_seconds: float) -> int:
+    """`encode_file` of the images of an images input (or a list of them) by an OpenCLIP model: decoded in
+    `workers` processes, those that cannot be used skipped, counted and recorded (`/failed`), as extract-regions
+    does; returns how many were encoded."""
+    items = image_inputs(source)
+    by_id = {item.image_id: item for item in items}
+    ids = list(by_id)
+    failed: list[str] = []
+    rows = {"model": "openclip", "checkpoint": str(loaded.path), "digest": loaded.digest, "precision": precision,
+            "side": "images"}
+    digests = {item.image_id: input_digest([item.path], loaded.digest) for item in items}
+
+    def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
+        for done, emb in image_embeddings(loaded, [by_id[i] for i in todo], device, precision, batch_size, workers,
+                                          failed):
+            yield done, {"rows": emb}
+
+    with checkpoint(out, EMBEDDINGS, rows, digests, resume, checkpoint_seconds) as kept:
+        run("encode", ids, kept, produce, "images", batch_size)
+        failed = gathered_failures(failed, ids)
+        if kept is None:       # another process of a torchrun job: the first writes every embedding
+            return len(ids)
+        done = [i for i in ids if i in kept.done]
+        if not done:
+            kept.discard()
+            image_id, reason = failed[0].split("\t", 1)
+            raise VLToolsError(f"every one of the {len(ids)} images failed (first: {image_id}: {reason}); nothing to "
+                               "encode")
+        attrs = {"model": "openclip", "checkpoint": str(loaded.path), "checkpoint_digest": loaded.digest,
+                 "source": str(source), "precision": precision, **loaded.clip.provenance(), "side": "images",
+                 "ids_digest": ids_digest(done)}
+        write(done, (arrays["rows"] for _, arrays in kept.gather(done, batch_size)), attrs, None, failed)
+        kept.remove()
+    report_skipped("encode", out, len(done), failed)
+    return len(done)
 
 
 def encode_embeddings(loaded: LoadedModel, source: PathLike, device: torch.device,
@@ -137,11 +199,12 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, device: torch.devic
     found: list[Embeddings] = []
 
     def keep(ids: Sequence[str], blocks: Iterable[np.ndarray], attrs: dict[str, object],
-             caption_image_ids: Sequence[str] | None = None) -> None:
+             caption_image_ids: Sequence[str] | None = None, failed: Sequence[str] | None = None) -> None:
         vectors = np.concatenate([np.asarray(block, dtype=np.float32) for block in blocks])
         refuse_nonfinite("the embeddings", "emb", vectors, list(ids))
         found.append(Embeddings(list(ids), vectors, str(attrs["side"]),
-                                None if caption_image_ids is None else list(caption_image_ids), attrs))
+                                None if caption_image_ids is None else list(caption_image_ids),
+                                {**attrs, **({} if failed is None else {"num_failed": len(failed)})}))
 
     encode_file(loaded, source, None, device, write=keep, **options)
     return found[0] if found and place().main else None

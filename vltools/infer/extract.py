@@ -24,8 +24,7 @@ from vltools.infer.settings import RunOptions
 from vltools.io.checkpoint import Rows
 from vltools.io.features import field_dtypes, write_features
 from vltools.io.merge import comparable_attrs
-from vltools.io.output import output_name, written
-from vltools.io.progress import log
+from vltools.io.output import written
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.write_errors import OutputError
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
@@ -45,7 +44,6 @@ from vltools.vision.regions import (
 
 DEFAULT_SIZES = {"shorter": 600, "square": 448, "longer": 576}
 LONG_SIDE_RATIO = 5 / 3  # shorter side 600 -> long side at most 1000, as for the bottom-up features
-MAX_FAILED_SHOWN = 20
 
 
 def _shape_groups(samples: Sequence[dict]) -> list[list[int]]:
@@ -343,7 +341,7 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
             raise OutputError(f"{exc}; the {len(kept.done)} finished images are kept in {kept.folder}: rerun with "
                               "--resume to write them") from exc
         kept.remove()
-    _summary(extractor.stage, out, count, failed)
+    runner.report_skipped(extractor.stage, out, count, failed)
     return {"written": count, "failed": len(failed)}
 
 
@@ -370,12 +368,3 @@ def _decoded_batches(extractor: RegionExtractor | SegmentExtractor, todo: list[I
                 good_items = [todo[s["index"]] for s in good]
                 yield [item.image_id for item in good_items], extractor(good, good_items)
 
-
-def _summary(stage: str, out: str | None, count: int, failed: list[str]) -> None:
-    """Counts on stderr, and each skipped image (the first few) with its reason."""
-    log.info(f"{stage}: wrote {count} images to {output_name(out)}; skipped {len(failed)} bad images")
-    for line in failed[:MAX_FAILED_SHOWN]:
-        image_id, reason = line.split("\t", 1)
-        log.warning(f"{stage}: skipped {image_id}: {reason}")
-    if len(failed) > MAX_FAILED_SHOWN:
-        log.warning(f"{stage}: ... and {len(failed) - MAX_FAILED_SHOWN} more, listed in the output's /failed")

@@ -15,10 +15,12 @@ from vltools.errors import VLToolsError, argument
 from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, file_digest, load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.fields import INTEGER, TEXT, optional
+from vltools.io.model_store import OpenClipSpec, is_openclip, openclip_spec, resolve_models
 from vltools.io.progress import log
 from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Coverage, Vocabulary
+from vltools.vision.openclip import OpenClip, build_openclip
 
 # what each stage accepts: the model names, and the one line that refuses any other checkpoint
 ROLES = {
@@ -36,6 +38,7 @@ ROLES = {
     "detector": (("bottom-up",), "{path}: a checkpoint of {model!r}, not a region detector; {role} needs the "
                  "bottom-up-attention weights converted by `vltools convert bottom-up-weights FILE --trust -o bua.pt`"),
 }
+OPENCLIP_ROLES = ("matching", "encodable")    # what an OpenCLIP model does: zero-shot match and encode
 
 
 @dataclass
@@ -83,10 +86,52 @@ class LoadedModel:
         return self.vocab.encode_all(captions, coverage=coverage)
 
 
-def load_model(path: str | os.PathLike, role: str = "matching", option: str = "model") -> LoadedModel:
+@dataclass(repr=False)
+class OpenClipModel(LoadedModel):
+    """An OpenCLIP model (vltools.vision.openclip) as a loaded model: `path` is its `openclip:...` name, `model`
+    open_clip's model, `clip` the model with its preprocess, tokenizer and provenance."""
+
+    clip: OpenClip | None = None
+
+    def __repr__(self) -> str:
+        return f"LoadedModel('openclip', {str(self.path)!r}, {self.clip.arch}, {self.clip.weights})"
+
+    @property
+    def digest(self) -> str:
+        """Which weights an output came from (vltools.vision.openclip.OpenClip.digest)."""
+        return self.clip.digest
+
+    def tokenize(self, captions: Sequence[str], coverage: Coverage | None = None) -> list[list[int]]:
+        """open_clip's token ids of each caption (its tokenizer's context length, padded with 0)."""
+        return self.clip.tokenizer(list(captions)).tolist()
+
+
+def load_openclip(spec: OpenClipSpec | str, role: str = "encodable", option: str = "model") -> OpenClipModel:
+    """The OpenCLIP model of `spec` (an `OpenClipSpec` or its `openclip:...` name) for `role`, which must be one an
+    OpenCLIP model has (zero-shot matching, encoding)."""
+    spec = spec if isinstance(spec, OpenClipSpec) else openclip_spec(str(spec), option)
+    if role not in OPENCLIP_ROLES:
+        raise VLToolsError(ROLES[role][1].format(path=spec, model="openclip", role=argument(option)))
+    clip = build_openclip(spec)
+    return OpenClipModel(Path(str(spec)), "openclip", clip.model, [], {"arch": clip.arch}, {}, clip)
+
+
+def load_named(value: str | os.PathLike | OpenClipSpec, role: str = "matching", option: str = "model") -> LoadedModel:
+    """The one model a `--model` value names: a checkpoint file, a model-store name with one member, or an OpenCLIP
+    model (`openclip:ARCH[:PRETRAINED_OR_FILE]`), loaded for `role` (see `load_model`)."""
+    paths = [value] if isinstance(value, OpenClipSpec) else resolve_models([str(value)], option)
+    if len(paths) != 1:
+        raise VLToolsError(f"{argument(option, str(value))}: names an ensemble of {len(paths)} checkpoints; give one "
+                           "model")
+    return load_model(paths[0], role, option)
+
+
+def load_model(path: str | os.PathLike | OpenClipSpec, role: str = "matching", option: str = "model") -> LoadedModel:
     """The one checkpoint loader: a vltools checkpoint (weights only) of a model `role` accepts (see ROLES),
     built in eval mode; any other checkpoint is one line naming the file and what argument `option` (its Python
-    name) needs."""
+    name) needs. An OpenCLIP model (`openclip:...`, an `OpenClipSpec`) is built by `load_openclip`."""
+    if is_openclip(path):
+        return load_openclip(path, role, option)
     payload = load_checkpoint(path)
     accepted, refusal = ROLES[role]
     name = payload.get("model")
@@ -112,6 +157,10 @@ def load_models(paths: Sequence[str | os.PathLike]) -> list[LoadedModel]:
     if not paths:
         raise no_model()
     loaded = [load_model(path) for path in paths]
+    if len(loaded) > 1 and any(isinstance(item, OpenClipModel) for item in loaded):
+        raise VLToolsError(f"{argument('model')}: an OpenCLIP model ranks images and captions on its own (zero-shot); "
+                           f"it is no member of an ensemble (CLIP before SGRAF: {argument('rerank_k', 'K')} "
+                           f"{argument('first_stage', 'openclip:ARCH')})")
     for other in loaded[1:]:
         if other.vocab.words != loaded[0].vocab.words:
             raise VLToolsError(f"{other.path}: its vocabulary differs from that of {loaded[0].path}; the models of "

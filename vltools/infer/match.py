@@ -5,7 +5,8 @@ when every pair was scored) from one of four inputs.
   a separable first stage, two-stage search that scores only its K candidates);
 - two sims files of earlier runs (ranked by their mean: SGRAF from the saved SGR and SAF matrices);
 - image and caption embeddings of one separable model (`encode`);
-- two image embeddings files (queries, database): images ranked for images, each query left out of its own list.
+- two image embeddings files (queries, database): images ranked for images, each query left out of its own list;
+- images and captions with an OpenCLIP model (zero-shot; it is also a first stage for reranking, from the images).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from vltools.infer.index import (
     positions,
     search_embeddings,
 )
-from vltools.infer.loader import LoadedModel, check_features, no_model
+from vltools.infer.loader import LoadedModel, OpenClipModel, check_features, no_model
+from vltools.infer.openclip import named_image_embeddings, text_embeddings
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.runner import check_output, computed_rows, finite_results, refuse_nonfinite_results
 from vltools.infer.settings import COMMIT_SECONDS
@@ -123,10 +125,12 @@ def _topk_both(sims: torch.Tensor, top_k: int) -> tuple[tuple[np.ndarray, np.nda
 def match_features(features: PathLike, captions: PathLike, models: Sequence[LoadedModel], split: str | None = None,
                    search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
                    first_stage: LoadedModel | None = None, output: PathLike | None = None, resume: bool = False,
-                   write: Callable[[Matches], None] | None = None) -> Matches | None:
+                   write: Callable[[Matches], None] | None = None,
+                   first_stage_images: PathLike | Sequence[PathLike] | None = None) -> Matches | None:
     """The captions of `split` (see `read_split`) and the images they name, ranked both ways by the mean
     similarity of `models`; with `rerank_k`, `first_stage` (separable) proposes that many candidates per query
-    and only those are scored. `full` keeps the whole matrix (not with reranking, which avoids it).
+    and only those are scored (an OpenCLIP first stage embeds the images of `first_stage_images`, images inputs
+    holding the features' images by their ids). `full` keeps the whole matrix (not with reranking, which avoids it).
 
     Without reranking every pair is scored, caption block by caption block, through the inference runner: each
     finished caption's similarities are committed to `OUT.partial/` beside the rankings `output` (a temporary
@@ -144,14 +148,19 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
         raise VLToolsError(f"{captions}: {found}, but after the features {features} match takes captions JSON lines "
                            f"(scored by {argument('model')}); to match embeddings, give image embeddings first "
                            f"(vltools encode {features} --model MODEL -o IMG_EMB.h5)")
+    clip = isinstance(first_stage, OpenClipModel) and rerank_k is not None
+    if clip and first_stage_images is None:
+        raise VLToolsError(f"{argument('first_stage', str(first_stage.path))} embeds image files: give them with "
+                           f"{argument('first_stage_images', 'IMAGES')} (the images of {features}, by the same ids)")
     with FeaturesReader(features) as reader, contextlib.ExitStack() as stack:
         # the header against every model first: a wrong region count or width is reported in seconds
-        check_features(reader, [*models, *([first_stage] if rerank_k is not None else [])])
+        check_features(reader, [*models, *([first_stage] if rerank_k is not None and not clip else [])])
         chosen = read_split(captions, split)
         check_images(chosen, reader, captions)
         saved, saved_positions = None, None
         if rerank_k is not None:      # the first stage's refusals come before any caption is encoded
-            require_separable(first_stage.model, first_stage.name, first_stage.path)
+            if not clip:
+                require_separable(first_stage.model, first_stage.name, first_stage.path)
             saved, saved_positions = _saved_first_stage(options.index_file, first_stage, chosen, features, captions)
         for item in models:
             item.model.to(options.device)
@@ -163,9 +172,10 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
         images = FeatureBlocks(reader, chosen.image_ids, options.block_images)
         if rerank_k is not None:
             first_stage.model.to(options.device)
-            plan = FirstStage(first_stage.model, CaptionBlocks(first_stage.tokenize(chosen.captions),
-                                                               options.block_captions), options.index, options.nprobe,
-                              saved, saved_positions)
+            embedded = clip_embeddings(first_stage, first_stage_images, chosen, options) if clip else None
+            plan = FirstStage(first_stage.model, None if clip else CaptionBlocks(first_stage.tokenize(chosen.captions),
+                                                                                 options.block_captions),
+                              options.index, options.nprobe, saved, saved_positions, embedded)
             i2t, t2i = rerank(modules, plan, images, CaptionBlocks(tokens, options.block_captions), rerank_k,
                               options.top_k, options.device, options.precision, options.image_cache_mb)
             forward = (np.asarray(i2t[0]), np.asarray(i2t[1]))
@@ -252,6 +262,45 @@ def _saved_first_stage(index_file: PathLike | None, first_stage: LoadedModel, ch
     return saved, found
 
 
+def clip_embeddings(loaded: OpenClipModel, images: PathLike | Sequence[PathLike], chosen: CaptionSplit,
+                    options: Search) -> tuple[np.ndarray, np.ndarray]:
+    """The (images, captions) embeddings of an OpenCLIP model for the images of `chosen` (found in the images inputs
+    `images` by their ids) and its captions, each refused when not finite."""
+    image_emb = named_image_embeddings(loaded, images, chosen.image_ids, options.device, options.precision,
+                                       options.block_images)
+    caption_emb = np.concatenate(list(text_embeddings(loaded, chosen.captions, options.device, options.precision,
+                                                      options.block_captions)))
+    refuse_nonfinite_results(image_emb, chosen.image_ids, "embeddings", "image id", options.precision)
+    refuse_nonfinite_results(caption_emb, chosen.caption_ids, "embeddings", "caption id", options.precision)
+    return image_emb, caption_emb
+
+
+def match_openclip(images: PathLike | Sequence[PathLike], captions: PathLike, loaded: OpenClipModel,
+                   split: str | None = None, search_options: Search | None = None, full: bool = False) -> Matches:
+    """Zero-shot: the captions of `split` and the images they name (in the images inputs `images`), ranked both
+    ways by an OpenCLIP model's cosine similarity (its l2-normalised embeddings' dot products); `full` keeps the
+    whole matrix."""
+    options = search_options or Search()
+    chosen = read_split(captions, split)
+    image_emb, caption_emb = clip_embeddings(loaded, images, chosen, options)
+    attrs = {"models": str(loaded.path), "model_names": loaded.name, "checkpoint_digests": loaded.digest,
+             "images": str(images), "captions": str(captions), "split": chosen.name, "precision": options.precision,
+             **loaded.clip.provenance(), "image_ids_digest": ids_digest(chosen.image_ids),
+             "caption_ids_digest": ids_digest(chosen.caption_ids)}
+    return _both_ways(chosen.image_ids, image_emb, chosen.caption_ids, caption_emb,
+                      [chosen.image_ids[i] for i in chosen.caption_image_index], options, full, attrs)
+
+
+def _both_ways(image_ids: Sequence[str], images, caption_ids: Sequence[str], captions,
+               caption_image_ids: Sequence[str] | None, options: Search, full: bool, attrs: dict[str, str]) -> Matches:
+    """Captions ranked for each image and images for each caption by the dot products of their embeddings (arrays
+    or HDF5 datasets); `full` also keeps the whole matrix."""
+    forward = search(images, captions, options.top_k, options.index, options.nprobe, options.device)
+    backward = search(captions, images, options.top_k, options.index, options.nprobe, options.device)
+    return Matches(list(image_ids), list(caption_ids), forward, backward, full_sims(images, captions) if full else None,
+                   None if caption_image_ids is None else list(caption_image_ids), attrs)
+
+
 def match_sims(first: PathLike, second: PathLike, top_k: int = 10) -> Matches:
     """Rankings of the mean of two saved similarity matrices (the SGRAF ensemble of `match --sims` outputs of SGR
     and SAF), without scoring any pair again."""
@@ -280,12 +329,9 @@ def match_embeddings(first: PathLike, second: PathLike, search_options: Search |
             if images.side == "images" and captions.side == "images":
                 return _match_images(images, captions, options, full)
             _check_pair(images, captions)
-            forward = search(images.emb, captions.emb, options.top_k, options.index, options.nprobe, options.device)
-            backward = search(captions.emb, images.emb, options.top_k, options.index, options.nprobe, options.device)
-            return Matches(list(images.ids), list(captions.ids), forward, backward,
-                           full_sims(images.emb, captions.emb) if full else None, captions.caption_image_ids,
-                           {"image_embeddings": str(first), "caption_embeddings": str(second),
-                            "checkpoint_digest": str(images.checkpoint_digest)})
+            return _both_ways(images.ids, images.emb, captions.ids, captions.emb, captions.caption_image_ids, options,
+                              full, {"image_embeddings": str(first), "caption_embeddings": str(second),
+                                     "checkpoint_digest": str(images.checkpoint_digest)})
         finally:
             captions.close()
     finally:
@@ -359,7 +405,7 @@ def input_kind(first: PathLike, with_models: bool, rerank_k: int | None = None) 
 def check_index(kind: str, index: str, models: Sequence[LoadedModel] = (), rerank_k: int | None = None) -> None:
     """Refuse an `index` other than exact where it would go unused: it searches separable embeddings (two files of
     `encode`, or the first stage of --rerank), so scored matrices and every pair scored by --model ignore it."""
-    if index == EXACT or kind == "embeddings" or (kind == "features" and rerank_k is not None):
+    if index == EXACT or kind in ("embeddings", "openclip") or (kind == "features" and rerank_k is not None):
         return
     given = argument("index", index)
     if kind == "sims":
@@ -400,6 +446,9 @@ def check_index_file(kind: str, second: PathLike | None, options: Search, rerank
     if kind == "sims":
         raise VLToolsError(f"{saved}: the similarity matrices are already scored, so there is nothing to search; "
                            "query it with embeddings of `vltools encode`")
+    if kind == "openclip":
+        raise VLToolsError(f"{saved}: an OpenCLIP model given images and captions embeds both; search the index with "
+                           "the queries' embeddings of `vltools encode` (match QUERIES.h5 --index-file), or drop it")
     if kind == "features" and (rerank_k is None or second is None):
         raise VLToolsError(f"{saved}: region features are scored by {argument('model')} pair by pair; the index is "
                            f"searched by encode's embeddings (match QUERIES.h5 {argument('index_file')}) or by the "

@@ -20,8 +20,9 @@ from vltools.data.blocks import CaptionBlocks
 from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_all, require_separable
 from vltools.infer.index import load_index
-from vltools.infer.loader import LoadedModel
+from vltools.infer.loader import LoadedModel, OpenClipModel
 from vltools.infer.match import Matches, Search
+from vltools.infer.openclip import text_embeddings
 from vltools.infer.rmac import QueryOptions, encode_rmac
 from vltools.infer.topk import search
 from vltools.io.embeddings import open_embeddings
@@ -100,10 +101,14 @@ def check_built_by(gallery: Gallery, loaded: LoadedModel) -> None:
 def encode_queries(loaded: LoadedModel, queries: Sequence[str], options: Search,
                    batch_size: int) -> tuple[list[str], np.ndarray]:
     """(ids, l2-normalised embeddings) of the queries: the texts themselves (a separable text model), or the
-    images of the files and folders named (rmac; ids as `vision.images.list_inputs` gives them)."""
+    images of the files and folders named (rmac; ids as `vision.images.list_inputs` gives them); an OpenCLIP model
+    encodes texts with open_clip's tokenizer."""
     if loaded.name == "rmac":
         ids, emb, _ = encode_rmac(loaded, queries, QueryOptions(batch_size=batch_size), options.device)
         return ids, emb
+    if isinstance(loaded, OpenClipModel):
+        return list(queries), np.concatenate(list(text_embeddings(loaded, queries, options.device, options.precision,
+                                                                  batch_size)))
     coverage = Coverage()
     tokens = loaded.tokenize(queries, coverage)
     coverage.report(loaded.path.name)
@@ -119,7 +124,7 @@ def search_queries(loaded: LoadedModel, queries: Sequence[str], target: PathLike
     options = options or Search()
     queries = checked_queries(queries)
     images = loaded.name == "rmac"
-    if not images:
+    if not images and not isinstance(loaded, OpenClipModel):
         require_separable(loaded.model, loaded.name, loaded.path)
     with open_gallery(target, options) as gallery:
         if gallery.side != "images":

@@ -39,21 +39,24 @@ TopK = tuple[np.ndarray, np.ndarray]
 class FirstStage:
     """The separable model and its own caption tokens (its vocabulary may differ from the rerankers'); `saved`, a
     saved index of one side's embeddings by this model, searched instead of indexing that side again, with
-    `saved_positions` (each indexed row's position among that side's items, -1 outside them)."""
+    `saved_positions` (each indexed row's position among that side's items, -1 outside them); `embeddings`: the
+    (images, captions) embeddings computed already (a model that reads image files, OpenCLIP), in place of
+    encoding the features and `captions`."""
 
     model: nn.Module
-    captions: CaptionBlocks
+    captions: CaptionBlocks | None
     index: str = "exact"
     nprobe: int = 16
     saved: SavedIndex | None = None
     saved_positions: np.ndarray | None = None
+    embeddings: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def candidates(first: FirstStage, images: FeatureBlocks, k: int, device: torch.device,
                precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
     """First-stage top-K caption indices per image [n_images, K] and image indices per caption [n_captions, K]."""
-    image_emb = embed_all(first.model, images, "images", device, precision)
-    caption_emb = embed_all(first.model, first.captions, "captions", device, precision)
+    image_emb, caption_emb = first.embeddings or (embed_all(first.model, images, "images", device, precision),
+                                                  embed_all(first.model, first.captions, "captions", device, precision))
     return (proposals(first, image_emb, caption_emb, k, "captions", device),
             proposals(first, caption_emb, image_emb, k, "images", device))
 

@@ -26,6 +26,7 @@ from vltools.io.output import is_device, is_stdout, output_name
 from vltools.io.progress import log, progress
 from vltools.io.scratch import scratch_folder
 
+MAX_FAILED_SHOWN = 20      # skipped items named one by one on stderr (the output's /failed lists them all)
 Results = Mapping[str, np.ndarray] | Sequence[dict]
 Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]
 
@@ -132,6 +133,16 @@ def gathered_failures(failed: list[str], ids: Sequence[str]) -> list[str]:
         return []
     position = {item: number for number, item in enumerate(ids)}
     return sorted((line for lines in found for line in lines), key=lambda line: position[line.split("\t", 1)[0]])
+
+
+def report_skipped(stage: str, out: str | None, count: int, failed: list[str]) -> None:
+    """Counts on stderr, and each skipped image (the first few) with its reason."""
+    log.info(f"{stage}: wrote {count} images to {output_name(out)}; skipped {len(failed)} bad images")
+    for line in failed[:MAX_FAILED_SHOWN]:
+        image_id, reason = line.split("\t", 1)
+        log.warning(f"{stage}: skipped {image_id}: {reason}")
+    if len(failed) > MAX_FAILED_SHOWN:
+        log.warning(f"{stage}: ... and {len(failed) - MAX_FAILED_SHOWN} more, listed in the output's /failed")
 
 
 @contextlib.contextmanager

@@ -88,13 +88,18 @@ def read_embeddings(path: str | os.PathLike) -> Embeddings:
 
 
 def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks: Iterable[np.ndarray],
-                     attrs: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
-    """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout."""
+                     attrs: dict[str, object], caption_image_ids: Sequence[str] | None = None,
+                     failed: Sequence[str] | None = None) -> None:
+    """Stream [B, E] blocks (rows in the order of `ids`) into an embeddings file, atomically or to stdout; `failed`:
+    the images skipped ("id<TAB>reason" lines, the `/failed` dataset and `num_failed`, as features files keep
+    them)."""
     with written(path) as target, OutputFile(target) as handle:
-        set_attrs(handle, "embeddings", attrs)
+        set_attrs(handle, "embeddings", {**attrs, **({} if failed is None else {"num_failed": len(failed)})})
         write_strings(handle, "ids", ids)
         if caption_image_ids is not None:
             write_strings(handle, "caption_image_ids", caption_image_ids)
+        if failed is not None:
+            write_strings(handle, "failed", failed)
         row = 0
         for block in blocks:
             if "emb" not in handle:

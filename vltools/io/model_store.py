@@ -4,6 +4,11 @@ The store is a folder (`$VLTOOLS_MODELS`, default `~/.local/share/vltools/models
 index `{name: {"members": [absolute checkpoint paths], "added": ISO time}}`, and, for entries added with
 `copy=True`, the copied checkpoints under `files/NAME/`. An entry with several members is an ensemble (its
 similarities are averaged, as `match --model A --model B` does). The index is rewritten atomically.
+
+An OpenCLIP model is named `openclip:ARCH[:PRETRAINED_OR_FILE]` (`OpenClipSpec`): an open_clip architecture with
+a pretrained tag (the architecture's default without one), a local weights file, or `random` (seeded random
+weights, for tests); a weights file registered as `openclip:ARCH` or `openclip:ARCH:TAG` (`models add`) stands
+for that name, so that a tag works offline once its file is registered.
 """
 
 from __future__ import annotations
@@ -14,17 +19,72 @@ import os
 import re
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from vltools.errors import VLToolsError, argument
 from vltools.io.output import written
-from vltools.io.released import RELEASED, how_to_get
+from vltools.io.released import RELEASED, default_openclip_tag, how_to_get
 from vltools.io.state import read_state
 
 ENV = "VLTOOLS_MODELS"
 DEFAULT_DIR = Path("~/.local/share/vltools/models")
 INDEX = "models.json"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+OPENCLIP = "openclip:"
+OPENCLIP_NAME = re.compile(r"openclip:[A-Za-z0-9][A-Za-z0-9._-]*(:[A-Za-z0-9][A-Za-z0-9._-]*)?")
+RANDOM = ("random", "none")
+WEIGHTS_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+
+
+@dataclass(frozen=True)
+class OpenClipSpec:
+    """An OpenCLIP model: its open_clip architecture and weights, one of a pretrained `tag` (fetched by open_clip
+    into its cache), a local weights `file` (with `tag`: the tag it was registered for, whose preprocessing it
+    takes) or `random` (seeded random weights). `given`: the value as the user wrote it, for messages."""
+
+    arch: str
+    tag: str | None = None
+    file: Path | None = None
+    random: bool = False
+    given: str = ""
+
+    def __str__(self) -> str:
+        return self.given or f"{OPENCLIP}{self.arch}:{'random' if self.random else self.file or self.tag}"
+
+
+def is_openclip(value: object) -> bool:
+    """Whether a `--model` value names an OpenCLIP model (`openclip:ARCH[:...]`)."""
+    return isinstance(value, OpenClipSpec) or (isinstance(value, str | os.PathLike)
+                                               and os.fspath(value).startswith(OPENCLIP))
+
+
+def openclip_spec(value: str, option: str = "model", entries: dict | None = None) -> OpenClipSpec:
+    """The OpenCLIP model `openclip:ARCH[:PRETRAINED_OR_FILE]` names: `random`/`none`, a weights file (an existing
+    file, or a value with a path's slash or a weights suffix, which must exist), or a pretrained tag (the
+    architecture's default tag, vltools.io.released, when none); a file registered in the store under the name
+    (`openclip:ARCH`, `openclip:ARCH:TAG`) stands for it."""
+    arch, _, weights = value[len(OPENCLIP):].partition(":")
+    if not arch:
+        raise VLToolsError(f"{argument(option, value)}: names no architecture; give "
+                           "openclip:ARCH[:PRETRAINED_OR_FILE], e.g. openclip:ViT-B-32 or openclip:ViT-B-32:random")
+    if weights in RANDOM:
+        return OpenClipSpec(arch, random=True, given=value)
+    if weights and (Path(weights).is_file() or "/" in weights or weights.endswith(WEIGHTS_SUFFIXES)):
+        if not Path(weights).is_file():
+            raise VLToolsError(f"{argument(option, value)}: no such weights file {weights}; give an existing "
+                               f".pt, .bin or .safetensors file of open_clip weights for {arch}")
+        return OpenClipSpec(arch, file=Path(weights), given=value)
+    entries = read_index() if entries is None else entries
+    tag = weights or default_openclip_tag(arch)
+    name = f"{OPENCLIP}{arch}" if not weights and f"{OPENCLIP}{arch}" in entries else f"{OPENCLIP}{arch}:{tag}"
+    if name not in entries:
+        return OpenClipSpec(arch, tag, given=value)
+    stored = Path(entries[name]["members"][0])
+    if not stored.is_file():
+        raise VLToolsError(f"{stored}: the weights file of the stored model {name!r} is missing; put it back, or "
+                           f"`vltools models remove {name}` and add it again")
+    return OpenClipSpec(arch, tag if name.count(":") == 2 else None, stored, given=value)
 
 
 def store_dir() -> Path:
@@ -38,7 +98,7 @@ def index_problem(data: object) -> str | None:
     if not isinstance(data, dict):
         return f"must be a JSON object {{name: {{\"members\": [checkpoint paths]}}}}, found {type(data).__name__}"
     for name, entry in data.items():
-        if not NAME.fullmatch(name):
+        if not (NAME.fullmatch(name) or OPENCLIP_NAME.fullmatch(name)):
             return f"has an entry with the invalid name {name!r}"
         if not isinstance(entry, dict):
             return f"entry {name!r} must be an object with \"members\", found {json.dumps(entry)[:60]}"
@@ -67,7 +127,13 @@ def _write_index(entries: dict[str, dict], folder: Path) -> None:
 
 
 def check_name(name: str) -> None:
-    """A store name: letters, digits, `.`, `_`, `-`, starting with a letter or digit, not ending in .pt."""
+    """A store name: letters, digits, `.`, `_`, `-`, starting with a letter or digit, not ending in .pt; or an
+    OpenCLIP name, `openclip:ARCH` or `openclip:ARCH:TAG`, for the weights file of that architecture or tag."""
+    if OPENCLIP_NAME.fullmatch(name) and name.rpartition(":")[2] not in RANDOM:
+        return
+    if name.startswith(OPENCLIP):
+        raise VLToolsError(f"{name!r}: not a valid OpenCLIP model name; register a weights file as openclip:ARCH or "
+                           "openclip:ARCH:TAG (for example openclip:ViT-B-32:laion2b_s34b_b79k)")
     if not NAME.fullmatch(name) or name.endswith((".pt", ".pth")):
         raise VLToolsError(f"{name!r}: not a valid model name; use letters, digits, '.', '_' and '-' (for example "
                            "sgraf-f30k), not a file name")
@@ -121,13 +187,17 @@ def _names(entries: dict) -> str:
     return ", ".join(sorted(entries)) or "none (vltools models add NAME CKPT)"
 
 
-def resolve_models(values: Sequence[str], option: str = "model") -> list[Path]:
+def resolve_models(values: Sequence[str], option: str = "model") -> list[Path | OpenClipSpec]:
     """Checkpoint paths for the values of argument `option` (its Python name, see `vltools.errors.argument`): each
-    a checkpoint file or a store name (all its members); a name the store does not hold is an error saying how to
-    get it (vltools.io.released)."""
-    paths: list[Path] = []
+    a checkpoint file or a store name (all its members), or an OpenCLIP model (`openclip_spec`); a name the store
+    does not hold is an error saying how to get it (vltools.io.released)."""
+    paths: list[Path | OpenClipSpec] = []
     entries: dict | None = None
     for value in values:
+        if is_openclip(value):
+            entries = read_index() if entries is None else entries
+            paths.append(openclip_spec(value, option, entries))
+            continue
         path = Path(value)
         if path.is_dir():
             raise VLToolsError(f"{argument(option, value)}: is a directory; give a checkpoint file or a model name "

@@ -116,3 +116,43 @@ def how_to_get(name: str, option: str) -> str:
                        for download, names in commands.items())
     return (f"released models for {argument(option)}: {listed}, each command run in the vltools source tree "
             f"(`vltools models available` says more); or {own}")
+
+
+@dataclass(frozen=True)
+class OpenClipTag:
+    """An OpenCLIP pretrained model vltools lists (`models available`): architecture, pretrained tag, download size
+    in MB (float32 weights, as open_clip fetches them), the Hugging Face repository it comes from, what it is. The
+    first tag of an architecture is the one `openclip:ARCH` without a tag takes."""
+
+    arch: str
+    tag: str
+    size_mb: int
+    repository: str
+    what: str
+
+    @property
+    def name(self) -> str:
+        """The `--model` value that names it: `openclip:ARCH:TAG`."""
+        return f"openclip:{self.arch}:{self.tag}"
+
+    def size(self) -> str:
+        """The download size in words, e.g. 'about 605 MB'."""
+        return f"about {self.size_mb} MB"
+
+
+OPENCLIP_TAGS = [
+    OpenClipTag("ViT-B-32", "laion2b_s34b_b79k", 605, "laion/CLIP-ViT-B-32-laion2B-s34B-b79K",
+                "OpenCLIP ViT-B/32 trained on LAION-2B (151M parameters)"),
+    OpenClipTag("ViT-B-32", "openai", 605, "timm/vit_base_patch32_clip_224.openai",
+                "OpenAI's CLIP ViT-B/32 (151M parameters; trained with QuickGELU: ViT-B-32-quickgelu matches it)"),
+    OpenClipTag("ViT-B-16", "laion2b_s34b_b88k", 599, "laion/CLIP-ViT-B-16-laion2B-s34B-b88K",
+                "OpenCLIP ViT-B/16 trained on LAION-2B (150M parameters)"),
+    OpenClipTag("ViT-L-14", "laion2b_s32b_b82k", 1710, "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
+                "OpenCLIP ViT-L/14 trained on LAION-2B (428M parameters)"),
+]
+
+
+def default_openclip_tag(arch: str) -> str | None:
+    """The pretrained tag `openclip:ARCH` takes when it names none (the first of OPENCLIP_TAGS for ARCH), or None
+    for an architecture the table does not list (open_clip's own first tag for it then)."""
+    return next((entry.tag for entry in OPENCLIP_TAGS if entry.arch == arch), None)

@@ -1,14 +1,16 @@
-"""`vltools encode` and `vltools.encode`: the embeddings of a separable model (vse, sco; rmac on images)."""
+"""`vltools encode` and `vltools.encode`: the embeddings of a separable model (vse, sco; rmac on images; OpenCLIP on
+images or captions)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from vltools.devices import PRECISIONS, resolve_device
 from vltools.errors import ArgumentError, argument
 from vltools.infer import checks
 from vltools.infer.encode import encode_embeddings, encode_file
-from vltools.infer.loader import LoadedModel, load_model
+from vltools.infer.loader import LoadedModel, OpenClipModel, load_model
 from vltools.infer.rmac import QueryOptions
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.held import Embeddings
@@ -18,7 +20,7 @@ from vltools.io.output import is_stdout
 PathLike = str | os.PathLike
 
 
-def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike | None = None, *,
+def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel, output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
            sentences: PathLike | None = None, batch_size: int = 256, device: str = "auto", precision: str = "fp32",
            resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS, **rmac: object) -> Embeddings | None:
@@ -26,8 +28,10 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike | N
     names, when given), the captions of a captions file's `split`, or (rmac) the images of an images input: written
     to `output` (`-`: standard output) as the HDF5 of `/ids` and `/emb`, or, without `output`, returned as
     `Embeddings` (None on the other processes of a torchrun job, and when written). SCO reads `concepts` and ("ctx +
-    sen") `sentences`; an rmac model takes the keywords of `vltools.infer.rmac.QueryOptions`. Every run keeps its
-    finished embeddings in `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint)."""
+    sen") `sentences`; an rmac model takes the keywords of `vltools.infer.rmac.QueryOptions`. An OpenCLIP model
+    (`openclip:ARCH[:PRETRAINED_OR_FILE]`) encodes the captions of a captions file or the images of images inputs
+    (SOURCE may then be a list of them; `workers` decoding processes). Every run keeps its finished embeddings in
+    `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint)."""
     if not isinstance(model, LoadedModel):
         checks.path(model, "model")
     checks.path(output, "output", optional=True)
@@ -53,7 +57,27 @@ def encode(source: PathLike, model: PathLike | LoadedModel, output: PathLike | N
                "checkpoint_seconds": checkpoint_seconds}
     with output_lock(output):
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+        _check_sources(loaded, source, rmac, captions, concepts, sentences)
         if output is None:
             return encode_embeddings(loaded, source, resolve_device(device), **options)
         encode_file(loaded, source, None if is_stdout(output) else output, resolve_device(device), **options)
         return None
+
+
+def _check_sources(loaded: LoadedModel, source: PathLike | Sequence[PathLike], rmac: dict[str, object],
+                   captions: PathLike | None, concepts: PathLike | None, sentences: PathLike | None) -> None:
+    """Refuse several sources where one file is read (features, captions), and what an OpenCLIP model would not
+    read: rmac's options (but workers), and --captions, --concepts, --sentences."""
+    several = isinstance(source, list | tuple)
+    if several and (not source or not all(isinstance(item, str | os.PathLike) for item in source)):
+        raise ArgumentError("source", "must be a file path, or a non-empty list of images inputs")
+    if several and len(source) > 1 and not (isinstance(loaded, OpenClipModel) or loaded.name == "rmac"):
+        raise ArgumentError("source", f"takes several inputs only for images (rmac, openclip models); {loaded.path} "
+                                      "encodes one features or captions file")
+    if isinstance(loaded, OpenClipModel):
+        given = {"captions": captions, "concepts": concepts, "sentences": sentences,
+                 **{name: value for name, value in rmac.items() if name != "workers"}}
+        unread = [name for name, value in given.items() if value not in (None, False, ())]
+        if unread:
+            raise ArgumentError(unread[0], f"is not read by the OpenCLIP model {loaded.path}, which encodes images "
+                                           "or captions as they are; leave it out")

@@ -1,5 +1,6 @@
 """`vltools match` and `vltools.match`: captions ranked for images and images for captions, by matching models over
-features and captions, by saved similarity matrices, by embeddings, or by a saved index."""
+features and captions, by an OpenCLIP model over images and captions (zero-shot), by saved similarity matrices, by
+embeddings, or by a saved index."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from vltools.devices import resolve_device
 from vltools.distributed import place
 from vltools.errors import ArgumentError, VLToolsError, argument, shown
 from vltools.infer import checks
-from vltools.infer.loader import LoadedModel, load_model, load_models
+from vltools.infer.loader import LoadedModel, OpenClipModel, load_model, load_models
 from vltools.infer.match import (
     SIDES,
     Matches,
@@ -22,12 +23,13 @@ from vltools.infer.match import (
     match_embeddings,
     match_features,
     match_index,
+    match_openclip,
     match_sims,
 )
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.infer.topk import EXACT
 from vltools.io.lock import output_lock
-from vltools.io.model_store import resolve_models
+from vltools.io.model_store import is_openclip, resolve_models
 from vltools.io.progress import log
 from vltools.io.records import write_records
 from vltools.io.sims import write_sims
@@ -59,12 +61,15 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
           first_stage: PathLike | LoadedModel | None = None, index: str = EXACT, index_file: PathLike | None = None,
           nprobe: int = 16, block_images: int = 128, block_captions: int = 512, image_cache_mb: float = 2048.0,
           precision: str = "fp32", device: str = "auto", resume: bool = False,
-          checkpoint_seconds: float = COMMIT_SECONDS) -> Matches | None:
+          checkpoint_seconds: float = COMMIT_SECONDS,
+          first_stage_images: PathLike | Sequence[PathLike] | None = None) -> Matches | None:
     """Rank captions for every image (i2t) and images for every caption (t2i), top `top_k` per query: FIRST
     features and SECOND captions with `model` (cross-attention or separable checkpoints, store names, loaded models:
-    their mean), two similarity matrices (`match --sims` outputs), image then caption embeddings, or query then
-    database image embeddings (i2i); with `index_file` and no SECOND, FIRST's embeddings search a saved index.
-    With `rerank_k`, the separable `first_stage` proposes that many candidates per query and only those are scored.
+    their mean), FIRST images (a folder, or images inputs) and SECOND captions with one OpenCLIP `model`
+    (`openclip:ARCH[:PRETRAINED_OR_FILE]`, zero-shot), two similarity matrices (`match --sims` outputs), image then
+    caption embeddings, or query then database image embeddings (i2i); with `index_file` and no SECOND, FIRST's
+    embeddings search a saved index. With `rerank_k`, the separable `first_stage` proposes that many candidates per
+    query and only those are scored; an OpenCLIP first stage embeds the images of `first_stage_images`.
 
     The rankings go to `output` as JSONL (`-`: standard output; None: not written) and the whole matrix to `sims`
     (HDF5) when given; the `Matches` is returned (None on the other processes of a torchrun job), with `.sims`
@@ -82,7 +87,14 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
                      image_cache_mb, index, nprobe, index_file, checkpoint_seconds)
     if second is None and index_file is None:
         raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input)")
-    kind = input_kind(first, bool(items), rerank_k)
+    clip = any(isinstance(item, OpenClipModel) or is_openclip(item) for item in items)
+    kind = "openclip" if clip else input_kind(first, bool(items), rerank_k)
+    if clip and (rerank_k is not None or len(items) > 1):
+        raise VLToolsError(f"{argument('model', 'openclip:...')} ranks the images and captions on its own (zero-shot); "
+                           f"to propose candidates for other models give it as {argument('first_stage')}")
+    if first_stage_images is not None and not is_openclip(first_stage) and not isinstance(first_stage, OpenClipModel):
+        raise VLToolsError(f"{argument('first_stage_images')} is read by an OpenCLIP {argument('first_stage')} "
+                           "(openclip:ARCH), which embeds image files; drop it")
     check_resume(kind, rerank_k, None if output is None else str(output), resume)
     full = sims is not None or (output is None and rerank_k is None and index_file is None)
     check_index_file(kind, second, options, rerank_k, full)
@@ -94,8 +106,13 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
             loaded = loaded_models(items)
             check_index(kind, options.index, loaded, rerank_k)
             found = match_features(first, second, loaded, split, options, full, rerank_k, stage, output, resume,
-                                   lambda matches: _write(matches, output, sims))
+                                   lambda matches: _write(matches, output, sims), first_stage_images)
             what = " + ".join(item.name for item in loaded)
+        elif kind == "openclip":
+            check_index(kind, options.index, (), rerank_k)
+            found = match_openclip(first, second, loaded_models(items)[0], split, options, full)
+            _write(found, output, sims)
+            what = str(found.attrs["models"])
         else:
             check_index(kind, options.index, (), rerank_k)
             if kind == "embeddings" and index_file is not None:
@@ -120,7 +137,7 @@ def _first_stage(first_stage: PathLike | LoadedModel) -> LoadedModel:
     if len(paths) != 1:
         raise VLToolsError(f"{argument('first_stage', str(first_stage))}: names an ensemble of {len(paths)} "
                            "checkpoints; the first stage is one separable model")
-    return load_model(paths[0])
+    return load_model(paths[0], option="first_stage")
 
 
 def _write(matches: Matches, output: PathLike | None, sims: PathLike | None) -> None:

@@ -344,6 +344,15 @@ def _decoded(source: Path | bytes, max_pixels: int,
     return rgb, (h, w)
 
 
+def read_item(item: ImageItem, max_pixels: int = DEFAULT_MAX_PIXELS,
+              plan: Callable[[int, int], tuple[int, int]] | None = None) -> tuple[Image.Image, tuple[int, int]]:
+    """`load_rgb` of `item`, a file that cannot be read (permissions, an I/O error) being a BadImage too."""
+    try:
+        return load_rgb(item, max_pixels, plan)
+    except OSError as exc:
+        raise BadImage(f"cannot read file ({exc.strerror or exc})") from None
+
+
 def resized_shape(h: int, w: int, mode: str, size: int, max_size: int | None = None) -> tuple[int, int]:
     """The (h, w) an image is resized to: `shorter` side = size (long side capped at max_size),
     `square` = size x size, `longer` side = size."""
@@ -405,7 +414,7 @@ class ImageDataset(torch.utils.data.Dataset):
         try:
             plan = None if self.ten_crop else functools.partial(resized_shape, mode=self.resize, size=self.size,
                                                                  max_size=self.max_size)
-            image, (h, w) = load_rgb(item, self.max_pixels, plan)
+            image, (h, w) = read_item(item, self.max_pixels, plan)
             mask = load_mask(self.mask_dir, item.image_id) if self.mask_dir is not None else None
         except BadImage as exc:
             return {"index": index, "error": str(exc)}
