@@ -27,7 +27,8 @@ from vltools.commands.options import (
 @click.option("--model", "model_path", required=True, type=InputFile("checkpoint"),
               metavar="CKPT|openclip:ARCH[:PRETRAINED_OR_FILE]",
               help="A separable checkpoint (vse on features or captions; rmac on images: an images JSONL, folder, "
-                   "list or Hugging Face dataset), or an OpenCLIP model on images (folders, image files, tars, lists) or captions: "
+                   "list or Hugging Face dataset), or an OpenCLIP model on images (folders, image files, tars, "
+                   "lists) or captions: "
                    "openclip:ViT-B-32 (its default pretrained weights), openclip:ViT-B-32:laion2b_s34b_b79k (a tag), "
                    "openclip:ViT-B-32:FILE (a .pt, .bin or .safetensors file), openclip:ViT-B-32:random (seeded, "
                    "for tests); `vltools models available` lists tags.")
