@@ -111,3 +111,12 @@ def test_an_hdf5_file_is_called_hdf5_not_text_that_is_not_utf8(tmp_path):
                  lambda: read_records(path, "captions")):
         with pytest.raises(VLToolsError, match=rf"^{path}: HDF5, not JSON lines; give the JSON lines file here"):
             read()
+
+
+def test_a_flickr_token_file_read_as_json_lines_names_its_converter(tmp_path):
+    tokens = tmp_path / "Flickr8k.token.txt"
+    tokens.write_text("1000268201_693b08cb0e.jpg#0\tA child in a pink dress .\n")
+    with pytest.raises(VLToolsError, match=r"Flickr8k.token.txt: a Flickr token file \(IMAGE#N, a tab, a caption\), "
+                                           r"not JSON lines; convert it first: vltools convert flickr "):
+        list(iter_json_lines(tokens, "fix it"))
+    assert [line for _, line in iter_lines(tokens)] == [tokens.read_text()]    # read as plain lines, as given

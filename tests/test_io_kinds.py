@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vltools.errors import VLToolsError
-from vltools.io.kinds import accepts, kind_of, peek, sniff
+from vltools.io.kinds import Placed, accepts, kind_of, peek, refuse_wrong_kinds, sniff
 
 
 def test_real_files_of_each_kind_are_told_apart(tmp_path):
@@ -77,3 +77,14 @@ def test_a_file_is_read_once_while_it_stays_the_same_and_again_once_it_changes(t
     assert sniff(path) == "hdf5" and opened.count(str(path)) == 2
     os.utime(path, ns=(0, 10**9))                             # the same size, another time: read again
     assert sniff(path) == "hdf5" and opened.count(str(path)) == 3
+
+
+def test_a_flickr_token_file_is_told_apart_and_named_with_its_converter(tmp_path):
+    """It was "plain text, not JSON", which did not point to vltools convert flickr."""
+    tokens = tmp_path / "Flickr8k.token.txt"
+    tokens.write_text("1000268201_693b08cb0e.jpg#0\tA child in a pink dress .\n")
+    assert sniff(tokens) == "flickr" and accepts(("lines",), "flickr") and not accepts(("jsonl",), "flickr")
+    with pytest.raises(VLToolsError, match=r"a Flickr token file \(IMAGE#N, a tab, a caption\), which `vltools "
+                                           r"convert flickr` turns into captions JSON lines"):
+        refuse_wrong_kinds([Placed(str(tokens), "CAPS.jsonl", ("jsonl",), sniff(tokens))], "see --help")
+    assert kind_of(b"a.jpg is here\n") == "text"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -25,17 +26,22 @@ from vltools.io.kinds import kind_of, peek
 
 
 @contextmanager
-def _opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, str | os.PathLike]]:
-    """The binary stream of `path` (standard input for `-`) and the name errors give it."""
+def _opened(path: str | os.PathLike, json_lines: bool = False) -> Iterator[tuple[BinaryIO, str | os.PathLike]]:
+    """The binary stream of `path` (standard input for `-`) and the name errors give it; HDF5 is refused by name,
+    and so, where `json_lines` are read, is a Flickr token file (its first line's JSON error would say nothing)."""
     if str(path) == "-":
         yield sys.stdin.buffer, "standard input"
         return
     if not Path(path).exists():
         raise VLToolsError(f"{path}: no such file")
     with open(path, "rb") as stream:
-        if kind_of(peek(stream)) == "hdf5":     # its first bytes are not UTF-8: say what it is instead
+        kind = kind_of(peek(stream))
+        if kind == "hdf5":     # its first bytes are not UTF-8: say what it is instead
             raise VLToolsError(f"{path}: HDF5, not JSON lines; give the JSON lines file here (see the stage's --help "
                                "for which input takes which file)")
+        if json_lines and kind == "flickr":
+            raise VLToolsError(f"{path}: a Flickr token file (IMAGE#N, a tab, a caption), not JSON lines; convert "
+                               f"it first: vltools convert flickr {shlex.quote(str(path))} -o captions.jsonl")
         yield stream, path
 
 
@@ -71,7 +77,7 @@ def iter_json_lines(path: str | os.PathLike, fix: str | None) -> Iterator[tuple[
     gives); a `null` line is None. A malformed line is a one-line error naming
     the file and the line and ending with `fix`; with `fix` None it is skipped (the last line of a file whose
     writer was killed), and a line that is not UTF-8 text ends the reading (one cut inside a character)."""
-    with _opened(path) as (stream, name):
+    with _opened(path, json_lines=True) as (stream, name):
         lines = _Numbered(stream, name, cut_ends=fix is None)
         reader = jsonlines.Reader(lines, loads=parse_json)
         while True:

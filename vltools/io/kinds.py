@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import BinaryIO
 from vltools.errors import VLToolsError, require_file
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# a line of Flickr8k/30k's captions.token: "1000268201_693b08cb0e.jpg#0\tA child in a pink dress ..."
+FLICKR_LINE = re.compile(rb"[^\t\n#]+#\d+\t")
 HEAD_BYTES = 64   # how much of a file `sniff` reads
 # first bytes -> kind; a torch checkpoint is a zip archive (torch.save) or a pickle (the legacy format, the
 # released SCAN / SGRAF .pth.tar files)
@@ -26,12 +29,14 @@ SIGNATURES = ((HDF5_SIGNATURE, "hdf5"), (b"PK\x03\x04", "checkpoint"), (b"PK\x05
 # what a file found to be of each kind is, in messages
 FOUND = {"hdf5": "HDF5", "checkpoint": "a torch checkpoint", "npy": "a NumPy .npy array", "json": "JSON text",
          "empty": "empty", "gzip": "gzip-compressed (decompress it first)", "image": "an image",
-         "text": "plain text, not JSON", "binary": "binary data of an unknown kind", "folder": "a folder"}
+         "text": "plain text, not JSON", "binary": "binary data of an unknown kind", "folder": "a folder",
+         "flickr": "a Flickr token file (IMAGE#N, a tab, a caption), which `vltools convert flickr` turns into "
+                   "captions JSON lines"}
 # what an input takes -> the kinds found that it accepts, and how messages name it (an empty JSON lines file is
 # left to its reader, which says what it expected)
 TAKES = {"hdf5": ({"hdf5"}, "HDF5"), "checkpoint": ({"checkpoint"}, "a torch checkpoint"),
          "npy": ({"npy"}, "a NumPy .npy array"), "jsonl": ({"json", "empty"}, "JSON lines"),
-         "json": ({"json"}, "JSON"), "lines": ({"text", "json", "empty"}, "text, one item a line"),
+         "json": ({"json"}, "JSON"), "lines": ({"text", "flickr", "json", "empty"}, "text, one item a line"),
          "folder": ({"folder"}, "a folder"), "image": ({"image"}, "a PNG or JPEG image"),
          "images": ({"folder", "image", "text", "json", "binary"},
                     "images (a folder, image files, a tar, a text list, an images JSONL or a Hugging Face "
@@ -49,7 +54,9 @@ def kind_of(head: bytes) -> str:
         return "empty"
     if text[:1] in (b"{", b"["):
         return "json"
-    return "binary" if b"\x00" in head else "text"
+    if b"\x00" in head:
+        return "binary"
+    return "flickr" if FLICKR_LINE.match(text) else "text"
 
 
 def same_file(path: str | os.PathLike) -> tuple[object, ...]:
