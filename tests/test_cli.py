@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -585,3 +586,21 @@ def test_a_stage_option_unknown_to_vltools_too_keeps_clicks_error(capsys):
     assert _exit_status(["inspect", "--quite", "x"]) == 2
     err = capsys.readouterr().err
     assert "No such option" in err and "--quite" in err and "option of vltools itself" not in err
+
+
+def test_a_plain_run_beside_an_interrupted_run_is_refused_before_torch_loads(tmp_path):
+    """It loaded torch and the models (7-11 s) before the checkpoint said so."""
+    (tmp_path / "photos").mkdir()
+    shutil.copyfile(Path(__file__).parent / "data" / "photos" / "coffee.png", tmp_path / "photos" / "a.png")
+    partial = tmp_path / "feats.h5.partial"
+    partial.mkdir()
+    (partial / "state.json").write_text("{}")
+    (partial / "chunk-000000.h5").write_bytes(b"")
+    script = ("import sys\nfrom vltools.cli import main\ntry:\n"
+              "    main(['extract-regions', 'photos', '-o', 'feats.h5'])\n"
+              "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n")
+    result = run_process([sys.executable, "-c", script], cwd=tmp_path, capture_output=True)
+    assert result.stdout.decode().split() == ["1", "False"]
+    assert result.stderr.decode().splitlines() == [
+        "vltools: error: feats.h5.partial: left by an interrupted run; continue it with --resume, or delete it"]
+    assert sorted(p.name for p in partial.iterdir()) == ["chunk-000000.h5", "state.json"]

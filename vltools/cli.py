@@ -14,6 +14,7 @@ import signal
 import stat
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import click
 
@@ -22,7 +23,7 @@ from vltools.commands.inputs import check_files, take_stdin
 from vltools.commands.options import PrimaryOutput, binary_format, is_output_param, option_spelling, writes_stdout
 from vltools.errors import ArgumentError, VLToolsError, first_line, kept_note, spelled
 from vltools.io.lock import output_lock
-from vltools.io.output import refuse_terminal
+from vltools.io.output import is_device, is_stdout, refuse_terminal
 from vltools.io.progress import configure, log
 from vltools.io.write_errors import OUTPUT_ERRNOS, output_error
 from vltools.training import TASKS
@@ -138,10 +139,21 @@ def _guarded(callback: Callable, params: list[click.Parameter], primary: Primary
             if primary is None or primary.locks:
                 stack.enter_context(output_lock(*(value for name, value in kwargs.items()
                                                   if name in outputs and isinstance(value, str))))
+            _refuse_interrupted(primary, kwargs)
             return callback(*args, **take_stdin(params, kwargs, given, stage, stack))
 
     run.locks_output = True
     return run
+
+
+def _refuse_interrupted(primary: PrimaryOutput | None, kwargs: dict[str, object]) -> None:
+    """A plain run of a per-item stage beside what an interrupted run committed (`OUT.partial/`) is refused before
+    the stage loads torch and its models (7-11 s), as its checkpoint would refuse it later."""
+    out = kwargs.get(primary.param) if primary is not None and primary.param else None
+    if "resume" in kwargs and isinstance(out, str) and not is_stdout(out) and not is_device(out):
+        from vltools.io.checkpoint import committed_chunks
+
+        committed_chunks(Path(f"{out}.partial"), bool(kwargs["resume"]))
 
 
 def guard_outputs(command: click.Command) -> click.Command:

@@ -188,6 +188,28 @@ class _RecordsChunk:
 Codec = Rows | Records
 
 
+def committed_chunks(folder: Path, resume: bool) -> list[Path]:
+    """The chunks an interrupted run committed in checkpoint folder `folder` (none when it does not exist); an
+    older layout, a file no run wrote there, and a plain run (not `resume`) beside committed chunks are refused.
+    Reads names only, so that a stage can ask before it loads its models."""
+    if folder.exists() and not folder.is_dir():
+        raise VLToolsError(f"{folder}: a file left by an older vltools (OUT.partial is now a folder); delete it "
+                           "and run again")
+    names = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+    if any(name.startswith("part-") for name in names) and STATE not in names:
+        raise VLToolsError(f"{folder}: left by an older vltools (part-NNNNNN.h5 files); delete it and run again")
+    foreign = [name for name in names if name != STATE and not CHUNK.fullmatch(name)]
+    if foreign:
+        raise VLToolsError(f"{folder}: holds {foreign[0]}, which no vltools run wrote there (it holds only "
+                           f"{STATE} and chunk-NNNNNN files), and the run would remove it with the folder; move "
+                           "it away")
+    chunks = [folder / name for name in names if CHUNK.fullmatch(name) and not name.endswith(".tmp")]
+    if chunks and not resume:
+        raise VLToolsError(f"{folder}: left by an interrupted run; continue it with {argument('resume', 'True')}, "
+                           "or delete it")
+    return chunks
+
+
 class Checkpoint:
     """The finished items of a run writing `name` (the user's name of the output), kept in `folder`.
 
@@ -231,24 +253,10 @@ class Checkpoint:
         return self._digests if isinstance(self._digests, str) else self._digests.get(item, "")
 
     def _open(self, resume: bool) -> list[Path]:
-        """Check the folder (an older layout, a foreign file, a plain run beside finished chunks, other options
-        are refused), write the state first when starting, and return the committed chunks."""
+        """Check the folder (`committed_chunks`; other options are refused too), write the state first when
+        starting, and return the committed chunks."""
         folder = self.folder
-        if folder.exists() and not folder.is_dir():
-            raise VLToolsError(f"{folder}: a file left by an older vltools (OUT.partial is now a folder); delete it "
-                               "and run again")
-        names = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
-        if any(name.startswith("part-") for name in names) and STATE not in names:
-            raise VLToolsError(f"{folder}: left by an older vltools (part-NNNNNN.h5 files); delete it and run again")
-        foreign = [name for name in names if name != STATE and not CHUNK.fullmatch(name)]
-        if foreign:
-            raise VLToolsError(f"{folder}: holds {foreign[0]}, which no vltools run wrote there (it holds only "
-                               f"{STATE} and chunk-NNNNNN files), and the run would remove it with the folder; move "
-                               "it away")
-        chunks = [folder / name for name in names if CHUNK.fullmatch(name) and not name.endswith(".tmp")]
-        if chunks and not resume:
-            raise VLToolsError(f"{folder}: left by an interrupted run; continue it with {argument('resume', 'True')}, "
-                               "or delete it")
+        chunks = committed_chunks(folder, resume)
         try:
             if chunks:
                 self._check_state()
