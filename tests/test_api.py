@@ -322,8 +322,8 @@ def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(w
         lambda: vltools.train("vse", [captions, features], tmp_path / "m.pt"): swapped.format(
             captions, features, captions, "JSON text", "CAPS.jsonl", features, "HDF5", "FEATS.h5"),
         lambda: vltools.train("vse", [records, features], tmp_path / "m.pt"): swapped.format(
-            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "JSON text", "CAPS.jsonl", features, "HDF5",
-            "FEATS.h5"),
+            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "records (a list of dicts)", "CAPS.jsonl",
+            features, "HDF5", "FEATS.h5"),
         lambda: vltools.match(features, captions, [sgr, captions]):
             f"{captions}: model[1] must be a torch checkpoint, but this is JSON text; see help(vltools.match)",
         lambda: vltools.score_caption(records, features):
@@ -334,6 +334,51 @@ def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(w
             call()
         assert str(error.value) == message
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_data_in_memory_in_each_other_s_places_is_named_as_swapped(world, tmp_path):
+    """`vltools.match(caps, feats)` with both in memory said only that `first` must be features; files were named as
+    swapped, and now data in memory is too, alone or beside a file."""
+    features, captions, sgr, vse = world
+    records, arrays = lines(captions), held(features)
+    swapped = "{} and {} are in each other's places: {} is {}, which {} takes, and {} is {}, which {} takes; swap them"
+    as_records, as_features = "records (a list of dicts)", "features (a dict of 'ids' and arrays)"
+    calls = {
+        lambda: vltools.match(records, arrays, sgr): swapped.format(
+            "first (in memory)", "second (in memory)", "first (in memory)", as_records, "second", "second (in memory)",
+            as_features, "first"),
+        lambda: vltools.match(records, features): swapped.format(
+            "first (in memory)", features, "first (in memory)", as_records, "second", features, "HDF5", "first"),
+        lambda: vltools.encode(vse, arrays): swapped.format(
+            vse, "model (in memory)", vse, "a torch checkpoint", "model", "model (in memory)", as_features, "source"),
+        lambda: vltools.caption(sgr, records, arrays): swapped.format(
+            "features (in memory)", "captions (in memory)", "features (in memory)", as_records, "captions",
+            "captions (in memory)", as_features, "features"),
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
+
+
+def test_features_in_memory_missing_a_key_name_it(world):
+    """A features dict without "ids" was refused as 'first must be a file path, features ... not {...}', and one
+    without the regions a stage reads as 'first (in memory): has no /regions dataset'."""
+    features, captions, sgr, _ = world
+    arrays = held(features)
+    calls = {
+        lambda: vltools.match({"regions": arrays["regions"]}, captions, sgr, device="cpu"):
+            "first has no 'ids' key; give the id of each row as 'ids' beside 'regions'",
+        lambda: vltools.match({"ids": arrays["ids"], "global": arrays["regions"].mean(1)}, captions, sgr,
+                              device="cpu"):
+            "first has no 'regions' key; matching models need region features (vltools extract-regions)",
+        lambda: vltools.report("site", boxes={"regions": arrays["regions"]}):
+            "boxes has no 'ids' key; give the id of each row as 'ids' beside 'regions'",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
 
 
 def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):

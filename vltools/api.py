@@ -61,7 +61,7 @@ from vltools.infer.settings import FEATURE_DTYPES
 from vltools.io import coco
 from vltools.io.embeddings import read_embeddings
 from vltools.io.held import Embeddings, held, in_memory
-from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
+from vltools.io.kinds import IN_MEMORY, Placed, refuse_swaps, refuse_wrong_kinds, sniff
 from vltools.io.lock import output_lock
 from vltools.io.model_store import resolve_models
 from vltools.io.output import is_stdout
@@ -231,29 +231,44 @@ def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
     return load_checkpoint_model(paths[0], role)
 
 
-# what each kind of data in memory (vltools.io.held.held) stands for among the kinds of file (vltools.io.kinds.FOUND)
-HELD_FOUND = {"features": "hdf5", "embeddings": "hdf5", "records": "json", "document": "json"}
-
-
 def _found(name: str, value: object) -> tuple[str, str]:
     """An input as messages name it and its kind (a key of vltools.io.kinds.FOUND): a file by its first bytes, data
-    in memory by what it holds."""
+    in memory by what it holds (records, features, ...: vltools.io.kinds.IN_MEMORY says which file each stands
+    for)."""
     kind = held(value)
-    return (os.fspath(value), sniff(value, folder_ok=True)) if kind is None else (f"{name} (in memory)",
-                                                                                  HELD_FOUND[kind])
+    return (os.fspath(value), sniff(value, folder_ok=True)) if kind is None else (f"{name} (in memory)", kind)
+
+
+def _is_file(value: object) -> bool:
+    """Whether `value` is a usable path (`checks.path`) to a regular file."""
+    try:
+        return checks.path(value, "value") is not None and Path(value).is_file()
+    except (checks.ArgumentError, OSError):
+        return False
 
 
 def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]]) -> None:
-    """Refuse at once, as the command line does, a file of another kind than its argument takes (keys of
-    vltools.io.kinds.TAKES), naming two arguments given in each other's places: `vltools.match("caps.jsonl",
-    "feats.h5")` called the captions a truncated HDF5 file once the model had loaded. Left to the arguments' own
-    checks: None, a missing path, a folder, a model-store name and a loaded model."""
+    """Refuse at once, as the command line does, two arguments given in each other's places, files or data in
+    memory (`vltools.match(caps, feats)` said only that `first` must be features), and then a file of another kind
+    than its argument takes (keys of vltools.io.kinds.TAKES): `vltools.match("caps.jsonl", "feats.h5")` called the
+    captions a truncated HDF5 file once the model had loaded. The first check of each function that takes data, so
+    that a swap is named before either argument is refused alone; data in memory of a kind its argument does not
+    take is then refused by the argument's own check (`checks.data`), which says what it takes in memory. Left to
+    the arguments' own checks: None, a missing path, a folder, a model-store name and a loaded model."""
     placed = []
     for label, (value, takes) in inputs.items():
-        if held(value) is not None or (isinstance(value, str | os.PathLike) and Path(value).is_file()):
+        if held(value) is not None or _is_file(value):
             shown, kind = _found(label, value)
             placed.append(Placed(shown, label, takes, kind))
-    refuse_wrong_kinds(placed, f"see help(vltools.{function})")
+    refuse_swaps(placed)
+    refuse_wrong_kinds([item for item in placed if item.found not in IN_MEMORY], f"see help(vltools.{function})")
+
+
+def _models(model: object) -> dict[str, tuple[object, tuple[str, ...]]]:
+    """`model` (one or a list) as `_check_kinds` inputs: model, or model[k] for each of a list."""
+    if not isinstance(model, list | tuple) or len(model) == 1:
+        return {"model": (model[0] if isinstance(model, list | tuple) else model, ("checkpoint",))}
+    return {f"model[{k}]": (item, ("checkpoint",)) for k, item in enumerate(model)}
 
 
 @_known_keywords(stage_match)
@@ -270,13 +285,11 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     rankings JSONL), sims (the matrix HDF5), resume, rerank_k, first_stage, index, index_file, nprobe, block_images,
     block_captions, image_cache_mb, precision, device, checkpoint_seconds. Under torchrun the first process gets
     the `Matches`, the others None."""
+    _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")), **_models(model),
+                           "first_stage": (options.get("first_stage"), ("checkpoint",))})
     checks.data(first, "first", ("features", "embeddings"))
     checks.data(second, "second", ("records", "embeddings"), optional=True)
     items = model_items(model, "model")
-    _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")),
-                           **{"model" if len(items) == 1 else f"model[{k}]": (item, ("checkpoint",))
-                              for k, item in enumerate(items)},
-                           "first_stage": (options.get("first_stage"), ("checkpoint",))})
     with spooled({"first": first, "second": second}, features_in_memory=True) as files:
         return stage_match(files["first"], files["second"], items, **options)
 
@@ -353,10 +366,10 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     memory ({"ids": [...], "regions": array, ...}) and CAPTIONS records (a list of dicts), read as their files
     would be. Further keyword options are those of the command (`vltools.stages.caption.caption`): sample,
     temperature, seed, pairs, logp, block_images, block_captions, resume, checkpoint_seconds, shard."""
-    checks.data(features, "features", ("features",))
-    checks.data(captions, "captions", ("records",), optional=True)
     _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),
                              "captions": (captions, ("jsonl",))})
+    checks.data(features, "features", ("features",))
+    checks.data(captions, "captions", ("records",), optional=True)
     with spooled({"features": features, "captions": captions}) as files:
         return stage_caption(model, files["features"], files["captions"], output, split=split, beam=beam,
                              max_len=max_len, length_penalty=length_penalty, batch_size=batch_size, device=device,
@@ -371,9 +384,9 @@ def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, 
     Java). Each is a file (captions or pairs JSONL, COCO JSON) or records in memory: a list of {"image_id" (or
     "pair_id"), "caption"} dicts such as `vltools.caption` and `vltools.convert` return, or a COCO annotations
     dict. `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
+    _check_kinds("score_caption", {"predictions": (predictions, ("jsonl", "json")), "refs": (refs, ("jsonl", "json"))})
     checks.records(predictions, "predictions")
     checks.records(refs, "refs")
-    _check_kinds("score_caption", {"predictions": (predictions, ("jsonl", "json")), "refs": (refs, ("jsonl", "json"))})
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
     with spooled({"predictions": predictions, "refs": refs}) as files:
@@ -428,17 +441,17 @@ def encode(source: PathLike | Sequence[PathLike] | Records | Features, model: Pa
     `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). The other
     keyword options are the command's (`vltools.stages.encode.encode`): batch_size, device, precision, resume (an
     interrupted run continued into the same `output`), checkpoint_seconds."""
+    _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
+                            "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
+                            "sentences": (sentences, ("jsonl",))})
     if isinstance(source, list | tuple) and source and all(isinstance(item, str | os.PathLike) for item in source):
         checks.paths(source, "source")   # several images inputs (rmac, OpenCLIP)
     else:
         checks.data(source, "source", ("records", "features"))
     if not isinstance(model, LoadedModel):
-        checks.path(model, "model")      # a path before it is asked what kind of file it is
+        checks.path(model, "model")
     checks.data(captions, "captions", ("records",), optional=True)
     checks.data(sentences, "sentences", ("records",), optional=True)
-    _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
-                            "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
-                            "sentences": (sentences, ("jsonl",))})
     # a resumed run keeps the rows whose input files are unchanged: features in memory, which have no file to
     # compare, then go to a new temporary file each run, as records always do, so their rows are computed again
     with spooled({"source": source, "captions": captions, "sentences": sentences},

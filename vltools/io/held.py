@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# the datasets of a features file (vltools.io.features), by which a dict in memory is told to be features
+FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
+          "attributes", "attribute_scores")
+
 
 @dataclass
 class Embeddings:
@@ -64,11 +68,12 @@ def in_memory(value: object) -> bool:
 
 def held(value: object) -> str | None:
     """The kind of file `value` holds in memory: "embeddings" (an `Embeddings`), "features" (a mapping holding
-    "ids", with arrays named as a features file's datasets: regions, global, boxes, ...), "records" (a list of
-    dicts), "document" (any other dict), or None (a path, or anything else: left to the argument's check)."""
+    "ids" or arrays named as a features file's datasets: regions, global, boxes, ...; one without "ids" is features
+    all the same, which the features check then says lack their ids), "records" (a list of dicts), "document" (any
+    other dict), or None (a path, or anything else: left to the argument's check)."""
     if isinstance(value, Embeddings):
         return "embeddings"
-    if isinstance(value, Mapping) and "ids" in value:
+    if isinstance(value, Mapping) and ("ids" in value or any(key in value for key in FIELDS)):
         return "features"
     if in_memory(value):
         return "document" if isinstance(value, dict) else "records"
