@@ -57,6 +57,33 @@ def test_importing_vltools_does_not_import_torch():
     assert out == ["False", "True"]
 
 
+def test_every_refused_argument_is_refused_before_torch_loads(world, tmp_path):
+    """Four calls that had only bad arguments took 12.3 s together: importing vltools.api imported the stages'
+    libraries, and some checks came after torch. Each refusal here, in a fresh process, loads no torch."""
+    features, captions, sgr, vse = world
+    calls = [f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, top_k=0)",
+             f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, block_images=0, device='cpu')",
+             f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, device='tpu')",
+             f"vltools.encode({str(captions)!r}, {str(vse)!r}, batch_size=0)",
+             f"vltools.caption({str(sgr)!r}, {str(features)!r}, beam=0)",
+             f"vltools.search({str(features)!r}, {str(features)!r}, top_k=0)",
+             f"vltools.search('a red cube', {str(features)!r}, model={str(vse)!r}, batch_size=0)",
+             f"vltools.extract_regions({str(tmp_path)!r}, 'f.h5', num_regions=0)",
+             "vltools.score_retrieval([{'query_id': 'a'}], protocol='5k')",
+             "vltools.load_model('sgr.pt', role='painter')",
+             "vltools.convert('webdataset', ['a.tar'], strict=1)",
+             "vltools.convert('sgraf-checkpoint', 'model.pth.tar', 'out.pt')",
+             "vltools.report('site', top_k=0)",
+             "vltools.train('vse', ['f.h5'], 'm.pt', resume=1)"]
+    code = ("import sys, vltools\nfrom vltools.errors import VLToolsError\nfor call in sys.argv[1:]:\n"
+            "    try:\n        eval(call)\n    except VLToolsError as exc:\n"
+            "        print(type(exc).__name__, 'torch' in sys.modules, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code, *calls], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.splitlines()
+    assert len(out) == len(calls) and all(line.startswith("ArgumentError False ") for line in out), out
+    assert "vocab must be a file path" in out[-3]     # a required keyword left out is named
+
+
 def test_train_and_report_are_plain_functions_beside_their_packages():
     code = ("import sys, inspect, vltools; print('torch' in sys.modules); "
             "import vltools.training.trainer, vltools.reporting.site; "
@@ -670,6 +697,10 @@ def test_convert_takes_every_kind_of_the_command_and_checks_every_keyword_of_its
     from vltools.api import CONVERTERS
 
     assert set(CONVERTERS) == set(cli.get_command(None, "convert").commands) and len(CONVERTERS) == 16
+    for kind, converter in CONVERTERS.items():    # the keywords without a default are checked when left out too
+        parameters = inspect.signature(converter.function).parameters
+        assert converter.required == tuple(name for name in converter.options
+                                           if parameters[name].default is inspect.Parameter.empty), kind
     for kind, converter in CONVERTERS.items():    # all but the source, the output and a memory knob no command shows
         keywords = set(list(inspect.signature(converter.function).parameters)[1:]) - {converter.output, "chunk_bytes"}
         assert set(converter.options) == keywords, kind

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Sequence
 from vltools.data.captions import split_of
 from vltools.errors import VLToolsError, argument
 from vltools.eval import retrieval as retrieval_eval
+from vltools.eval.retrieval import PROTOCOLS
 from vltools.io import sims as sims_io
 from vltools.io.hdf5 import is_hdf5
 from vltools.io.progress import log
 from vltools.io.records import caption_ids, read_records
 
 PathLike = str | os.PathLike
-PROTOCOLS = ("full", "coco1k")
 
 
 def is_matrix(path: PathLike) -> bool:

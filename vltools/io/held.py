@@ -5,6 +5,7 @@ of each kind to a temporary file of its kind, and for the making of `FeaturesInM
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -57,6 +58,14 @@ class FeaturesInMemory:
 
     def close(self) -> None:
         """Nothing to close (the reader closes what it reads, a file or this)."""
+
+
+def instance_of(value: object, module: str, name: str) -> bool:
+    """Whether `value` is an instance of class `name` of `module` (a LoadedModel, a Matches), asked without importing
+    the module, which may load torch: no instance exists before its module is imported. The API and the stages
+    check their arguments so, before torch loads."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(value, getattr(loaded, name))
 
 
 def in_memory(value: object) -> bool:
