@@ -142,6 +142,17 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
 
 
+def test_rankings_without_captions_are_refused_in_python_s_words(world):
+    """`score_retrieval(m.rankings())` answered 'scores (in memory): a rankings JSONL needs captions=CAPS.jsonl',
+    the command line's file and placeholder for records given in memory."""
+    features, captions, sgr, _ = world
+    found = vltools.match(features, captions, sgr, device="cpu")
+    with pytest.raises(VLToolsError) as error:
+        vltools.score_retrieval(found.rankings())
+    assert str(error.value) == ("scores (in memory): rankings need captions (the captions they rank) to know each "
+                                "caption's image")
+
+
 def test_reranked_matches_have_no_matrix_to_score(world):
     features, captions, sgr, vse = world
     found = vltools.match(features, captions, sgr, rerank_k=4, first_stage=vse, device="cpu")

@@ -103,7 +103,7 @@ def rankings_scores(path: PathLike, captions: PathLike | None, split: str | None
                     protocol: str = "full") -> dict:
     """The retrieval metrics of a rankings JSONL (top-k lists): an answer beyond a list counts as not found."""
     if captions is None:
-        raise VLToolsError(f"{path}: a rankings JSONL needs {argument('captions', 'CAPS.jsonl')} to know each "
+        raise VLToolsError(f"{path}: rankings need {argument('captions')} (the captions they rank) to know each "
                            "caption's image")
     if protocol != "full":
         raise VLToolsError(f"{path}: {argument('protocol', protocol)} needs a sims HDF5 file (top-k rankings cannot "
