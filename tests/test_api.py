@@ -57,6 +57,33 @@ def test_importing_vltools_does_not_import_torch():
     assert out == ["False", "True"]
 
 
+def test_every_refused_argument_is_refused_before_torch_loads(world, tmp_path):
+    """Four calls that had only bad arguments took 12.3 s together: importing vltools.api imported the stages'
+    libraries, and some checks came after torch. Each refusal here, in a fresh process, loads no torch."""
+    features, captions, sgr, vse = world
+    calls = [f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, top_k=0)",
+             f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, block_images=0, device='cpu')",
+             f"vltools.match({str(features)!r}, {str(captions)!r}, {str(sgr)!r}, device='tpu')",
+             f"vltools.encode({str(captions)!r}, {str(vse)!r}, batch_size=0)",
+             f"vltools.caption({str(sgr)!r}, {str(features)!r}, beam=0)",
+             f"vltools.search({str(features)!r}, {str(features)!r}, top_k=0)",
+             f"vltools.search('a red cube', {str(features)!r}, model={str(vse)!r}, batch_size=0)",
+             f"vltools.extract_regions({str(tmp_path)!r}, 'f.h5', num_regions=0)",
+             "vltools.score_retrieval([{'query_id': 'a'}], protocol='5k')",
+             "vltools.load_model('sgr.pt', role='painter')",
+             "vltools.convert('webdataset', ['a.tar'], strict=1)",
+             "vltools.convert('sgraf-checkpoint', 'model.pth.tar', 'out.pt')",
+             "vltools.report('site', top_k=0)",
+             "vltools.train('vse', ['f.h5'], 'm.pt', resume=1)"]
+    code = ("import sys, vltools\nfrom vltools.errors import VLToolsError\nfor call in sys.argv[1:]:\n"
+            "    try:\n        eval(call)\n    except VLToolsError as exc:\n"
+            "        print(type(exc).__name__, 'torch' in sys.modules, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code, *calls], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.splitlines()
+    assert len(out) == len(calls) and all(line.startswith("ArgumentError False ") for line in out), out
+    assert "vocab must be a file path" in out[-3]     # a required keyword left out is named
+
+
 def test_train_and_report_are_plain_functions_beside_their_packages():
     code = ("import sys, inspect, vltools; print('torch' in sys.modules); "
             "import vltools.training.trainer, vltools.reporting.site; "
@@ -113,6 +140,17 @@ def test_score_retrieval_of_matches_equals_the_stage_on_the_written_files(world,
     assert printed(vltools.score_retrieval(found.rankings(), records)) == ranked     # .rankings() as it comes
     one_fold = vltools.score_retrieval(found, protocol="coco1k", fold_size=7)
     assert printed(one_fold) == {**from_stage, "protocol": "coco1k", "fold_size": 7}
+
+
+def test_rankings_without_captions_are_refused_in_python_s_words(world):
+    """`score_retrieval(m.rankings())` answered 'scores (in memory): a rankings JSONL needs captions=CAPS.jsonl',
+    the command line's file and placeholder for records given in memory."""
+    features, captions, sgr, _ = world
+    found = vltools.match(features, captions, sgr, device="cpu")
+    with pytest.raises(VLToolsError) as error:
+        vltools.score_retrieval(found.rankings())
+    assert str(error.value) == ("scores (in memory): rankings need captions (the captions they rank) to know each "
+                                "caption's image")
 
 
 def test_reranked_matches_have_no_matrix_to_score(world):
@@ -322,8 +360,8 @@ def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(w
         lambda: vltools.train("vse", [captions, features], tmp_path / "m.pt"): swapped.format(
             captions, features, captions, "JSON text", "CAPS.jsonl", features, "HDF5", "FEATS.h5"),
         lambda: vltools.train("vse", [records, features], tmp_path / "m.pt"): swapped.format(
-            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "JSON text", "CAPS.jsonl", features, "HDF5",
-            "FEATS.h5"),
+            "inputs[0] (in memory)", features, "inputs[0] (in memory)", "records (a list of dicts)", "CAPS.jsonl",
+            features, "HDF5", "FEATS.h5"),
         lambda: vltools.match(features, captions, [sgr, captions]):
             f"{captions}: model[1] must be a torch checkpoint, but this is JSON text; see help(vltools.match)",
         lambda: vltools.score_caption(records, features):
@@ -334,6 +372,51 @@ def test_files_of_another_kind_are_refused_before_any_model_loads_naming_swaps(w
             call()
         assert str(error.value) == message
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_data_in_memory_in_each_other_s_places_is_named_as_swapped(world, tmp_path):
+    """`vltools.match(caps, feats)` with both in memory said only that `first` must be features; files were named as
+    swapped, and now data in memory is too, alone or beside a file."""
+    features, captions, sgr, vse = world
+    records, arrays = lines(captions), held(features)
+    swapped = "{} and {} are in each other's places: {} is {}, which {} takes, and {} is {}, which {} takes; swap them"
+    as_records, as_features = "records (a list of dicts)", "features (a dict of 'ids' and arrays)"
+    calls = {
+        lambda: vltools.match(records, arrays, sgr): swapped.format(
+            "first (in memory)", "second (in memory)", "first (in memory)", as_records, "second", "second (in memory)",
+            as_features, "first"),
+        lambda: vltools.match(records, features): swapped.format(
+            "first (in memory)", features, "first (in memory)", as_records, "second", features, "HDF5", "first"),
+        lambda: vltools.encode(vse, arrays): swapped.format(
+            vse, "model (in memory)", vse, "a torch checkpoint", "model", "model (in memory)", as_features, "source"),
+        lambda: vltools.caption(sgr, records, arrays): swapped.format(
+            "features (in memory)", "captions (in memory)", "features (in memory)", as_records, "captions",
+            "captions (in memory)", as_features, "features"),
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
+
+
+def test_features_in_memory_missing_a_key_name_it(world):
+    """A features dict without "ids" was refused as 'first must be a file path, features ... not {...}', and one
+    without the regions a stage reads as 'first (in memory): has no /regions dataset'."""
+    features, captions, sgr, _ = world
+    arrays = held(features)
+    calls = {
+        lambda: vltools.match({"regions": arrays["regions"]}, captions, sgr, device="cpu"):
+            "first has no 'ids' key; give the id of each row as 'ids' beside 'regions'",
+        lambda: vltools.match({"ids": arrays["ids"], "global": arrays["regions"].mean(1)}, captions, sgr,
+                              device="cpu"):
+            "first has no 'regions' key; matching models need region features (vltools extract-regions)",
+        lambda: vltools.report("site", boxes={"regions": arrays["regions"]}):
+            "boxes has no 'ids' key; give the id of each row as 'ids' beside 'regions'",
+    }
+    for call, message in calls.items():
+        with pytest.raises(VLToolsError) as error:
+            call()
+        assert str(error.value) == message
 
 
 def test_an_empty_split_names_the_python_argument_that_chose_it(world, tmp_path):
@@ -625,6 +708,10 @@ def test_convert_takes_every_kind_of_the_command_and_checks_every_keyword_of_its
     from vltools.api import CONVERTERS
 
     assert set(CONVERTERS) == set(cli.get_command(None, "convert").commands) and len(CONVERTERS) == 16
+    for kind, converter in CONVERTERS.items():    # the keywords without a default are checked when left out too
+        parameters = inspect.signature(converter.function).parameters
+        assert converter.required == tuple(name for name in converter.options
+                                           if parameters[name].default is inspect.Parameter.empty), kind
     for kind, converter in CONVERTERS.items():    # all but the source, the output and a memory knob no command shows
         keywords = set(list(inspect.signature(converter.function).parameters)[1:]) - {converter.output, "chunk_bytes"}
         assert set(converter.options) == keywords, kind

@@ -15,7 +15,7 @@ from kill_helpers import killed_midway
 from pipeline_fixtures import one_and_two_processes, same_but_created
 from tiny_captioning import make_caption_world, mute_captioner, save_captioner
 
-import vltools.stages.caption as caption_step
+import vltools.infer.caption as caption_step  # the caption stage imports its steps from here when it runs
 from vltools.cli import cli, main
 from vltools.data.captioning import image_tensors
 from vltools.decoding import beam_search

@@ -9,7 +9,7 @@ import pytest
 from tiny_captioning import make_caption_world, mute_captioner, save_captioner
 
 import vltools
-import vltools.stages.caption as caption_stage
+import vltools.infer.caption as infer_caption
 from vltools.errors import ArgumentError, VLToolsError
 
 
@@ -32,14 +32,14 @@ def test_the_api_refuses_all_empty_captions_as_the_command_does_and_writes_nothi
 def test_the_api_resumes_an_interrupted_run_into_its_output(world, tmp_path, monkeypatch):
     features, _, model = world
     output = tmp_path / "caps.jsonl"
-    real = caption_stage.caption_batches
+    real = infer_caption.caption_batches
 
     def stopped(*args, **kwargs):
         batches = real(*args, **kwargs)
         yield next(batches)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(caption_stage, "caption_batches", stopped)
+    monkeypatch.setattr(infer_caption, "caption_batches", stopped)   # the stage imports it when it runs
     with pytest.raises(KeyboardInterrupt):
         vltools.caption(model, features, output=output, batch_size=5)
     monkeypatch.undo()

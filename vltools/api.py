@@ -25,63 +25,55 @@ top_k?`) or the file and what is wrong in it.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from vltools.data.caption_scores import score_caption_files, score_self_retrieval_file
 from vltools.data.converters import birds_to_words, karpathy, precomp
-from vltools.data.converters.bottom_up import convert_bottom_up
-from vltools.data.converters.bottom_up_weights import save_bottom_up_checkpoint
-from vltools.data.converters.cub import read_cub
-from vltools.data.converters.flickr import convert_flickr
-from vltools.data.converters.hf import convert_hf
-from vltools.data.converters.scan_vocab import convert_scan_vocab, convert_to_scan_vocab
-from vltools.data.converters.sgraf_checkpoint import convert_sgraf_checkpoint
-from vltools.data.converters.visual_genome import visual_genome_records
-from vltools.data.converters.webdataset import read_webdataset
-from vltools.data.retrieval import PROTOCOLS, sims_scores, summary
-from vltools.data.retrieval import score_retrieval as score_files
 from vltools.data.semantic_scores import score_semantic_file
-from vltools.devices import resolve_device
+from vltools.devices import PRECISIONS, resolve_device
 from vltools.distributed import place
 from vltools.errors import VLToolsError, shown
+from vltools.eval.retrieval import PROTOCOLS
 from vltools.eval.self_retrieval import KS as SELF_RETRIEVAL_KS
 from vltools.eval.semantic import DEFAULT_R
 from vltools.infer import checks
-from vltools.infer.loader import ROLES, LoadedModel
-from vltools.infer.loader import load_model as load_checkpoint_model
-from vltools.infer.match import Matches, Search, match_index
-from vltools.infer.query import checked_queries, search_queries
-from vltools.infer.rmac import QueryOptions
-from vltools.infer.settings import FEATURE_DTYPES
+from vltools.infer.settings import FEATURE_DTYPES, ROLES, QueryOptions
 from vltools.io import coco
 from vltools.io.embeddings import read_embeddings
-from vltools.io.held import Embeddings, held, in_memory
-from vltools.io.kinds import Placed, refuse_wrong_kinds, sniff
+from vltools.io.held import Embeddings, held, in_memory, instance_of
+from vltools.io.kinds import IN_MEMORY, Placed, refuse_swaps, refuse_wrong_kinds, sniff
 from vltools.io.lock import output_lock
 from vltools.io.model_store import resolve_models
 from vltools.io.output import is_stdout
 from vltools.io.records import write_records
 from vltools.io.sims import Sims
 from vltools.io.spooled import spooled
-from vltools.reporting.site import ReportInputs
-from vltools.reporting.site import build_report as write_report_folder
 from vltools.stages.caption import caption as stage_caption
 from vltools.stages.encode import encode as stage_encode
 from vltools.stages.extract_regions import extract_regions
 from vltools.stages.match import match as stage_match
 from vltools.stages.match import model_items
 from vltools.training import TASKS, check_inputs
-from vltools.training.trainer import run_training, training_config
+
+if TYPE_CHECKING:
+    from vltools.infer.loader import LoadedModel
+    from vltools.infer.match import Matches
+
+# No torch at import, nor before a function has checked its arguments: the library each function runs (the
+# inference and training modules, the report writer, the converters) is imported in its body once they are checked,
+# so that a refused call answers at once (tests/test_api.py asserts it in a fresh process).
+LOADER, MATCH = "vltools.infer.loader", "vltools.infer.match"     # LoadedModel's and Matches' modules
 
 PathLike = str | os.PathLike
 Records = Sequence[dict] | dict     # records in memory, read as the file they would be (vltools.io.spooled)
 Features = dict                     # {"ids": [...], "regions": array, ...}: a features file in memory
-ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
+ModelLike = "PathLike | LoadedModel | Sequence[PathLike | LoadedModel]"
 
 __all__ = ["Embeddings", "Matches", "caption", "convert", "encode", "extract_regions", "load_model", "match", "report",
            "score_caption", "score_retrieval", "score_self_retrieval", "score_semantic", "search", "train"]
@@ -125,20 +117,29 @@ def _split_files(value: object, name: str) -> object:
 
 @dataclass(frozen=True)
 class Converter:
-    """One kind of `vltools convert` as the library function its command calls: `function` takes the source
-    first, then the keywords `options` checks (each by its validator, default values included, so that a missing
-    required one is named). `records`: the function returns records, which `convert` writes when given an
-    output; `output`: the function's parameter that the API's `output` fills (neither: it takes its outputs as
-    keywords, named in `outputs`). `sources`: the source is one or more paths. `memory`: the arguments ("source"
-    or an option) that may be data in memory, and of which kinds (see `vltools.io.held.held`)."""
+    """One kind of `vltools convert` as the library function its command calls: `target` ("module:function",
+    imported when it runs, once its arguments are checked: some load torch) takes the source first, then the
+    keywords `options` checks (each one given, and each one in `required`, so that a missing one is named; a test
+    keeps `required` the function's keywords without a default). `records`: the function returns records, which
+    `convert` writes when given an output; `output`: the function's parameter that the API's `output` fills
+    (neither: it takes its outputs as keywords, named in `outputs`). `sources`: the source is one or more paths.
+    `memory`: the arguments ("source" or an option) that may be data in memory, and of which kinds (see
+    `vltools.io.held.held`)."""
 
-    function: Callable[..., list[dict] | dict[str, object]]
+    target: str
     options: dict[str, Check] = field(default_factory=dict)
     records: bool = False
     output: str | None = None
     outputs: tuple[str, ...] = ()
     sources: bool = False
     memory: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+
+    @property
+    def function(self) -> Callable[..., list[dict] | dict[str, object]]:
+        """The library function, imported."""
+        module, name = self.target.split(":")
+        return getattr(importlib.import_module(module), name)
 
 
 def _records(value: object, name: str) -> object:
@@ -146,45 +147,50 @@ def _records(value: object, name: str) -> object:
     return checks.data(value, name, ("records",))
 
 
+FORMATS = "vltools.data.converters"    # the converters' package
 # every kind of `vltools convert`; the first six and visual-genome return records, the rest write files
 CONVERTERS: dict[str, Converter] = {
-    "karpathy": Converter(karpathy.read_karpathy, {
+    "karpathy": Converter(f"{FORMATS}.karpathy:read_karpathy", {
         "id_field": _one_of(karpathy.ID_FIELDS), "text_field": _one_of(karpathy.TEXT_FIELDS),
         "restval_as": _optional(checks.split), "only_splits": _optional(checks.splits)}, records=True),
-    "coco": Converter(coco.read_coco, {"split": _optional(checks.split), "id_field": _one_of(coco.ID_FIELDS)},
-                      records=True),
-    "flickr": Converter(convert_flickr, {"train": _optional(checks.path), "val": _optional(checks.path),
-                                         "test": _optional(checks.path), "drop_unassigned": checks.flag},
-                        records=True),
-    "birds-to-words": Converter(birds_to_words.read_birds_to_words,
+    "coco": Converter("vltools.io.coco:read_coco", {"split": _optional(checks.split),
+                                                    "id_field": _one_of(coco.ID_FIELDS)}, records=True),
+    "flickr": Converter(f"{FORMATS}.flickr:convert_flickr", {
+        "train": _optional(checks.path), "val": _optional(checks.path), "test": _optional(checks.path),
+        "drop_unassigned": checks.flag}, records=True),
+    "birds-to-words": Converter(f"{FORMATS}.birds_to_words:read_birds_to_words",
                                 {"image_names": _one_of(birds_to_words.IMAGE_NAMES)}, records=True),
-    "cub": Converter(read_cub, {"split_files": _optional(_split_files), "drop_unassigned": checks.flag},
-                     records=True),
-    "webdataset": Converter(read_webdataset, {"split": _optional(checks.split), "strict": checks.flag},
+    "cub": Converter(f"{FORMATS}.cub:read_cub", {"split_files": _optional(_split_files),
+                                                 "drop_unassigned": checks.flag}, records=True),
+    "webdataset": Converter(f"{FORMATS}.webdataset:read_webdataset", {"split": _optional(checks.split),
+                                                                      "strict": checks.flag},
                             records=True, sources=True),
-    "visual-genome": Converter(visual_genome_records, {
+    "visual-genome": Converter(f"{FORMATS}.visual_genome:visual_genome_records", {
         "image_data": _optional(checks.path), "splits": _optional(checks.path), "clip_boxes": checks.flag,
         "drop_unassigned": checks.flag}, records=True),
-    "precomp": Converter(precomp.convert_precomp, {
+    "precomp": Converter(f"{FORMATS}.precomp:convert_precomp", {
         "split": checks.split, "features": _optional(checks.path), "captions": _optional(checks.path),
         "ids_file": _optional(checks.path), "captions_per_image": _optional(_positive),
-        "dtype": _one_of(FEATURE_DTYPES)}, outputs=("features", "captions")),
-    "to-precomp": Converter(precomp.write_precomp, {
+        "dtype": _one_of(FEATURE_DTYPES)}, outputs=("features", "captions"), required=("split",)),
+    "to-precomp": Converter(f"{FORMATS}.precomp:write_precomp", {
         "captions": _records, "split": checks.split, "field": _optional(_one_of(precomp.EXPORT_FIELDS))},
-        output="out_dir", memory={"source": ("features",), "captions": ("records",)}),
-    "to-coco-results": Converter(coco.write_coco_results, output="output", memory={"source": ("records",)}),
-    "bottom-up": Converter(convert_bottom_up, {
+        output="out_dir", memory={"source": ("features",), "captions": ("records",)},
+        required=("captions", "split")),
+    "to-coco-results": Converter("vltools.io.coco:write_coco_results", output="output",
+                                 memory={"source": ("records",)}),
+    "bottom-up": Converter(f"{FORMATS}.bottom_up:convert_bottom_up", {
         "fields": _fields, "max_regions": _optional(_positive), "dtype": _one_of(FEATURE_DTYPES)}, output="output",
         sources=True),
-    "hf": Converter(convert_hf, {
+    "hf": Converter(f"{FORMATS}.hf:convert_hf", {
         "image_column": _fields, "caption_column": _optional(checks.text), "id_column": _optional(checks.text),
         "split_column": _optional(checks.text), "image_root": _optional(checks.path), "force": checks.flag},
         output="output"),
-    "scan-vocab": Converter(convert_scan_vocab, output="output"),
-    "to-scan-vocab": Converter(convert_to_scan_vocab, output="output"),
-    "sgraf-checkpoint": Converter(convert_sgraf_checkpoint, {"vocab": checks.path, "trust": checks.flag},
-                                  output="output"),
-    "bottom-up-weights": Converter(save_bottom_up_checkpoint, {"trust": checks.flag}, output="output"),
+    "scan-vocab": Converter(f"{FORMATS}.scan_vocab:convert_scan_vocab", output="output"),
+    "to-scan-vocab": Converter(f"{FORMATS}.scan_vocab:convert_to_scan_vocab", output="output"),
+    "sgraf-checkpoint": Converter(f"{FORMATS}.sgraf_checkpoint:convert_sgraf_checkpoint",
+                                  {"vocab": checks.path, "trust": checks.flag}, output="output", required=("vocab",)),
+    "bottom-up-weights": Converter(f"{FORMATS}.bottom_up_weights:save_bottom_up_checkpoint", {"trust": checks.flag},
+                                   output="output"),
 }
 
 
@@ -228,32 +234,49 @@ def load_model(name_or_path: PathLike, role: str = "matching") -> LoadedModel:
     if len(paths) != 1:
         raise VLToolsError(f"{name_or_path}: names an ensemble of {len(paths)} checkpoints; load its members one "
                            "by one, or give the name to match(model=...)")
+    from vltools.infer.loader import load_model as load_checkpoint_model
+
     return load_checkpoint_model(paths[0], role)
-
-
-# what each kind of data in memory (vltools.io.held.held) stands for among the kinds of file (vltools.io.kinds.FOUND)
-HELD_FOUND = {"features": "hdf5", "embeddings": "hdf5", "records": "json", "document": "json"}
 
 
 def _found(name: str, value: object) -> tuple[str, str]:
     """An input as messages name it and its kind (a key of vltools.io.kinds.FOUND): a file by its first bytes, data
-    in memory by what it holds."""
+    in memory by what it holds (records, features, ...: vltools.io.kinds.IN_MEMORY says which file each stands
+    for)."""
     kind = held(value)
-    return (os.fspath(value), sniff(value, folder_ok=True)) if kind is None else (f"{name} (in memory)",
-                                                                                  HELD_FOUND[kind])
+    return (os.fspath(value), sniff(value, folder_ok=True)) if kind is None else (f"{name} (in memory)", kind)
+
+
+def _is_file(value: object) -> bool:
+    """Whether `value` is a usable path (`checks.path`) to a regular file."""
+    try:
+        return checks.path(value, "value") is not None and Path(value).is_file()
+    except (checks.ArgumentError, OSError):
+        return False
 
 
 def _check_kinds(function: str, inputs: dict[str, tuple[object, tuple[str, ...]]]) -> None:
-    """Refuse at once, as the command line does, a file of another kind than its argument takes (keys of
-    vltools.io.kinds.TAKES), naming two arguments given in each other's places: `vltools.match("caps.jsonl",
-    "feats.h5")` called the captions a truncated HDF5 file once the model had loaded. Left to the arguments' own
-    checks: None, a missing path, a folder, a model-store name and a loaded model."""
+    """Refuse at once, as the command line does, two arguments given in each other's places, files or data in
+    memory (`vltools.match(caps, feats)` said only that `first` must be features), and then a file of another kind
+    than its argument takes (keys of vltools.io.kinds.TAKES): `vltools.match("caps.jsonl", "feats.h5")` called the
+    captions a truncated HDF5 file once the model had loaded. The first check of each function that takes data, so
+    that a swap is named before either argument is refused alone; data in memory of a kind its argument does not
+    take is then refused by the argument's own check (`checks.data`), which says what it takes in memory. Left to
+    the arguments' own checks: None, a missing path, a folder, a model-store name and a loaded model."""
     placed = []
     for label, (value, takes) in inputs.items():
-        if held(value) is not None or (isinstance(value, str | os.PathLike) and Path(value).is_file()):
+        if held(value) is not None or _is_file(value):
             shown, kind = _found(label, value)
             placed.append(Placed(shown, label, takes, kind))
-    refuse_wrong_kinds(placed, f"see help(vltools.{function})")
+    refuse_swaps(placed)
+    refuse_wrong_kinds([item for item in placed if item.found not in IN_MEMORY], f"see help(vltools.{function})")
+
+
+def _models(model: object) -> dict[str, tuple[object, tuple[str, ...]]]:
+    """`model` (one or a list) as `_check_kinds` inputs: model, or model[k] for each of a list."""
+    if not isinstance(model, list | tuple) or len(model) == 1:
+        return {"model": (model[0] if isinstance(model, list | tuple) else model, ("checkpoint",))}
+    return {f"model[{k}]": (item, ("checkpoint",)) for k, item in enumerate(model)}
 
 
 @_known_keywords(stage_match)
@@ -270,13 +293,11 @@ def match(first: PathLike | Features | Embeddings, second: PathLike | Records | 
     rankings JSONL), sims (the matrix HDF5), resume, rerank_k, first_stage, index, index_file, nprobe, block_images,
     block_captions, image_cache_mb, precision, device, checkpoint_seconds. Under torchrun the first process gets
     the `Matches`, the others None."""
+    _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")), **_models(model),
+                           "first_stage": (options.get("first_stage"), ("checkpoint",))})
     checks.data(first, "first", ("features", "embeddings"))
     checks.data(second, "second", ("records", "embeddings"), optional=True)
     items = model_items(model, "model")
-    _check_kinds("match", {"first": (first, ("hdf5",)), "second": (second, ("jsonl", "hdf5")),
-                           **{"model" if len(items) == 1 else f"model[{k}]": (item, ("checkpoint",))
-                              for k, item in enumerate(items)},
-                           "first_stage": (options.get("first_stage"), ("checkpoint",))})
     with spooled({"first": first, "second": second}, features_in_memory=True) as files:
         return stage_match(files["first"], files["second"], items, **options)
 
@@ -294,22 +315,32 @@ def search(queries: PathLike | Sequence[PathLike] | Embeddings, index_file: Path
     holds (scores, row indices) and `.rankings()` the records; `nprobe`: IVF lists visited. Embeddings files may
     be given in memory, as the `Embeddings` `encode` returns."""
     checks.data(index_file, "index_file", ("embeddings",))
-    options = Search(top_k=top_k, nprobe=nprobe, device=resolve_device(checks.device(device, "device")),
-                     precision=precision)
+    checks.device(device, "device")
+    checks.integer(top_k, "top_k", 1)
+    checks.integer(nprobe, "nprobe", 1)
+    checks.choice(precision, "precision", PRECISIONS)
     if model is None:
         if isinstance(queries, list | tuple):
             raise checks.ArgumentError("queries", f"is a list ({shown(queries)}): query texts and images are "
                                                   "encoded by model=CHECKPOINT, the one that encoded index_file")
         checks.data(queries, "queries", ("embeddings",))
+        from vltools.infer.match import Search, match_index  # torch: once every argument is checked
+
         with spooled({"queries": queries, "index_file": index_file}) as files:
-            return match_index(files["queries"], files["index_file"], options)
+            return match_index(files["queries"], files["index_file"],
+                               Search(top_k=top_k, nprobe=nprobe, device=resolve_device(device), precision=precision))
     given = checks.queries(queries, "queries")
-    if not isinstance(model, LoadedModel):
+    loaded_given = instance_of(model, LOADER, "LoadedModel")
+    if not loaded_given:
         checks.path(model, "model")
     checks.integer(batch_size, "batch_size", 1)
     _check_kinds("search", {"index_file": (index_file, ("hdf5",)), "model": (model, ("checkpoint",))})
+    from vltools.infer.match import Search
+    from vltools.infer.query import checked_queries, search_queries
+
     given = checked_queries(given)
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
+    options = Search(top_k=top_k, nprobe=nprobe, device=resolve_device(device), precision=precision)
+    loaded = model if loaded_given else load_model(model, "encodable")
     with spooled({"index_file": index_file}) as files:
         return search_queries(loaded, given, files["index_file"], options, batch_size)
 
@@ -327,14 +358,18 @@ def score_retrieval(scores: Matches | PathLike | Sequence[PathLike] | Records,
     checks.choice(protocol, "protocol", PROTOCOLS)
     checks.integer(fold_size, "fold_size", 1)
     checks.split(split, "split", optional=True)
-    if isinstance(scores, Matches):
+    if instance_of(scores, MATCH, "Matches"):
         if scores.sims is None or scores.caption_image_ids is None:
             raise VLToolsError("these matches have no full similarity matrix with each caption's image (reranked, "
                                "or images ranked for images); score the rankings written by match -o instead")
+        from vltools.data.retrieval import sims_scores, summary  # torch: once every argument is checked
+
         sims = Sims(scores.sims, scores.row_ids, scores.column_ids, scores.caption_image_ids)
         return summary(sims_scores(sims, "matches", protocol, fold_size), protocol, fold_size)
     ranked = isinstance(scores, list | tuple) and in_memory(scores)    # rankings records (a dict is no scores)
     also = "a Matches, rankings records (a list of dicts, as Matches.rankings() gives), "
+    from vltools.data.retrieval import score_retrieval as score_files
+
     with spooled({"scores": scores if ranked else checks.paths(scores, "scores", also),
                   "captions": captions}) as files:
         scores = files["scores"]
@@ -353,10 +388,10 @@ def caption(model: PathLike | LoadedModel, features: PathLike | Features, captio
     memory ({"ids": [...], "regions": array, ...}) and CAPTIONS records (a list of dicts), read as their files
     would be. Further keyword options are those of the command (`vltools.stages.caption.caption`): sample,
     temperature, seed, pairs, logp, block_images, block_captions, resume, checkpoint_seconds, shard."""
-    checks.data(features, "features", ("features",))
-    checks.data(captions, "captions", ("records",), optional=True)
     _check_kinds("caption", {"model": (model, ("checkpoint",)), "features": (features, ("hdf5",)),
                              "captions": (captions, ("jsonl",))})
+    checks.data(features, "features", ("features",))
+    checks.data(captions, "captions", ("records",), optional=True)
     with spooled({"features": features, "captions": captions}) as files:
         return stage_caption(model, files["features"], files["captions"], output, split=split, beam=beam,
                              max_len=max_len, length_penalty=length_penalty, batch_size=batch_size, device=device,
@@ -371,9 +406,9 @@ def score_caption(predictions: PathLike | Records, refs: PathLike | Records, *, 
     Java). Each is a file (captions or pairs JSONL, COCO JSON) or records in memory: a list of {"image_id" (or
     "pair_id"), "caption"} dicts such as `vltools.caption` and `vltools.convert` return, or a COCO annotations
     dict. `tokenized`: REFS are already PTB-tokenised; `strict`: refuse empty references of predicted ids."""
+    _check_kinds("score_caption", {"predictions": (predictions, ("jsonl", "json")), "refs": (refs, ("jsonl", "json"))})
     checks.records(predictions, "predictions")
     checks.records(refs, "refs")
-    _check_kinds("score_caption", {"predictions": (predictions, ("jsonl", "json")), "refs": (refs, ("jsonl", "json"))})
     for value, name in ((tokenized, "tokenized"), (spice, "spice"), (meteor, "meteor"), (strict, "strict")):
         checks.flag(value, name)
     with spooled({"predictions": predictions, "refs": refs}) as files:
@@ -428,17 +463,17 @@ def encode(source: PathLike | Sequence[PathLike] | Records | Features, model: Pa
     `vltools.infer.rmac.QueryOptions` (proxy, first, with_text, add, subtract, image_size, workers). The other
     keyword options are the command's (`vltools.stages.encode.encode`): batch_size, device, precision, resume (an
     interrupted run continued into the same `output`), checkpoint_seconds."""
+    _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
+                            "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
+                            "sentences": (sentences, ("jsonl",))})
     if isinstance(source, list | tuple) and source and all(isinstance(item, str | os.PathLike) for item in source):
         checks.paths(source, "source")   # several images inputs (rmac, OpenCLIP)
     else:
         checks.data(source, "source", ("records", "features"))
-    if not isinstance(model, LoadedModel):
-        checks.path(model, "model")      # a path before it is asked what kind of file it is
+    if not instance_of(model, LOADER, "LoadedModel"):
+        checks.path(model, "model")
     checks.data(captions, "captions", ("records",), optional=True)
     checks.data(sentences, "sentences", ("records",), optional=True)
-    _check_kinds("encode", {"source": (source, ("hdf5", "jsonl", "images")), "model": (model, ("checkpoint",)),
-                            "captions": (captions, ("jsonl",)), "concepts": (concepts, ("hdf5",)),
-                            "sentences": (sentences, ("jsonl",))})
     # a resumed run keeps the rows whose input files are unchanged: features in memory, which have no file to
     # compare, then go to a new temporary file each run, as records always do, so their rows are computed again
     with spooled({"source": source, "captions": captions, "sentences": sentences},
@@ -450,7 +485,7 @@ def encode(source: PathLike | Sequence[PathLike] | Records | Features, model: Pa
 
 def _ranked(value: object) -> object:
     """A `Matches` as its rankings records (the file `match -o` writes), anything else as it is."""
-    return value.rankings() if isinstance(value, Matches) else value
+    return value.rankings() if instance_of(value, MATCH, "Matches") else value
 
 
 def _flat(config: object, name: str) -> dict[str, object]:
@@ -490,6 +525,8 @@ def train(model: str, inputs: PathLike | Records | Features | Sequence[PathLike 
     checks.path(vocab, "vocab", optional=True)
     checks.split(train_split, "train_split")
     checks.split(val_split, "val_split")
+    from vltools.training.trainer import run_training, training_config  # torch: the config's check needs it
+
     built = training_config(model, config_file, (), options)
     check_inputs(model, [_found(name, value) for name, value in given.items()])
     with output_lock(output), spooled(given) as files:
@@ -524,10 +561,9 @@ def convert(kind: str, source: PathLike | Sequence[PathLike], output: PathLike |
         raise checks.ArgumentError("output", f"is not taken by {kind}, which names its outputs by keyword "
                                              "(see help(vltools.convert))")
     checks.known(options, converter.options, "convert")
-    defaults = inspect.signature(converter.function).parameters
     for name, check in converter.options.items():
-        default = defaults[name].default
-        check(options.get(name, None if default is inspect.Parameter.empty else default), name)
+        if name in options or name in converter.required:
+            check(options.get(name), name)
     if converter.output:
         options[converter.output] = output
     given = {"source": source, **options}
@@ -597,6 +633,9 @@ def report(out: PathLike, *, rankings: PathLike | Records | Matches | Sequence[P
     checks.text(title, "title")
     checks.flag(force, "force")
     checks.integer(max_boxes, "max_boxes", 1)
+    from vltools.reporting.site import ReportInputs  # torch: once every argument is checked
+    from vltools.reporting.site import build_report as write_report_folder
+
     with output_lock(out), spooled({key: value for group in given.values() for key, value in group.items()}) as files:
         named = {group: [os.fspath(files[key]) for key in keys if files[key] is not None]
                  for group, keys in given.items()}

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Sequence
 from vltools.data.captions import split_of
 from vltools.errors import VLToolsError, argument
 from vltools.eval import retrieval as retrieval_eval
+from vltools.eval.retrieval import PROTOCOLS
 from vltools.io import sims as sims_io
 from vltools.io.hdf5 import is_hdf5
 from vltools.io.progress import log
 from vltools.io.records import caption_ids, read_records
 
 PathLike = str | os.PathLike
-PROTOCOLS = ("full", "coco1k")
 
 
 def is_matrix(path: PathLike) -> bool:
@@ -103,7 +103,7 @@ def rankings_scores(path: PathLike, captions: PathLike | None, split: str | None
                     protocol: str = "full") -> dict:
     """The retrieval metrics of a rankings JSONL (top-k lists): an answer beyond a list counts as not found."""
     if captions is None:
-        raise VLToolsError(f"{path}: a rankings JSONL needs {argument('captions', 'CAPS.jsonl')} to know each "
+        raise VLToolsError(f"{path}: rankings need {argument('captions')} (the captions they rank) to know each "
                            "caption's image")
     if protocol != "full":
         raise VLToolsError(f"{path}: {argument('protocol', protocol)} needs a sims HDF5 file (top-k rankings cannot "

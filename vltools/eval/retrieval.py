@@ -27,6 +27,8 @@ import numpy as np
 
 from vltools.errors import VLToolsError, input_error, shown_ids
 
+PROTOCOLS = ("full", "coco1k")    # every caption ranked against all images, or in folds of fold_size images
+
 KS = (1, 5, 10)
 BLOCK = 1024
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from vltools.errors import VLToolsError, argument
+from vltools.infer.settings import ROLES
 from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, file_digest, load_checkpoint
 from vltools.io.features import BOTTOM_UP, FeaturesReader, features_extractor
 from vltools.io.fields import INTEGER, TEXT, optional
@@ -22,22 +23,6 @@ from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Coverage, Vocabulary
 from vltools.vision.openclip import OpenClip, build_openclip
 
-# what each stage accepts: the model names, and the one line that refuses any other checkpoint
-ROLES = {
-    "matching": (("vse", "sgr", "saf", "sco"), "{path}: a checkpoint of {model!r}, not a matching model; give a vse, "
-                 "sgr, saf or sco checkpoint (captioners are used by `vltools caption`)"),
-    "captioner": (("neuraltalk2", "adaptive-attention"), "{path}: a checkpoint of model {model!r}, not a captioner; "
-                  "{role} must be one of neuraltalk2, adaptive-attention (vltools train --model "
-                  "neuraltalk2|adaptive-attention)"),
-    "l2c": (("l2c",), "{path}: a checkpoint of model {model!r}; describing pairs needs an l2c checkpoint (vltools "
-            "train --model l2c)"),
-    "concepts": (("concepts",), "{path}: is a {model!r} checkpoint, not a concept CNN; train one with vltools train "
-                 "--model concepts"),
-    "encodable": (("vse", "sgr", "saf", "sco", "rmac"), "{path}: a checkpoint of {model!r}, which cannot encode; "
-                  "give a vse, sco or rmac checkpoint"),
-    "detector": (("bottom-up",), "{path}: a checkpoint of {model!r}, not a region detector; {role} needs the "
-                 "bottom-up-attention weights converted by `vltools convert bottom-up-weights FILE --trust -o bua.pt`"),
-}
 OPENCLIP_ROLES = ("matching", "encodable")    # what an OpenCLIP model does: zero-shot match and encode
 
 

@@ -21,9 +21,7 @@ import torch
 
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import CaptionSplit, check_images, read_split
-from vltools.devices import PRECISIONS
 from vltools.errors import VLToolsError, argument
-from vltools.infer import checks
 from vltools.infer.embed import full_sims, require_separable
 from vltools.infer.index import (
     SavedIndex,
@@ -38,7 +36,7 @@ from vltools.infer.loader import LoadedModel, OpenClipModel, check_features, no_
 from vltools.infer.openclip import named_image_embeddings, text_embeddings
 from vltools.infer.rerank import FirstStage, rerank
 from vltools.infer.runner import check_output, computed_rows, finite_results, refuse_nonfinite_results
-from vltools.infer.settings import COMMIT_SECONDS
+from vltools.infer.settings import COMMIT_SECONDS, check_search
 from vltools.infer.similarity import similarity_columns
 from vltools.infer.topk import EXACT, drop_self, search, topk_rows
 from vltools.io.checkpoint import Rows
@@ -77,14 +75,8 @@ class Search:
 
     def __post_init__(self) -> None:
         """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
-        checks.integer(self.top_k, "top_k", 1)
-        checks.choice(self.precision, "precision", PRECISIONS)
-        checks.integer(self.block_images, "block_images", 1)
-        checks.integer(self.block_captions, "block_captions", 1)
-        checks.number(self.image_cache_mb, "image_cache_mb", 0)
-        checks.text(self.index, "index")
-        checks.integer(self.nprobe, "nprobe", 1)
-        checks.number(self.checkpoint_seconds, "checkpoint_seconds", 0)
+        check_search(self.top_k, self.precision, self.block_images, self.block_captions, self.image_cache_mb,
+                     self.index, self.nprobe, self.checkpoint_seconds)
 
 
 @dataclass

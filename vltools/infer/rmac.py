@@ -20,27 +20,13 @@ from vltools.devices import autocast
 from vltools.distributed import gather_rows, share
 from vltools.errors import VLToolsError, shown_ids
 from vltools.infer.loader import LoadedModel
+from vltools.infer.settings import QueryOptions
 from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field
 from vltools.io.fields import INTEGER
 from vltools.io.proxy import ProxyFile, read_proxy_file
 from vltools.text.tfidf import word_columns
 from vltools.vision.embedding import ImageStore, embed_images, embedding_batches
 from vltools.vision.images import list_inputs
-
-
-@dataclass
-class QueryOptions:
-    """What to embed and how."""
-
-    proxy: str | None = None
-    split: str = "test"
-    first: int | None = None
-    with_text: bool = False
-    add: Sequence[str] = ()
-    subtract: Sequence[str] = ()
-    image_size: int | None = None
-    batch_size: int = 32
-    workers: int = 0
 
 
 def _words(model, vocab: list[str], words: Sequence[str], option: str, checkpoint: object) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """The inference layer's settings as plain values, without torch: how an image run goes (RunOptions), which
 inputs a shard takes (`--shard i/n`), and the names and defaults the stages offer (region kinds, the default
-bottom-up detector's store name, concept-score grid levels, exact search).
+bottom-up detector's store name, concept-score grid levels, exact search), which regions extract-regions takes
+(RegionOptions) and what an rmac model embeds (QueryOptions).
 
 The command line builds its options from these in every stage's --help, before any stage loads torch; the
 inference modules take them from here.
@@ -8,10 +9,11 @@ inference modules take them from here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vltools.devices import PRECISIONS
-from vltools.errors import ArgumentError
+from vltools.errors import ArgumentError, argument
 from vltools.infer import checks
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
@@ -30,6 +32,23 @@ MATCH_BLOCK = (128, 512)         # match's default images x captions per model c
 # this). A commit costs about 4 ms to write and 10 ms at the final merge (measured: 2,000 one-row parts of 512
 # floats), so 10 s spends about 0.15% of the run on commits and a kill -9 loses at most 10 s of work.
 COMMIT_SECONDS = 10.0
+
+# what each stage accepts: the model names, and the one line that refuses any other checkpoint
+ROLES = {
+    "matching": (("vse", "sgr", "saf", "sco"), "{path}: a checkpoint of {model!r}, not a matching model; give a vse, "
+                 "sgr, saf or sco checkpoint (captioners are used by `vltools caption`)"),
+    "captioner": (("neuraltalk2", "adaptive-attention"), "{path}: a checkpoint of model {model!r}, not a captioner; "
+                  "{role} must be one of neuraltalk2, adaptive-attention (vltools train --model "
+                  "neuraltalk2|adaptive-attention)"),
+    "l2c": (("l2c",), "{path}: a checkpoint of model {model!r}; describing pairs needs an l2c checkpoint (vltools "
+            "train --model l2c)"),
+    "concepts": (("concepts",), "{path}: is a {model!r} checkpoint, not a concept CNN; train one with vltools train "
+                 "--model concepts"),
+    "encodable": (("vse", "sgr", "saf", "sco", "rmac"), "{path}: a checkpoint of {model!r}, which cannot encode; "
+                  "give a vse, sco or rmac checkpoint"),
+    "detector": (("bottom-up",), "{path}: a checkpoint of {model!r}, not a region detector; {role} needs the "
+                 "bottom-up-attention weights converted by `vltools convert bottom-up-weights FILE --trust -o bua.pt`"),
+}
 
 
 @dataclass
@@ -72,3 +91,84 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if count < 1 or not 0 <= index < count:
         raise ArgumentError("shard", f"{text!r}: need 0 <= i < n")
     return index, count
+
+
+@dataclass
+class RegionOptions:
+    """Which regions and vectors: see `vltools extract-regions --help` for each option's meaning."""
+
+    regions: str = "detector"
+    global_pool: str | None = None
+    image_size: int | None = None
+    crop_size: int = 224
+    num_regions: int | None = None
+    min_regions: int | None = None
+    max_regions: int | None = None
+    score_threshold: float = 0.2
+    detector_weights: str | None = None
+    detector_vocab: str | None = None
+    backbone: str = "resnet101"
+    weights: str = "imagenet"
+
+    def __post_init__(self) -> None:
+        """Each option's type and range, as the command line's option types check them (vltools.infer.checks)."""
+        checks.choice(self.regions, "regions", REGION_KINDS)
+        checks.choice(self.global_pool, "global_pool", (*GLOBAL_POOLS, None))
+        checks.optional_integer(self.image_size, "image_size", 16, checks.MAX_IMAGE_SIDE)
+        checks.integer(self.crop_size, "crop_size", 16, checks.MAX_IMAGE_SIDE)
+        for name in ("num_regions", "min_regions", "max_regions"):
+            checks.optional_integer(getattr(self, name), name, 1)
+        checks.number(self.score_threshold, "score_threshold", 0, 1)
+        checks.text(self.detector_weights, "detector_weights", optional=True)
+        checks.text(self.detector_vocab, "detector_vocab", optional=True)
+        checks.choice(self.backbone, "backbone", BACKBONE_NAMES)
+        checks.text(self.weights, "weights")
+
+    @property
+    def variable(self) -> bool:
+        """Whether each image keeps its own number of regions (min/max) rather than a fixed K."""
+        return self.min_regions is not None or self.max_regions is not None
+
+    def problem(self) -> str | None:
+        """What is wrong with this combination of options, in one line (None: nothing)."""
+        if self.variable and self.num_regions is not None:
+            return (f"give either {argument('num_regions')} (fixed K) or {argument('min_regions')}/"
+                    f"{argument('max_regions')} (variable K)")
+        if self.regions == "bottom-up" and (self.global_pool or self.image_size
+                                            or (self.backbone, self.weights) != ("resnet101", "imagenet")):
+            return (f"{argument('regions', 'bottom-up')} takes no {argument('global_pool')}, "
+                    f"{argument('image_size')}, {argument('backbone')} or {argument('weights')}: its detector is "
+                    "one network that resizes images as released")
+        if self.detector_vocab and self.regions != "bottom-up":
+            return (f"{argument('detector_vocab')} names the bottom-up detector's classes; it needs "
+                    f"{argument('regions', 'bottom-up')}")
+        return None
+
+
+@dataclass
+class QueryOptions:
+    """What an rmac model embeds and how (`vltools.infer.rmac`)."""
+
+    proxy: str | None = None
+    split: str = "test"
+    first: int | None = None
+    with_text: bool = False
+    add: Sequence[str] = ()
+    subtract: Sequence[str] = ()
+    image_size: int | None = None
+    batch_size: int = 32
+    workers: int = 0
+
+
+def check_search(top_k: object, precision: object, block_images: object, block_captions: object,
+                 image_cache_mb: object, index: object, nprobe: object, checkpoint_seconds: object) -> None:
+    """Each option of a search (`vltools.infer.match.Search`, which checks itself with this) by its type and range,
+    as the command line's option types check them; the stage and the API call it before torch loads."""
+    checks.integer(top_k, "top_k", 1)
+    checks.choice(precision, "precision", PRECISIONS)
+    checks.integer(block_images, "block_images", 1)
+    checks.integer(block_captions, "block_captions", 1)
+    checks.number(image_cache_mb, "image_cache_mb", 0)
+    checks.text(index, "index")
+    checks.integer(nprobe, "nprobe", 1)
+    checks.number(checkpoint_seconds, "checkpoint_seconds", 0)

@@ -20,12 +20,10 @@ from vltools.io.hdf5 import (
     refuse_nonfinite,
     string_dtype,
 )
-from vltools.io.held import FeaturesInMemory
+from vltools.io.held import FIELDS, FeaturesInMemory
 from vltools.io.rows import IDS_CHECKSUM, RowsWriter, stored_rows
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
-FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
-          "attributes", "attribute_scores")
 FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32,
                 "labels": np.int32, "label_scores": np.float32, "attributes": np.int32, "attribute_scores": np.float32}
 BOTTOM_UP = "bottom-up"  # the extractor of the bottom-up-attention features (Anderson et al. 2018)

@@ -5,8 +5,13 @@ of each kind to a temporary file of its kind, and for the making of `FeaturesInM
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+# the datasets of a features file (vltools.io.features), by which a dict in memory is told to be features
+FIELDS = ("regions", "boxes", "num_regions", "image_size", "global", "featmap", "mask", "labels", "label_scores",
+          "attributes", "attribute_scores")
 
 
 @dataclass
@@ -55,6 +60,14 @@ class FeaturesInMemory:
         """Nothing to close (the reader closes what it reads, a file or this)."""
 
 
+def instance_of(value: object, module: str, name: str) -> bool:
+    """Whether `value` is an instance of class `name` of `module` (a LoadedModel, a Matches), asked without importing
+    the module, which may load torch: no instance exists before its module is imported. The API and the stages
+    check their arguments so, before torch loads."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(value, getattr(loaded, name))
+
+
 def in_memory(value: object) -> bool:
     """Whether `value` is records in memory: a list (or tuple) of dicts, or a dict (one JSON document, such as
     COCO annotations)."""
@@ -64,11 +77,12 @@ def in_memory(value: object) -> bool:
 
 def held(value: object) -> str | None:
     """The kind of file `value` holds in memory: "embeddings" (an `Embeddings`), "features" (a mapping holding
-    "ids", with arrays named as a features file's datasets: regions, global, boxes, ...), "records" (a list of
-    dicts), "document" (any other dict), or None (a path, or anything else: left to the argument's check)."""
+    "ids" or arrays named as a features file's datasets: regions, global, boxes, ...; one without "ids" is features
+    all the same, which the features check then says lack their ids), "records" (a list of dicts), "document" (any
+    other dict), or None (a path, or anything else: left to the argument's check)."""
     if isinstance(value, Embeddings):
         return "embeddings"
-    if isinstance(value, Mapping) and "ids" in value:
+    if isinstance(value, Mapping) and ("ids" in value or any(key in value for key in FIELDS)):
         return "features"
     if in_memory(value):
         return "document" if isinstance(value, dict) else "records"

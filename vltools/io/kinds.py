@@ -31,7 +31,11 @@ FOUND = {"hdf5": "HDF5", "checkpoint": "a torch checkpoint", "npy": "a NumPy .np
          "empty": "empty", "gzip": "gzip-compressed (decompress it first)", "image": "an image",
          "text": "plain text, not JSON", "binary": "binary data of an unknown kind", "folder": "a folder",
          "flickr": "a Flickr token file (IMAGE#N, a tab, a caption), which `vltools convert flickr` turns into "
-                   "captions JSON lines"}
+                   "captions JSON lines",
+         "records": "records (a list of dicts)", "document": "a dict",
+         "features": "features (a dict of 'ids' and arrays)", "embeddings": "Embeddings"}
+# data the Python API was given in memory (vltools.io.held.held's kinds) -> the kind of file it stands for
+IN_MEMORY = {"records": "json", "document": "json", "features": "hdf5", "embeddings": "hdf5"}
 # what an input takes -> the kinds found that it accepts, and how messages name it (an empty JSON lines file is
 # left to its reader, which says what it expected)
 TAKES = {"hdf5": ({"hdf5"}, "HDF5"), "checkpoint": ({"checkpoint"}, "a torch checkpoint"),
@@ -82,7 +86,9 @@ def sniff(path: str | os.PathLike, folder_ok: bool = False) -> str:
 
 
 def accepts(takes: tuple[str, ...], found: str) -> bool:
-    """Whether an input that takes any of `takes` (keys of TAKES) accepts a file of kind `found`."""
+    """Whether an input that takes any of `takes` (keys of TAKES) accepts a file of kind `found`, or data in memory
+    of kind `found` (IN_MEMORY), read as its file would be."""
+    found = IN_MEMORY.get(found, found)
     return any(found in TAKES[kind][0] for kind in takes)
 
 
@@ -106,10 +112,9 @@ class Placed:
         return accepts(other.takes, self.found)
 
 
-def refuse_wrong_kinds(given: Sequence[Placed], hint: str) -> None:
-    """Refuse the first input whose file is of a kind it does not take, in one line ending with `hint` (where to
-    read what it takes); when another input takes that file and the first takes the other's, the two were given
-    in each other's places: say so."""
+def refuse_swaps(given: Sequence[Placed]) -> None:
+    """Refuse two inputs given in each other's places (each of a kind the other takes, a file or data in memory),
+    naming both."""
     for wrong in given:
         if wrong.fits(wrong):
             continue
@@ -118,8 +123,17 @@ def refuse_wrong_kinds(given: Sequence[Placed], hint: str) -> None:
                 raise VLToolsError(f"{wrong.name} and {other.name} are in each other's places: {wrong.name} is "
                                    f"{FOUND[wrong.found]}, which {other.label} takes, and {other.name} is "
                                    f"{FOUND[other.found]}, which {wrong.label} takes; swap them")
-        raise VLToolsError(f"{wrong.name}: {wrong.label} must be {described(wrong.takes)}, but this is "
-                           f"{FOUND[wrong.found]}; {hint}")
+
+
+def refuse_wrong_kinds(given: Sequence[Placed], hint: str) -> None:
+    """Refuse the first input whose file is of a kind it does not take, in one line ending with `hint` (where to
+    read what it takes); when another input takes that file and the first takes the other's, the two were given
+    in each other's places: say so (`refuse_swaps`)."""
+    refuse_swaps(given)
+    for wrong in given:
+        if not wrong.fits(wrong):
+            raise VLToolsError(f"{wrong.name}: {wrong.label} must be {described(wrong.takes)}, but this is "
+                               f"{FOUND[wrong.found]}; {hint}")
 
 
 def peek(stream: BinaryIO | None, size: int = HEAD_BYTES) -> bytes:

@@ -77,6 +77,9 @@ def _features(value: Mapping, name: str) -> tuple[list[str], dict[str, np.ndarra
     if unknown:
         raise ArgumentError(name, f"holds {unknown[0]!r}, not a features dataset; give 'ids' and arrays among "
                                   f"{', '.join(FIELDS)}")
+    if "ids" not in value:
+        raise ArgumentError(name, f"has no 'ids' key; give the id of each row as 'ids' beside "
+                                  f"{', '.join(repr(key) for key in value)}")
     arrays = {key: _array(value[key], name, f"[{key!r}]") for key in FIELDS if key in value}
     ids = _ids(value["ids"], name, "['ids']")
     for key, array in arrays.items():
@@ -164,13 +167,16 @@ def _write(path: Path, value: dict | list | tuple, name: str) -> None:
 
 
 def _named(message: str, files: Mapping[str, Path]) -> str:
-    """`message` with each temporary file named by its argument: line N as the record [N - 1], and, when it names
-    one of them only, every other line it names too ("(first on line 8)" is "(first at second[7])")."""
+    """`message` with each temporary file named by its argument: line N as the record [N - 1], a dataset the
+    features lack as their missing key ("first has no 'regions' key"), and, when it names one of them only, every
+    other line it names too ("(first on line 8)" is "(first at second[7])")."""
     named = [name for name, path in files.items() if str(path) in message]
     for name, path in files.items():
         message = re.sub(rf"{re.escape(str(path))}: line (\d+)",
                          lambda found, name=name: f"{name}[{int(found.group(1)) - 1}]", message)
         message = message.replace(str(path), f"{name} (in memory)")
+    message = re.sub(r"^(\S+) \(in memory\): (?:features file )?has no /(\w+) dataset", r"\1 has no '\2' key",
+                     message)
     if len(named) == 1:
         message = re.sub(r"\b(?:on |at )?line (\d+)", lambda found: f"at {named[0]}[{int(found.group(1)) - 1}]",
                          message)

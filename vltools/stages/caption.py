@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from vltools.devices import PRECISIONS, autocast, resolve_device
 from vltools.errors import ArgumentError, argument
-from vltools.infer import checks, runner
-from vltools.infer.caption import (
-    caption_batches,
-    checked_captions,
-    images_to_caption,
-    shared_logp_matrix,
-    split_records,
-)
-from vltools.infer.loader import LoadedModel, load_model
+from vltools.infer import checks
 from vltools.infer.settings import COMMIT_SECONDS, parse_shard
 from vltools.io.checkpoint import Checkpoint, Records
 from vltools.io.features import FeaturesReader
+from vltools.io.held import instance_of
 from vltools.io.lock import output_lock
 from vltools.io.logp import write_logp
 from vltools.io.output import is_stdout
@@ -27,7 +21,11 @@ from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest, provenance
 from vltools.io.records import caption_ids, write_records
 
+if TYPE_CHECKING:
+    from vltools.infer.loader import LoadedModel
+
 PathLike = str | os.PathLike
+# the inference modules (torch) are imported by the functions below, once `caption` has checked every argument
 
 
 def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLike | None = None,
@@ -44,7 +42,7 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     interrupted one (vltools.io.checkpoint). `shard` "i/n" captions every n-th image from the i-th. With `logp`,
     write log p(c | I) of every caption of CAPTIONS under every image they name instead (HDF5, for `score
     self-retrieval`). With `pairs` and an l2c model, describe the differences of each pair of PAIRS [`split`]."""
-    if not isinstance(model, LoadedModel):
+    if not instance_of(model, "vltools.infer.loader", "LoadedModel"):
         checks.path(model, "model")
     checks.path(features, "features")
     checks.path(captions, "captions", optional=True)
@@ -77,6 +75,10 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     if resume and (logp or output is None or is_stdout(output)):
         raise ArgumentError("resume", f"needs {argument('output', 'OUT.jsonl')} and works when captioning (not with "
                                       f"{argument('logp')})")
+    from vltools.infer import runner
+    from vltools.infer.caption import images_to_caption, split_records
+    from vltools.infer.loader import LoadedModel, load_model
+
     with output_lock(output), autocast(resolve_device(device), precision):
         if pairs is not None:
             return _describe(model, features, pairs, split, output, beam, max_len, batch_size, device, precision,
@@ -97,6 +99,8 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
 def _logp(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str], records: list[dict],
           output: PathLike | None, features: PathLike, captions: PathLike, block_images: int, block_captions: int,
           device: str, precision: str) -> None:
+    from vltools.infer.caption import shared_logp_matrix
+
     matrix = shared_logp_matrix(loaded, reader, image_ids, [r["caption"] for r in records], block_images,
                                 block_captions, resolve_device(device))
     if matrix is None:     # another process of a torchrun job: the first writes the matrix
@@ -110,6 +114,9 @@ def _captions(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str],
               features: PathLike, beam: int, sample: bool, temperature: float, max_len: int | None,
               length_penalty: float, batch_size: int, device: str, precision: str, seed: int, resume: bool,
               checkpoint_seconds: float) -> list[dict] | None:
+    from vltools.infer import runner
+    from vltools.infer.caption import caption_batches
+
     method = "sample" if sample else "beam" if beam > 1 else "greedy"
     max_len = max_len or loaded.prep.max_words or 16
     chosen = resolve_device(device)
@@ -140,6 +147,8 @@ def _captions(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str],
 def _written(kept: Checkpoint, output: PathLike | None, order: list[str], model: object,
              what: str) -> list[dict]:
     """The checked captions of `order`, written to `output` when it is given; the checkpoint goes once they are."""
+    from vltools.infer.caption import checked_captions
+
     found = checked_captions(kept, order, model, what)
     if output is not None:
         write_records(output, found)
@@ -152,6 +161,8 @@ def _describe(model: PathLike | LoadedModel, features: PathLike, pairs_path: Pat
               precision: str, resume: bool, checkpoint_seconds: float, shard: str | None) -> list[dict] | None:
     """The L2C descriptions of the pairs of PAIRS [`split`], resumable and shardable."""
     from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
+    from vltools.infer import runner
+    from vltools.infer.loader import LoadedModel, load_model
     from vltools.infer.pairs import describe_batches
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model, "l2c")

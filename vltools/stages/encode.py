@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vltools.devices import PRECISIONS, resolve_device
 from vltools.errors import ArgumentError, argument
 from vltools.infer import checks
-from vltools.infer.encode import encode_embeddings, encode_file
-from vltools.infer.loader import LoadedModel, OpenClipModel, load_model
-from vltools.infer.rmac import QueryOptions
-from vltools.infer.settings import COMMIT_SECONDS
-from vltools.io.held import Embeddings
+from vltools.infer.settings import COMMIT_SECONDS, QueryOptions
+from vltools.io.held import Embeddings, instance_of
 from vltools.io.lock import output_lock
 from vltools.io.output import is_stdout
 
+if TYPE_CHECKING:
+    from vltools.infer.loader import LoadedModel
+
 PathLike = str | os.PathLike
+LOADER = "vltools.infer.loader"    # LoadedModel's module, imported (with torch) once the arguments are checked
 
 
 def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel, output: PathLike | None = None, *,
@@ -32,7 +34,7 @@ def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel,
     (`openclip:ARCH[:PRETRAINED_OR_FILE]`) encodes the captions of a captions file or the images of images inputs
     (SOURCE may then be a list of them; `workers` decoding processes). Every run keeps its finished embeddings in
     `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint)."""
-    if not isinstance(model, LoadedModel):
+    if not instance_of(model, LOADER, "LoadedModel"):
         checks.path(model, "model")
     checks.path(output, "output", optional=True)
     checks.split(split, "split", optional=True)
@@ -55,6 +57,9 @@ def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel,
     options = {"split": split, "captions": captions, "concepts": concepts, "sentences": sentences,
                "batch_size": batch_size, "precision": precision, "rmac": QueryOptions(**rmac), "resume": resume,
                "checkpoint_seconds": checkpoint_seconds}
+    from vltools.infer.encode import encode_embeddings, encode_file  # torch: once every argument is checked
+    from vltools.infer.loader import LoadedModel, load_model
+
     with output_lock(output):
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         _check_sources(loaded, source, rmac, captions, concepts, sentences)
@@ -68,6 +73,8 @@ def _check_sources(loaded: LoadedModel, source: PathLike | Sequence[PathLike], r
                    captions: PathLike | None, concepts: PathLike | None, sentences: PathLike | None) -> None:
     """Refuse several sources where one file is read (features, captions), and what an OpenCLIP model would not
     read: rmac's options (but workers), and --captions, --concepts, --sentences."""
+    from vltools.infer.loader import OpenClipModel
+
     several = isinstance(source, list | tuple)
     if several and (not source or not all(isinstance(item, str | os.PathLike) for item in source)):
         raise ArgumentError("source", "must be a file path, or a non-empty list of images inputs")

@@ -8,9 +8,7 @@ from dataclasses import fields
 
 from vltools.errors import CombinationError
 from vltools.infer import checks
-from vltools.infer.regions import RegionOptions
-from vltools.infer.regions import extract_regions as extract
-from vltools.infer.settings import COMMIT_SECONDS, RunOptions, parse_shard
+from vltools.infer.settings import COMMIT_SECONDS, RegionOptions, RunOptions, parse_shard
 from vltools.io.lock import output_lock
 from vltools.io.output import is_stdout
 
@@ -42,5 +40,7 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
                      **{k: v for k, v in options.items() if k not in region_fields})
     if problem := chosen.problem():
         raise CombinationError(problem)
+    from vltools.infer.regions import extract_regions as extract  # torch: once every argument is checked
+
     with output_lock(output):
         return extract(inputs, None if is_stdout(output) else output, chosen, run, shard)

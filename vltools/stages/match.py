@@ -6,43 +6,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vltools.devices import resolve_device
 from vltools.distributed import place
 from vltools.errors import ArgumentError, VLToolsError, argument, shown
 from vltools.infer import checks
-from vltools.infer.loader import LoadedModel, OpenClipModel, load_model, load_models
-from vltools.infer.match import (
-    SIDES,
-    Matches,
-    Search,
-    check_index,
-    check_index_file,
-    check_resume,
-    input_kind,
-    match_embeddings,
-    match_features,
-    match_index,
-    match_openclip,
-    match_sims,
-)
-from vltools.infer.settings import COMMIT_SECONDS
-from vltools.infer.topk import EXACT
+from vltools.infer.settings import COMMIT_SECONDS, EXACT, check_search
+from vltools.io.held import instance_of
 from vltools.io.lock import output_lock
 from vltools.io.model_store import is_openclip, resolve_models
 from vltools.io.progress import log
 from vltools.io.records import write_records
 from vltools.io.sims import write_sims
 
+if TYPE_CHECKING:
+    from vltools.infer.loader import LoadedModel
+    from vltools.infer.match import Matches
+
 PathLike = str | os.PathLike
-ModelLike = PathLike | LoadedModel | Sequence[PathLike | LoadedModel]
+LOADER = "vltools.infer.loader"    # LoadedModel's module: imported (with torch) once the arguments are checked
+ModelLike = "PathLike | LoadedModel | Sequence[PathLike | LoadedModel]"
 
 
 def model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
     """`model` as a list of checkpoints, store names and LoadedModels, refusing anything else by `name`."""
-    items = [model] if isinstance(model, str | os.PathLike | LoadedModel) else model
-    if not isinstance(items, list | tuple) or not all(isinstance(item, str | os.PathLike | LoadedModel) and
-                                                       (isinstance(item, LoadedModel) or os.fspath(item))
+    items = [model] if isinstance(model, str | os.PathLike) or instance_of(model, LOADER, "LoadedModel") else model
+    if not isinstance(items, list | tuple) or not all(instance_of(item, LOADER, "LoadedModel") or
+                                                       (isinstance(item, str | os.PathLike) and os.fspath(item))
                                                        for item in items):
         raise ArgumentError(name, "must be a checkpoint path, a model-store name, a LoadedModel or a list of them, "
                                   f"not {shown(model)}")
@@ -51,6 +42,8 @@ def model_items(model: object, name: str) -> list[PathLike | LoadedModel]:
 
 def loaded_models(items: Sequence[PathLike | LoadedModel], name: str = "model") -> list[LoadedModel]:
     """Loaded matching models from checkpoints, store names (all their members) and LoadedModels."""
+    from vltools.infer.loader import LoadedModel, load_models
+
     loaded = [item for item in items if isinstance(item, LoadedModel)]
     paths = resolve_models([str(item) for item in items if not isinstance(item, LoadedModel)], name)
     return loaded + load_models(paths) if paths else loaded
@@ -81,12 +74,29 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
     checks.split(split, "split", optional=True)
     checks.optional_integer(rerank_k, "rerank_k", 1)
     checks.flag(resume, "resume")
-    if first_stage is not None and not isinstance(first_stage, LoadedModel):
+    if first_stage is not None and not instance_of(first_stage, LOADER, "LoadedModel"):
         checks.path(first_stage, "first_stage")
-    options = Search(top_k, resolve_device(checks.device(device, "device")), precision, block_images, block_captions,
-                     image_cache_mb, index, nprobe, index_file, checkpoint_seconds)
+    checks.device(device, "device")
+    check_search(top_k, precision, block_images, block_captions, image_cache_mb, index, nprobe, checkpoint_seconds)
     if second is None and index_file is None:
         raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input)")
+    from vltools.infer.loader import OpenClipModel  # torch: once each argument is checked, before their combinations
+    from vltools.infer.match import (
+        SIDES,
+        Search,
+        check_index,
+        check_index_file,
+        check_resume,
+        input_kind,
+        match_embeddings,
+        match_features,
+        match_index,
+        match_openclip,
+        match_sims,
+    )
+
+    options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
+                     nprobe, index_file, checkpoint_seconds)
     clip = any(isinstance(item, OpenClipModel) or is_openclip(item) for item in items)
     kind = "openclip" if clip else input_kind(first, bool(items), rerank_k)
     if clip and (rerank_k is not None or len(items) > 1):
@@ -131,6 +141,8 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
 
 def _first_stage(first_stage: PathLike | LoadedModel) -> LoadedModel:
     """The one separable model that proposes candidates for reranking."""
+    from vltools.infer.loader import LoadedModel, load_model
+
     if isinstance(first_stage, LoadedModel):
         return first_stage
     paths = resolve_models([str(first_stage)], "first_stage")
