@@ -29,3 +29,16 @@ def test_a_prediction_without_reference_is_refused(tmp_path):
     predictions = _jsonl(tmp_path / "p.jsonl", [{"image_id": "2", "caption": "a dog"}])
     with pytest.raises(VLToolsError, match=r"p\.jsonl: 1 predicted image_ids have no reference"):
         score_caption_files(predictions, refs, spice=False, meteor=False)
+
+
+def test_a_skipped_spice_is_null_with_its_reason(tmp_path, monkeypatch):
+    """SPICE skipped for its missing models left no key in the scores: a table could not tell it from forgotten."""
+    import vltools.data.caption_scores as caption_scores
+
+    refs = _jsonl(tmp_path / "refs.jsonl", [{"image_id": "1", "caption": "a dog on the grass"}])
+    predictions = _jsonl(tmp_path / "p.jsonl", [{"image_id": "1", "caption": "a dog"}])
+    monkeypatch.setattr(caption_scores, "spice_missing", lambda: "the models are not installed")
+    scores, _ = score_caption_files(predictions, refs, meteor=False)
+    assert scores.metrics["SPICE"] is None and scores.metrics["skipped"] == {"SPICE": "the models are not installed"}
+    asked, _ = score_caption_files(predictions, refs, spice=False, meteor=False)
+    assert "SPICE" not in asked.metrics and "skipped" not in asked.metrics

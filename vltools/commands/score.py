@@ -79,7 +79,9 @@ def caption(predictions: str, refs: str, tokenized: bool, no_spice: bool, no_met
         write_records(per_image, ({key: item_id, **{k: _finite(v) for k, v in values.items()}}
                                   for item_id, values in scores.per_item.items()))
     counts = scores.bleu_counts
-    rows = [("metric", "score"), *((name, _number(value)) for name, value in scores.metrics.items()),
+    skipped = scores.metrics.get("skipped", {})
+    rows = [("metric", "score"), *((name, _number(value) if name not in skipped else f"- ({skipped[name]})")
+                                   for name, value in scores.metrics.items() if name != "skipped"),
             ("BLEU lengths", f"test {counts['testlen']} ref {counts['reflen']}"),
             ("BLEU correct", " ".join(str(c) for c in counts["correct"]))]
     _emit(scores.metrics, rows)

@@ -17,18 +17,24 @@ from vltools.io.progress import log
 def score_caption_files(predictions: str | os.PathLike, refs: str | os.PathLike, tokenized: bool = False,
                         spice: bool = True, meteor: bool = True, strict: bool = False) -> tuple[CaptionScores, str]:
     """(the scores, the key of the predictions: image_id or pair_id) of one caption per predicted id against its
-    references; SPICE is skipped with a warning when its CoreNLP models are missing. `tokenized`: the references
-    are already PTB-tokenised; `strict`: refuse empty references of predicted ids (see `pair_predictions`)."""
+    references. SPICE is skipped with a warning when its CoreNLP models are missing; the scores then hold
+    "SPICE": None and, under "skipped", the reason (a metric turned off by `spice` or `meteor` False is left out).
+    `tokenized`: the references are already PTB-tokenised; `strict`: refuse empty references of predicted ids (see
+    `pair_predictions`)."""
     predicted = read_caption_file(predictions)
     references = read_caption_file(refs)
     texts, ref_texts = pair_predictions(predicted, references, strict=strict)
     java_path()
+    skipped = {}
     if spice and (reason := spice_missing()):
         log.warning("SPICE skipped: %s", reason)
-        spice = False
+        skipped["SPICE"], spice = reason, False
     log.info("scoring %d predictions (by %s) against %s (%d references)", len(texts), predicted.key, refs,
              sum(len(r) for r in ref_texts.values()))
-    return score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice, meteor=meteor), predicted.key
+    scores = score_captions(texts, ref_texts, tokenized_refs=tokenized, spice=spice, meteor=meteor)
+    if skipped:
+        scores.metrics.update({**dict.fromkeys(skipped), "skipped": skipped})
+    return scores, predicted.key
 
 
 def score_self_retrieval_file(logp: str | os.PathLike, ks: tuple[int, ...]) -> dict[str, float]:

@@ -48,7 +48,7 @@ PTB_BRACKETS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-l
 class CaptionScores:
     """Corpus metrics, per-item metrics (same keys) in prediction order, BLEU's length and n-gram counts."""
 
-    metrics: dict[str, float]
+    metrics: dict[str, object]     # name -> score; a skipped metric None, and "skipped": {name: reason}
     per_item: dict[str, dict[str, float]]
     bleu_counts: dict[str, object]
 
