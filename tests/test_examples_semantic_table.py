@@ -3,6 +3,7 @@ spread, and the table says how the caption tf-idf counted each image's words."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -67,6 +68,39 @@ def test_a_proxy_counting_occurrences_is_said_to(tmp_path):
 
 def test_direction_lines_compare_the_papers_claims_with_r_mac(tmp_path):
     lines = table(tmp_path, proxy(tmp_path), {"oracle": (70.0, 100.0), "baseline": (60.0, 45.0), "v": (58.0, 40.0)})
+    # the made-up score files record no test size: the lines say so rather than guess a noise band
     assert ("direction (Table 1, user agreement): Human captions: tf-idf 70.0 against R-MAC 60.0: above R-MAC, as "
-            "the paper's Table 1") in lines
-    assert "direction (Table 2, NDCG AUC): Proposed (V, V) 40.0 against R-MAC 45.0: NOT above R-MAC here" in lines
+            "the paper's Table 1; test size not recorded, so no noise band") in lines
+    assert ("direction (Table 2, NDCG AUC): Proposed (V, V) 40.0 against R-MAC 45.0: NOT above R-MAC here; test size "
+            "not recorded, so no noise band") in lines
+
+
+def load_table():
+    spec = importlib.util.spec_from_file_location("semantic_table", TABLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_direction_sets_the_margin_against_one_test_item_with_the_test_size():
+    directions = load_table().directions
+    results = {"oracle": [{"user_agreement": 62.0, "n_triplets": 40}],
+               "baseline": [{"user_agreement": 60.0, "n_triplets": 40, "ndcg_auc": 45.0, "n_queries": 200}],
+               "v": [{"ndcg_auc": 45.3, "n_queries": 200}]}
+    table1, table2 = directions(results)
+    # one of 40 triplets = 2.5 points: a 2.0-point lead is within noise; one of 200 queries = 0.5: 0.3 is within too
+    assert table1 == ("direction (Table 1, user agreement): Human captions: tf-idf 62.0 against R-MAC 60.0: above "
+                      "R-MAC, as the paper's Table 1; margin +2.0, within noise (under one test triplet = 2.5 points) "
+                      "(test: 40 triplets)")
+    assert table2.endswith("; margin +0.3, within noise (under one test query = 0.5 points) (test: 200 queries)")
+    results["v"] = [{"ndcg_auc": 50.0, "n_queries": 200}]
+    assert directions(results)[1].endswith("; margin +5.0, beyond one test query = 0.5 points (test: 200 queries)")
+
+
+def test_direction_of_a_row_given_once_per_seed_uses_the_seeds_spread():
+    results = {"baseline": [{"ndcg_auc": 45.0, "n_queries": 200}],
+               "v": [{"ndcg_auc": value, "n_queries": 200} for value in (44.0, 47.0, 50.0)]}
+    # mean 47.0, population std sqrt(6) = 2.45: a 2.0-point lead is within the seeds' spread
+    (line,) = load_table().directions(results)
+    assert line == ("direction (Table 2, NDCG AUC): Proposed (V, V) 47.0 against R-MAC 45.0: above R-MAC, as the "
+                    "paper's Table 2; margin +2.0, within noise (under the seeds' spread, std 2.4) (test: 200 queries)")

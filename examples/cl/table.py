@@ -9,6 +9,8 @@ row is exact for a uniformly random ranking of the n test images: R@K = min(K, n
 Every captioning row ends with its number of distinct test captions (M.caps.jsonl; vltools.reporting.tables): one
 caption for half of the images or more prints as COLLAPSED, and a note under the tables names the model (M.pt).
 The paper's MSCOCO rows follow each table for comparison; the toy numbers prove the machinery, not the paper.
+The direction line gives the test size (n_images of aa.retrieval.json) and each R@1 margin against one test image
+(100 / n_images R@1 points): a margin under one image (the same R@1, the mean rank deciding) is "within noise".
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn, against_noise
 
 CAPTION = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 CAPTION_HEAD = ("B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE_L", "CIDEr")
@@ -83,11 +85,13 @@ class Spread:
 def direction(folder: Path) -> str:
     """The paper's claim read off Table 1: CL's captions find their own image more often (self-retrieval R@1, ties by
     mean rank) than the MLE model they start from, and above chance; IL's, beside it, which the paper does not
-    report (its Table 4 finds IL below the base model on every captioning metric)."""
+    report (its Table 4 finds IL below the base model on every captioning metric). Each margin is set against one
+    test image's worth of R@1."""
     base = load(folder, "aa", "retrieval")
     if base is None:
         return "direction: no AdaptiveAttention self-retrieval to compare with"
     chance = 100.0 / base["n_images"]
+    unit = 100.0 / base["n_images"]     # one image found or lost
     verdicts = []
     for label, name in (("IL", "aa_il"), ("CL", "aa_cl")):
         scores = load(folder, name, "retrieval")
@@ -96,10 +100,13 @@ def direction(folder: Path) -> str:
             continue
         better = (scores["R@1"], -scores["meanr"]) > (base["R@1"], -base["meanr"]) and scores["R@1"] > chance
         claim = "as the paper claims" if label == "CL" else "not reported in the paper"
+        noise = against_noise(scores["R@1"] - base["R@1"], unit, "one test image")
         verdicts.append(f"  {label}: R@1 {scores['R@1']:.1f} (mean rank {scores['meanr']:.1f}): "
-                        + (f"more distinctive ({claim})" if better else f"NOT more distinctive here ({claim})"))
+                        + (f"more distinctive ({claim})" if better else f"NOT more distinctive here ({claim})")
+                        + f"; {noise}")
     return (f"direction (self-retrieval R@1 against AdaptiveAttention's {base['R@1']:.1f}, mean rank "
-            f"{base['meanr']:.1f}; chance {chance:.1f}):\n" + "\n".join(verdicts))
+            f"{base['meanr']:.1f}; chance {chance:.1f}; test split: {base['n_images']} images, one image = "
+            f"{unit:.1f} R@1 points):\n" + "\n".join(verdicts))
 
 
 def main(argv: list[str]) -> None:

@@ -11,7 +11,9 @@ The "ctx + sen" rows, whose image side is the captioner's generated sentences (-
 images or more prints as COLLAPSED, with a note after the table naming the captioner. "ctx + sen" (ctx_sen) is the
 paper's reading, the sentence alone; "ctx + sen (sum)" (ctx_sen_sum) is vltools' variant with the context summed in;
 a note after the table says which were printed. A direction line says whether the concept + context rows are above
-the context alone (mR), as the paper's Table 2 has it.
+the context alone (mR), as the paper's Table 2 has it, with the smallest margin against what one test image is worth
+(100 / n_images points of an image-annotation recall, a sixth of that in mR; the ctx row's file gives the test size):
+a margin under one image is "within noise".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import sys
 from math import comb
 
-from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn
+from vltools.reporting.tables import HEAD, WIDTH, SpreadColumn, against_noise
 
 KS = (1, 5, 10)
 # the rows whose images are generated sentences, and what represents an image in each
@@ -83,16 +85,25 @@ def header(first: str, spread: bool = False) -> list[str]:
 
 
 def direction(rows: list[tuple[str, dict]]) -> str | None:
-    """The paper's claim read off the table: the concept + context rows above the context alone (mR); None when the
-    context row or both concept + context rows are missing."""
+    """The paper's claim read off the table: the concept + context rows above the context alone (mR), the smallest
+    margin against one test image's worth and the test size; None when the context row or both concept + context
+    rows are missing."""
     mr = {name: mean_recall(result) for name, result in rows}
     combined = [name for name in ("cnp_ctx", "cnp_ctx_gen") if name in mr]
     if "ctx" not in mr or not combined:
         return None
     above = all(mr[name] > mr["ctx"] for name in combined)
-    return (f"direction: mR of ctx {mr['ctx']:.1f} against " + ", ".join(f"{NAMES[n]} {mr[n]:.1f}" for n in combined)
+    line = (f"direction: mR of ctx {mr['ctx']:.1f} against " + ", ".join(f"{NAMES[n]} {mr[n]:.1f}" for n in combined)
             + ": " + ("concepts and context above the context alone, as the paper's Table 2" if above
                       else "NOT above the context alone here"))
+    sizes = dict(rows)["ctx"]
+    if not sizes.get("n_images"):
+        return line + "; test size not recorded, so no noise band"
+    unit = 100 / sizes["n_images"] / 6
+    margin = min(mr[name] - mr["ctx"] for name in combined)
+    captions = f", {sizes['n_captions']} captions" if sizes.get("n_captions") else ""
+    return (line + f"; {against_noise(margin, unit, f'one test image = {unit:.2f} mR points')} (test split: "
+            + f"{sizes['n_images']} images{captions})")
 
 
 def main(argv: list[str]) -> None:

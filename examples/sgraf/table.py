@@ -4,7 +4,10 @@ Usage: python table.py TITLE chance=SCORES.json SAF=saf.json SGR=sgr.json SGRAF=
 The chance row is exact for a uniformly random ranking of the image and caption counts in SCORES.json (one
 fold, of `fold_size` images, under the coco1k protocol): an image has c = n_captions / n_images captions, so
 i2t R@K = 1 - C(n_captions - c, K) / C(n_captions, K); a caption has one image: t2i R@K = K / n_images.
-A direction line says whether the ensemble's rSum is at least each member's, as the paper's Table 1 has it.
+A direction line says whether the ensemble's rSum is at least each member's, as the paper's Table 1 has it, with
+the margin (the ensemble's rSum less the better member's) against what one test image is worth (100 / n_images
+points of an image-to-caption recall, the mean over the folds included) and the test size, both read from the
+chance row's file: a margin under one image is "within noise".
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 from math import comb
+
+from vltools.reporting.tables import against_noise
 
 KS = (1, 5, 10)
 # SGRAF paper, Table 1 (sentence retrieval R@1/5/10, image retrieval R@1/5/10)
@@ -57,18 +62,26 @@ def row(name: str, values: tuple[float, ...]) -> str:
     return f"{name:<14}{cells[:20]}   {cells[21:]}   {sum(values):7.1f}"
 
 
-def direction(rows: list[tuple[str, tuple[float, ...]]]) -> str | None:
-    """The paper's claim read off the table: the ensemble's rSum at least each member's (None without the three)."""
+def direction(rows: list[tuple[str, tuple[float, ...]]], sizes: dict | None = None) -> str | None:
+    """The paper's claim read off the table: the ensemble's rSum at least each member's (None without the three),
+    its margin against one test image's worth and the test size (`sizes`: a score file's n_images, n_captions)."""
     rsum = {name: sum(values) for name, values in rows}
     if not {"SGR", "SAF", "SGRAF"} <= rsum.keys():
         return None
-    holds = rsum["SGRAF"] >= max(rsum["SGR"], rsum["SAF"])
-    return (f"direction: SGRAF's rSum {rsum['SGRAF']:.1f} against SGR {rsum['SGR']:.1f} and SAF {rsum['SAF']:.1f}: "
+    best = max(rsum["SGR"], rsum["SAF"])
+    holds = rsum["SGRAF"] >= best
+    line = (f"direction: SGRAF's rSum {rsum['SGRAF']:.1f} against SGR {rsum['SGR']:.1f} and SAF {rsum['SAF']:.1f}: "
             + ("at least each member, as the paper's Table 1" if holds else "NOT at least each member here"))
+    if not sizes or not sizes.get("n_images"):
+        return line + "; test size not recorded, so no noise band"
+    images, captions = sizes["n_images"], sizes.get("n_captions")
+    unit = 100 / images
+    return (line + f"; {against_noise(rsum['SGRAF'] - best, unit, f'one test image = {unit:.1f} R@K points')}"
+            + f" (test split: {images} images" + (f", {captions} captions)" if captions else ")"))
 
 
 def main(argv: list[str]) -> None:
-    title, rows, paper = argv[0], [], None
+    title, rows, paper, sizes = argv[0], [], None, None
     for arg in argv[1:]:
         if arg.startswith("--paper="):
             paper = arg.split("=", 1)[1]
@@ -76,6 +89,7 @@ def main(argv: list[str]) -> None:
         name, value = arg.split("=", 1)
         if name == "chance":
             rows.append(("chance", chance_of(value)))
+            sizes = load(value)
         else:
             rows.append((name, recalls(value)))
     print(title)
@@ -83,7 +97,7 @@ def main(argv: list[str]) -> None:
     print(f"{'Method':<14}{'R@1':>6} {'R@5':>6} {'R@10':>6}   {'R@1':>6} {'R@5':>6} {'R@10':>6}   {'rSum':>7}")
     for name, values in rows:
         print(row(name, values))
-    verdict = direction(rows)
+    verdict = direction(rows, sizes)
     if verdict:
         print(verdict)
     if paper:

@@ -62,3 +62,11 @@ class SpreadColumn:
             lines.append(f"COLLAPSED {label.strip()}: {path.name} says \"{spread.top_caption}\" for {spread.top} "
                          f"of {spread.items} {items}; {look}")
         return lines
+
+
+def against_noise(margin: float, band: float, band_text: str) -> str:
+    """How a direction line's margin compares with the table's noise: `band` in points, named by `band_text` ("one
+    test image = 3.3 R@1 points", "the seeds' spread, std 1.6"). A margin smaller than the band is within noise:
+    'margin -0.4, within noise (under one test image = 1.0 R@1 points)'; else 'margin +5.0, beyond ...'."""
+    within = abs(margin) < band * (1 - 1e-9)
+    return f"margin {margin:+.1f}, " + (f"within noise (under {band_text})" if within else f"beyond {band_text}")
