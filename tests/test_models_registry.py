@@ -98,8 +98,8 @@ def test_a_model_larger_than_the_machines_memory_is_refused_before_it_is_built(m
 def test_a_matching_model_is_built_without_importing_torchvision():
     code = ("import sys; from vltools.models import MODELS, build_model; build_model('sgr', {'embed_size': 8, "
             "'sim_dim': 4, 'img_dim': 6, 'word_dim': 5}, 10); print('torchvision' in sys.modules, sorted(MODELS) "
-            "== sorted(['adaptive-attention', 'bottom-up', 'concepts', 'l2c', 'neuraltalk2', 'rmac', 'saf', 'sco', "
-            "'sgr', 'vse']), MODELS['bottom-up'].__name__, 'torchvision' in sys.modules)")
+            "== sorted(['adaptive-attention', 'bottom-up', 'clip', 'concepts', 'l2c', 'neuraltalk2', 'rmac', 'saf', "
+            "'sco', 'sgr', 'vse']), MODELS['bottom-up'].__name__, 'torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True", "BottomUpAttention", "True"]
 

@@ -27,6 +27,7 @@ from vltools.io.features import FeaturesReader
 from vltools.io.records import caption_ids, read_records
 from vltools.text.captions import pad_tokens
 from vltools.text.vocab import Vocabulary
+from vltools.vision.images import ImageItem, list_inputs
 
 VOCAB_THRESHOLD = 4
 DEFAULT_SPLIT = "test"  # the split matched, encoded and scored when none is given and the captions have splits
@@ -123,6 +124,19 @@ def check_images(split: CaptionSplit, features: str | os.PathLike | FeaturesRead
                 raise VLToolsError(f"{reader.path}: has no /{name} dataset; {who} need {kind} "
                                    "(vltools extract-regions)")
         reader.require(split.image_ids, captions_path)
+
+
+def split_images(images: str | os.PathLike, captions_path: str | os.PathLike,
+                 splits: Sequence[CaptionSplit]) -> dict[str, ImageItem]:
+    """The images of an images input (a folder, image files, a tar, a list, an images JSONL) by id, every image the
+    captions of `splits` name among them; the error names the first missing id."""
+    items = {item.image_id: item for item in list_inputs([images])}
+    for split in splits:
+        missing = [i for i in split.image_ids if i not in items]
+        if missing:
+            raise VLToolsError(f"{captions_path}: image_id {missing[0]!r} is not among the images of {images} "
+                               f"({len(missing)} missing); add the images or drop their captions")
+    return items
 
 
 def load_vocabulary(path: str | os.PathLike | None, captions: Sequence[str],

@@ -105,7 +105,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
                written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
         """Encode `ids` (`blocks_of(positions)`: their blocks; for OpenCLIP, their texts) into `write`."""
         def compute(mine: list[int]) -> Iterator[np.ndarray]:
-            computed = text_embeddings(loaded, blocks_of(mine), device, precision, batch_size) if clip else \
+            computed = text_embeddings(loaded.clip, blocks_of(mine), device, precision, batch_size) if clip else \
                 embed_blocks(loaded.model, blocks_of(mine), side, device, precision, show_progress=False)
             return finite_results(computed, [ids[k] for k in mine], "embeddings", f"{side[:-1]} id", precision)
 
@@ -168,7 +168,7 @@ def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike],
     digests = {item.image_id: input_digest([item.path], loaded.digest) for item in items}
 
     def produce(todo: list[str]) -> Iterator[tuple[list[str], dict[str, np.ndarray]]]:
-        for done, emb in image_embeddings(loaded, [by_id[i] for i in todo], device, precision, batch_size, workers,
+        for done, emb in image_embeddings(loaded.clip, [by_id[i] for i in todo], device, precision, batch_size, workers,
                                           failed):
             yield done, {"rows": emb}
 

@@ -21,9 +21,9 @@ from vltools.io.progress import log
 from vltools.models import default_config, model_from_checkpoint
 from vltools.text.captions import CaptionPreprocessing
 from vltools.text.vocab import Coverage, Vocabulary
-from vltools.vision.openclip import OpenClip, build_openclip
+from vltools.vision.openclip import OpenClip, build_openclip, trained_openclip
 
-OPENCLIP_ROLES = ("matching", "encodable")    # what an OpenCLIP model does: zero-shot match and encode
+OPENCLIP_ROLES = ("matching", "encodable")    # what an OpenCLIP model (or a `clip` checkpoint) does: match, encode
 
 
 @dataclass
@@ -73,8 +73,9 @@ class LoadedModel:
 
 @dataclass(repr=False)
 class OpenClipModel(LoadedModel):
-    """An OpenCLIP model (vltools.vision.openclip) as a loaded model: `path` is its `openclip:...` name, `model`
-    open_clip's model, `clip` the model with its preprocess, tokenizer and provenance."""
+    """An OpenCLIP model (vltools.vision.openclip) as a loaded model: `path` is its `openclip:...` name (or the
+    file of a `clip` checkpoint that `train --model clip` wrote), `model` open_clip's model, `clip` the model with
+    its preprocess, tokenizer and provenance."""
 
     clip: OpenClip | None = None
 
@@ -101,6 +102,15 @@ def load_openclip(spec: OpenClipSpec | str, role: str = "encodable", option: str
     return OpenClipModel(Path(str(spec)), "openclip", clip.model, [], {"arch": clip.arch}, {}, clip)
 
 
+def _clip_checkpoint(path: Path, payload: dict, role: str, option: str) -> OpenClipModel:
+    """A `clip` checkpoint (`train --model clip`) as the OpenCLIP model its weights make, for `role`."""
+    if role not in OPENCLIP_ROLES:
+        raise VLToolsError(ROLES[role][1].format(path=path, model="clip", role=argument(option)))
+    arch = str({**default_config("clip"), **dict(payload.get("config") or {})}["arch"])
+    clip = trained_openclip(model_from_checkpoint(payload, str(path)).clip, arch, path)
+    return OpenClipModel(path, "clip", clip.model, [], dict(payload.get("config") or {}), payload, clip)
+
+
 def load_named(value: str | os.PathLike | OpenClipSpec, role: str = "matching", option: str = "model") -> LoadedModel:
     """The one model a `--model` value names: a checkpoint file, a model-store name with one member, or an OpenCLIP
     model (`openclip:ARCH[:PRETRAINED_OR_FILE]`), loaded for `role` (see `load_model`)."""
@@ -120,6 +130,8 @@ def load_model(path: str | os.PathLike | OpenClipSpec, role: str = "matching", o
     payload = load_checkpoint(path)
     accepted, refusal = ROLES[role]
     name = payload.get("model")
+    if name == "clip":
+        return _clip_checkpoint(Path(path), payload, role, option)
     if role in ("matching", "encodable") and not payload.get("vocab"):
         raise VLToolsError(f"{path}: checkpoint has no vocabulary; matching needs the words the model was "
                            "trained with (retrain, or convert with --vocab)")

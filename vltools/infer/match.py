@@ -258,9 +258,9 @@ def clip_embeddings(loaded: OpenClipModel, images: PathLike | Sequence[PathLike]
                     options: Search) -> tuple[np.ndarray, np.ndarray]:
     """The (images, captions) embeddings of an OpenCLIP model for the images of `chosen` (found in the images inputs
     `images` by their ids) and its captions, each refused when not finite."""
-    image_emb = named_image_embeddings(loaded, images, chosen.image_ids, options.device, options.precision,
+    image_emb = named_image_embeddings(loaded.clip, images, chosen.image_ids, options.device, options.precision,
                                        options.block_images)
-    caption_emb = np.concatenate(list(text_embeddings(loaded, chosen.captions, options.device, options.precision,
+    caption_emb = np.concatenate(list(text_embeddings(loaded.clip, chosen.captions, options.device, options.precision,
                                                       options.block_captions)))
     refuse_nonfinite_results(image_emb, chosen.image_ids, "embeddings", "image id", options.precision)
     refuse_nonfinite_results(caption_emb, chosen.caption_ids, "embeddings", "caption id", options.precision)

@@ -16,11 +16,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from vltools.devices import autocast
 from vltools.errors import VLToolsError, shown_ids
-from vltools.infer.loader import OpenClipModel
 from vltools.io.jsonl import iter_json_lines
 from vltools.io.kinds import sniff
 from vltools.io.records import detect_kind
 from vltools.vision.images import BadImage, ImageItem, collate_items, list_inputs, read_item
+from vltools.vision.openclip import OpenClip
 
 PathLike = str | os.PathLike
 
@@ -56,14 +56,14 @@ def captions_given(source: PathLike | Sequence[PathLike]) -> bool:
     return first is not None and isinstance(first[1], dict) and detect_kind(first[1]) == "captions"
 
 
-def image_embeddings(loaded: OpenClipModel, items: Sequence[ImageItem], device: torch.device, precision: str = "fp32",
+def image_embeddings(clip: OpenClip, items: Sequence[ImageItem], device: torch.device, precision: str = "fp32",
                      batch_size: int = 64, workers: int = 0,
                      failed: list[str] | None = None) -> Iterator[tuple[list[str], np.ndarray]]:
     """(ids, float32 [B, D] l2-normalised embeddings) per batch of the images of `items` that decode, in order;
     each one that does not is appended to `failed` as "id<TAB>reason" (without `failed`, it is an error)."""
-    loader = DataLoader(PreprocessedImages(items, loaded.clip.preprocess), batch_size=batch_size, num_workers=workers,
+    loader = DataLoader(PreprocessedImages(items, clip.preprocess), batch_size=batch_size, num_workers=workers,
                         collate_fn=collate_items)
-    model = loaded.model.to(device)
+    model = clip.model.to(device)
     for batch in loader:
         good = [sample for sample in batch if "error" not in sample]
         for sample in batch:
@@ -80,18 +80,18 @@ def image_embeddings(loaded: OpenClipModel, items: Sequence[ImageItem], device: 
             yield [items[sample["index"]].image_id for sample in good], emb.float().cpu().numpy()
 
 
-def text_embeddings(loaded: OpenClipModel, texts: Sequence[str], device: torch.device, precision: str = "fp32",
+def text_embeddings(clip: OpenClip, texts: Sequence[str], device: torch.device, precision: str = "fp32",
                     batch_size: int = 256) -> Iterator[np.ndarray]:
     """float32 [B, D] l2-normalised embeddings per batch of `texts`, in order (open_clip's tokenizer)."""
-    model = loaded.model.to(device)
+    model = clip.model.to(device)
     for start in range(0, len(texts), batch_size):
-        tokens = loaded.clip.tokenizer(list(texts[start:start + batch_size])).to(device)
+        tokens = clip.tokenizer(list(texts[start:start + batch_size])).to(device)
         with torch.inference_mode(), autocast(device, precision):
             emb = model.encode_text(tokens, normalize=True)
         yield emb.float().cpu().numpy()
 
 
-def named_image_embeddings(loaded: OpenClipModel, source: PathLike | Sequence[PathLike], ids: Sequence[str],
+def named_image_embeddings(clip: OpenClip, source: PathLike | Sequence[PathLike], ids: Sequence[str],
                            device: torch.device, precision: str = "fp32", batch_size: int = 64,
                            workers: int = 0) -> np.ndarray:
     """[len(ids), D] embeddings of the images `ids` of SOURCE (images inputs), in that order: each must be there and
@@ -101,6 +101,6 @@ def named_image_embeddings(loaded: OpenClipModel, source: PathLike | Sequence[Pa
     if missing:
         raise VLToolsError(f"{source}: {len(missing)} of the {len(ids)} images the captions name are not in it: "
                            f"{shown_ids(missing)}; give the images the captions were written for")
-    blocks = [emb for _, emb in image_embeddings(loaded, [found[i] for i in ids], device, precision, batch_size,
+    blocks = [emb for _, emb in image_embeddings(clip, [found[i] for i in ids], device, precision, batch_size,
                                                  workers)]
     return np.concatenate(blocks)

@@ -107,8 +107,8 @@ def encode_queries(loaded: LoadedModel, queries: Sequence[str], options: Search,
         ids, emb, _ = encode_rmac(loaded, queries, QueryOptions(batch_size=batch_size), options.device)
         return ids, emb
     if isinstance(loaded, OpenClipModel):
-        return list(queries), np.concatenate(list(text_embeddings(loaded, queries, options.device, options.precision,
-                                                                  batch_size)))
+        return list(queries), np.concatenate(list(text_embeddings(loaded.clip, queries, options.device,
+                                                                  options.precision, batch_size)))
     coverage = Coverage()
     tokens = loaded.tokenize(queries, coverage)
     coverage.report(loaded.path.name)

@@ -46,8 +46,9 @@ class ModelRegistry(Mapping[str, type[nn.Module]]):
 MODELS = ModelRegistry({"vse": "vse:VSE", "sgr": "sgraf:SGR", "saf": "sgraf:SAF",
                         "neuraltalk2": "captioners:NeuralTalk2", "adaptive-attention": "captioners:AdaptiveAttention",
                         "rmac": "rmac:RMAC", "sco": "sco:SCO", "l2c": "l2c:L2C", "concepts": "concepts:ConceptCNN",
-                        "bottom-up": "bottom_up:BottomUpAttention"})
-NO_VOCABULARY = {"bottom-up"}  # models with no text side: their checkpoints carry no vocabulary
+                        "bottom-up": "bottom_up:BottomUpAttention", "clip": "clip:Clip"})
+# models whose checkpoints carry no vocabulary: no text side, or a tokenizer of their own (CLIP's BPE)
+NO_VOCABULARY = {"bottom-up", "clip"}
 
 
 def _model_class(name: str) -> type[nn.Module]:

@@ -97,6 +97,9 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
 
     options = Search(top_k, resolve_device(device), precision, block_images, block_captions, image_cache_mb, index,
                      nprobe, index_file, checkpoint_seconds)
+    # loaded first: a checkpoint of `train --model clip` ranks images and captions as an OpenCLIP model does
+    items = loaded_models(items) if items and not any(is_openclip(item) for item in items) else items
+    first_stage = first_stage if first_stage is None or is_openclip(first_stage) else _first_stage(first_stage)
     clip = any(isinstance(item, OpenClipModel) or is_openclip(item) for item in items)
     kind = "openclip" if clip else input_kind(first, bool(items), rerank_k)
     if clip and (rerank_k is not None or len(items) > 1):

@@ -18,13 +18,14 @@ from vltools.training.config import TRAIN_DEFAULTS
 TASKS = {"sgr": "matching", "saf": "matching", "vse": "matching", "rmac": "semantic"}
 TASKS.update({"neuraltalk2": "captioning", "adaptive-attention": "captioning"})
 TASKS.update({"sco": "sco", "concepts": "concepts"})
-TASKS.update({"l2c": "l2c"})
+TASKS.update({"l2c": "l2c", "clip": "clip"})
 # each family's inputs in order, by name and kind (keys of vltools.io.kinds.TAKES), where the order is fixed (sco's
 # follow its config; l2c's last two are optional)
 LAYOUTS = {"matching": (("FEATS.h5", "hdf5"), ("CAPS.jsonl", "jsonl")),
            "captioning": (("FEATS.h5", "hdf5"), ("CAPS.jsonl", "jsonl")),
            "semantic": (("IMAGES.jsonl", "jsonl"), ("PROXY.h5", "hdf5")),
-           "concepts": (("IMAGES", "images"), ("CAPS.jsonl", "jsonl"), ("CONCEPTS.json", "json"))}
+           "concepts": (("IMAGES", "images"), ("CAPS.jsonl", "jsonl"), ("CONCEPTS.json", "json")),
+           "clip": (("IMAGES", "images"), ("CAPS.jsonl", "jsonl"))}
 
 
 def check_inputs(model_name: str, found: Sequence[tuple[str, str]]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,25 @@ def _hub_offline() -> Iterator[None]:
         constants.HF_HUB_OFFLINE = before
 
 
+class _RandomInitNote(logging.Filter):
+    """Drops open_clip's root-logger warning that a model built without weights is random: vltools says so itself
+    (its weights "random (seed 0)", a checkpoint's own weights loaded next)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No pretrained weights loaded")
+
+
+@contextlib.contextmanager
+def random_init_quiet() -> Iterator[None]:
+    """Within: open_clip builds models without weights silently (`_RandomInitNote`)."""
+    note = _RandomInitNote()
+    logging.getLogger().addFilter(note)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(note)
+
+
 def fetch_pretrained(spec: OpenClipSpec) -> Path:
     """The weights file of pretrained tag `spec.tag` from open_clip's cache, else downloaded into it by open_clip
     once the host answers (within DOWNLOAD_TIMEOUT_S: no retries against an unreachable host); not there and not
@@ -140,7 +160,8 @@ def build_openclip(spec: OpenClipSpec) -> OpenClip:
     if spec.random:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(SEED)
-            model, _, preprocess = open_clip.create_model_and_transforms(spec.arch, pretrained=None)
+            with random_init_quiet():
+                model, _, preprocess = open_clip.create_model_and_transforms(spec.arch, pretrained=None)
         weights = f"random (seed {SEED})"
         digest = hashlib.sha256(f"openclip:{spec.arch}:random:{SEED}".encode()).hexdigest()[:16]
     else:
@@ -158,3 +179,25 @@ def build_openclip(spec: OpenClipSpec) -> OpenClip:
         digest = file_digest(path)
     return OpenClip(model.eval(), preprocess, open_clip.get_tokenizer(spec.arch), spec.arch, weights, digest,
                     dict(model.visual.preprocess_cfg))
+
+
+def preprocess_of(model: nn.Module) -> Callable[[object], torch.Tensor]:
+    """open_clip's inference preprocess for `model`, from the preprocessing settings open_clip recorded on it
+    (`model.visual.preprocess_cfg`), as `open_clip.create_model_and_transforms` builds it."""
+    cfg = model.visual.preprocess_cfg
+    return open_clip_package().image_transform(cfg["size"], is_train=False, mean=cfg.get("mean"), std=cfg.get("std"),
+                                               resize_mode=cfg.get("resize_mode"),
+                                               interpolation=cfg.get("interpolation"),
+                                               fill_color=cfg.get("fill_color", 0))
+
+
+def tokenizer_of(model: nn.Module, arch: str) -> Callable[[Sequence[str]], torch.Tensor]:
+    """open_clip's tokenizer of architecture `arch` at `model`'s context length (a small model's may be shorter)."""
+    return open_clip_package().get_tokenizer(arch, context_length=model.context_length)
+
+
+def trained_openclip(model: nn.Module, arch: str, path: Path) -> OpenClip:
+    """An open_clip model of `arch` whose weights a vltools checkpoint at `path` holds (`train --model clip`), with
+    its preprocess and tokenizer, as an `OpenClip` (eval mode)."""
+    return OpenClip(model.eval(), preprocess_of(model), tokenizer_of(model, arch), arch, f"{path.name} (vltools clip)",
+                    file_digest(path), dict(model.visual.preprocess_cfg))

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vltools.data.captions import read_split
+from vltools.data.captions import read_split, split_images
 from vltools.data.draws import FLIPS, EpochDraws
 from vltools.errors import VLToolsError, argument
 from vltools.io.provenance import ids_digest
@@ -25,7 +25,7 @@ from vltools.models.concepts import ConceptCNN, build_concept_cnn, concept_loss
 from vltools.text.concepts import ConceptVocabulary
 from vltools.training.config import TRAIN_DEFAULTS
 from vltools.vision.backbones import check_image_size, normalize
-from vltools.vision.images import ImageDataset, ImageItem, list_inputs
+from vltools.vision.images import ImageDataset, ImageItem
 
 TASK_DEFAULTS: dict[str, object] = {"image_size": 224, "weights": "imagenet", "val_batch_size": 64}
 MODEL_DEFAULTS: dict[str, object] = ConceptCNN.DEFAULTS
@@ -145,10 +145,4 @@ def build_task(model_name: str, inputs: Sequence[str], config: dict, vocab: str 
     records = read_records(captions, "captions")
     train, val = (read_split(captions, split, records, chosen_by) for split, chosen_by in
                   ((train_split, "train_split"), (val_split, "val_split")))
-    items = {item.image_id: item for item in list_inputs([images])}
-    for split in (train, val):
-        missing = [i for i in split.image_ids if i not in items]
-        if missing:
-            raise VLToolsError(f"{captions}: image_id {missing[0]!r} is not among the images of {images} "
-                               f"({len(missing)} missing); add the images or drop their captions")
-    return ConceptTask(config, images, captions, vocabulary, train, val, items)
+    return ConceptTask(config, images, captions, vocabulary, train, val, split_images(images, captions, (train, val)))
