@@ -33,6 +33,8 @@ from vltools.training.tasks.clip import CLIP_TRAIN_DEFAULTS, build_task
 
 pytest.importorskip("open_clip")
 
+pytestmark = pytest.mark.slow     # a shared training run of about a minute on 2 cores
+
 CONFIG = Path(__file__).parent.parent / "examples/sgraf/synth_clip.yaml"
 LEARN = ["--epochs", "8", "--batch-size", "16", "--lr", "5e-4", "--seed", "0", "--device", "cpu"]
 
