@@ -10,13 +10,13 @@ import pytest
 
 from vltools.io import progress as progress_module
 from vltools.io.progress import (
+    captured_children,
     configure,
     duration_text,
     labelled,
     log,
     progress,
     progress_text,
-    quiet_children,
     rate_text,
 )
 
@@ -139,16 +139,23 @@ def test_items_count_in_the_users_unit_with_a_status_and_a_label(capsys):
     assert lines[0].endswith(" left) loss 0.5000") and lines[1].endswith(" left) loss 0.2500")
 
 
-def test_quiet_children_silences_a_child_process_only_under_quiet(capfd):
-    command = [sys.executable, "-c", "import sys; print('chatter', file=sys.stderr)"]
-    configure(quiet=True)
-    with quiet_children():
+def test_what_children_write_is_kept_out_and_shown_with_debug_or_on_failure(capfd):
+    """pycocoevalcap's Java chatter reached standard output and error (a notebook's output) unless --quiet."""
+    command = [sys.executable, "-c", "import sys; print('out chatter'); print('err chatter', file=sys.stderr)"]
+    configure()
+    with captured_children():
         subprocess.run(command, check=True)
-    assert capfd.readouterr().err == ""
-    configure(quiet=False)
-    with quiet_children():
-        subprocess.run(command, check=True)
-    assert capfd.readouterr().err == "chatter\n"
+    assert capfd.readouterr() == ("", "")
+    configure(debug=True)
+    try:
+        with captured_children():
+            subprocess.run(command, check=True)
+    finally:
+        configure()
+    assert "what the child processes wrote: out chatter\nerr chatter" in capfd.readouterr().err
+    with pytest.raises(subprocess.CalledProcessError), captured_children():
+        subprocess.run([*command[:2], command[2] + "; sys.exit(3)"], check=True)
+    assert "err chatter" in capfd.readouterr().err
 
 
 def test_log_lines_go_to_the_standard_error_of_the_moment(monkeypatch):

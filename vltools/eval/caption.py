@@ -24,7 +24,7 @@ import numpy as np
 from vltools.children import dies_with_parent, tied_children
 from vltools.errors import VLToolsError, first_line, input_error, shown_ids
 from vltools.io.caption_files import CaptionFile
-from vltools.io.progress import log, quiet_children
+from vltools.io.progress import captured_children, log
 from vltools.text.tokenize import tokenize
 
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
@@ -119,7 +119,7 @@ def ptb_tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     # the tokenizer reads one sentence a line: any line break inside a caption would shift every later one
     flat = {i: [{"caption": " ".join(t.split())} for t in captions] for i, captions in texts.items()}
     try:
-        with quiet_children(), tied_children(ptbtokenizer):  # "PTBTokenizer tokenized N tokens" obeys --quiet
+        with captured_children(), tied_children(ptbtokenizer):  # "PTBTokenizer tokenized N tokens" kept out
             tokens = ptbtokenizer.PTBTokenizer().tokenize(flat)
     except OSError as exc:
         raise VLToolsError(f"PTB tokenizer failed ({exc}); pycocoevalcap writes a temporary file beside its jar, "
@@ -288,7 +288,7 @@ def score_captions(predictions: dict[str, str], references: dict[str, list[str]]
         if reason := spice_missing():
             raise VLToolsError(f"SPICE cannot run: {reason}")
         try:
-            with quiet_children(), tied_children(spice_module):
+            with captured_children(), tied_children(spice_module):
                 score, items = spice_module.Spice().compute_score(gts, res)
         except subprocess.CalledProcessError as exc:
             raise VLToolsError(f"SPICE's java process failed (exit {exc.returncode}); it needs about 8 GB of "

@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO, TypeVar
@@ -71,22 +72,31 @@ def labelled(label: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def quiet_children() -> Iterator[None]:
-    """Under --quiet, send what child processes started in the block write on standard error (the Java tools of
-    pycocoevalcap: "PTBTokenizer tokenized ...") to nowhere; --quiet promises silence, not only from vltools."""
-    if not _state["quiet"]:
-        yield
-        return
+def captured_children() -> Iterator[None]:
+    """Keep what child processes started in the block write on standard output and error (pycocoevalcap's Java
+    tools: "PTBTokenizer tokenized ...", SPICE's progress) out of the stage's output and a notebook's: it is
+    captured, then logged at debug level (`--debug` shows it), or written to standard error when the block fails,
+    where it may say why."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    nowhere = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(nowhere, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(nowhere)
+    with tempfile.TemporaryFile() as captured:
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(captured.fileno(), 1)
+        os.dup2(captured.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            for fd, original in zip((1, 2), saved, strict=True):
+                os.dup2(original, fd)
+                os.close(original)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", "replace").strip()
+            if text and failed:
+                print(text, file=sys.stderr)
+            elif text:
+                log.debug("what the child processes wrote: %s", text)
 
 
 def _significant(value: float) -> str:
