@@ -109,8 +109,9 @@ def test_inspect_names_a_file_of_no_vltools_kind_by_what_it_is(tmp_path, capsys)
     (tmp_path / "tokens.txt").write_text("a.jpg#0\tA dog runs .\n")
     assert _exit_status(["inspect", str(tmp_path / "tokens.txt")]) == 1
     assert capsys.readouterr().err == (f"vltools: error: {tmp_path / 'tokens.txt'}: FILES must be HDF5 or a torch "
-                                       "checkpoint or JSON lines, but this is plain text, not JSON; see `vltools "
-                                       "inspect --help`\n")
+                                       "checkpoint or JSON lines, but this is a Flickr token file (IMAGE#N, a tab, "
+                                       "a caption), which `vltools convert flickr` turns into captions JSON lines; "
+                                       "see `vltools inspect --help`\n")
 
 
 def _writing_stages() -> list[tuple[str, ...]]:
