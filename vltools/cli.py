@@ -350,9 +350,12 @@ def _kept(exc: BaseException, args: list[str]) -> str:
     """What the stopped run kept for --resume (`errors.keep_note`, on the exception or, for click's Abort, the
     Ctrl-C under it) and the command that continues it, as words to append to the last line; "" for a stage that
     keeps nothing as it goes."""
-    note = kept_note(exc) or (kept_note(exc.__context__) if exc.__context__ is not None else None)
-    if note is None or note.startswith("nothing"):
-        return f"; {note}" if note else ""
+    found = kept_note(exc) or (kept_note(exc.__context__) if exc.__context__ is not None else None)
+    if found is None:
+        return ""
+    note, resumable = found
+    if not resumable:
+        return f"; {note}"
     again = ["vltools", *args, *([] if "--resume" in args else ["--resume"])]
     return f"; {note}: continue with {shlex.join(again)}"
 

@@ -134,12 +134,12 @@ def require_file(path: str | os.PathLike, absent: str = "no such file", give: st
 KEPT = "vltools_kept"    # the attribute of an exception that says what the interrupted run kept for --resume
 
 
-def keep_note(exc: BaseException, note: str) -> None:
-    """Record on `exc` (Ctrl-C, SIGTERM, a failure) what the run it stopped kept for `--resume` ("17 of 40 images
-    kept in feats.h5.partial/"), for the command line's last line."""
-    setattr(exc, KEPT, note)
+def keep_note(exc: BaseException, note: str, resumable: bool = True) -> None:
+    """Record on `exc` (Ctrl-C, SIGTERM, a failure) what the run it stopped kept ("17 of 40 images kept in
+    feats.h5.partial/"), and whether `--resume` can continue from it, for the command line's last line."""
+    setattr(exc, KEPT, (note, resumable))
 
 
-def kept_note(exc: BaseException) -> str | None:
-    """What `keep_note` recorded on `exc`, else None."""
+def kept_note(exc: BaseException) -> tuple[str, bool] | None:
+    """What `keep_note` recorded on `exc` (the note, and whether --resume continues from it), else None."""
     return getattr(exc, KEPT, None)

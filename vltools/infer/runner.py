@@ -120,7 +120,8 @@ def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produc
             kept.discard()
             if kept.resumable:
                 held = len(kept.done)
-                keep_note(exc, f"{held} of {len(ids)} {unit} kept in {kept.folder}/" if held else "nothing was kept")
+                keep_note(exc, f"{held} of {len(ids)} {unit} kept in {kept.folder}/" if held else "nothing was kept",
+                          resumable=held > 0)
         raise
     return computed
 

@@ -89,8 +89,9 @@ def resume_state(payload: dict, path: Path, metric: str) -> dict:
 
 
 def interrupted_at(payload: dict, path: Path) -> str | None:
-    """Where the run that wrote the resume file `path` (its loaded `payload`) stopped ("epoch 15 of 20, iteration
-    300"), when it stopped before its last epoch ended; None for a finished run, whose file a plain run replaces."""
+    """Where the run that wrote the resume file `path` (its loaded `payload`) stopped ("in epoch 16 of 20, after
+    iteration 300"), when it stopped before its last epoch ended; None for a finished run, whose file a plain run
+    replaces."""
     epoch = field(payload, "train_state.epoch", INTEGER, path, NOT_RESUMABLE)
     step = field(payload, "train_state.step", INTEGER, path, NOT_RESUMABLE)
     epochs = field(payload, "train_state.config.train.epochs", INTEGER, path, NOT_RESUMABLE, default=None)

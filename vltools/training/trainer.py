@@ -174,9 +174,11 @@ class Trainer:
                     self._epoch(epoch)
         except BaseException as exc:    # Ctrl-C, SIGTERM, a failure: what a rerun with --resume continues from
             total = self.options["epochs"] * self.sampler.steps
-            keep_note(exc, f"{self.last_path} keeps iteration {self._kept} of {total}" if self._kept is not None
-                      else f"nothing was kept: {self.last_path} is first written after an epoch, train.save_every "
-                           "steps or train.save_seconds")
+            if self._kept is not None:
+                keep_note(exc, f"{self.last_path} keeps iteration {self._kept} of {total}")
+            else:
+                keep_note(exc, f"nothing was kept: {self.last_path} is first written after an epoch, "
+                               "train.save_every steps or train.save_seconds", resumable=False)
             raise
         if self.state["skipped_steps"] and self.env.main:
             log.info("%d of %d steps were skipped: their fp16 gradients overflowed the loss scale (now %g)",
@@ -334,15 +336,15 @@ class Trainer:
         seconds = self.options["save_seconds"]
         if seconds <= 0:
             return False
-        due = torch.tensor(float(time.monotonic() - self._saved_at >= seconds), device=self.env.device)
-        if self.env.active:
-            dist.broadcast(due, 0)
-        return bool(due)
+        due = time.monotonic() - self._saved_at >= seconds
+        if not self.env.active:      # one process: no tensor, no device sync at every step
+            return due
+        flag = torch.tensor(float(due), device=self.env.device)
+        dist.broadcast(flag, 0)
+        return bool(flag)
 
     def _save_last(self) -> None:
         """The resume file: everything needed to continue exactly where this step left off."""
-        self._saved_at = time.monotonic()
-        self._kept = self.state["iteration"]
         states = [rng_state(self.env.device)]
         if self.env.active:
             gathered: list = [None] * self.env.world_size
@@ -356,6 +358,7 @@ class Trainer:
             save_checkpoint(self.last_path, info["model"], info["config"], self.model.state_dict(),
                             vocab=info.get("vocab"), train_state=train_state, schema=info["schema"])
         self.env.barrier()
+        self._saved_at, self._kept = time.monotonic(), self.state["iteration"]    # written: what Ctrl-C keeps
 
     def _keep_interrupted_run(self) -> None:
         """A plain run never replaces what an interrupted run kept: it refuses beside a resume file that stopped
