@@ -96,10 +96,27 @@ def torchrun(*args: object, cwd: Path | None = None, processes: int = 2) -> subp
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: object) -> tuple[Path, Path]:
+def torchrun_nodes(*args: object, cwd: Path, nodes: int = 2) -> list[subprocess.CompletedProcess]:
+    """`torchrun --nnodes NODES --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT -m vltools
+    ARGS` launched NODES times at once on this machine, as many machines would start it (one process each, on one
+    thread), sharing the rendezvous; their outputs captured as text."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "vltools-test",
+               "-m", "vltools", *map(str, args)]
+    launched = [subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(nodes)]
+    done = []
+    for process in launched:
+        out, err = process.communicate(timeout=HANG_GUARD_S)
+        done.append(subprocess.CompletedProcess(command, process.returncode, out, err))
+    return done
+
+
+def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: object,
+                          processes: int = 2) -> tuple[Path, Path]:
     """Run `vltools --quiet ARGS` in `folder/one`, in this process but as `python -m vltools` would (the same
-    sys.argv), and under torchrun with 2 processes in `folder/two`; return the two folders. Outputs named by
-    relative paths then record the same command line. Every process computes on one thread, as torchrun's
+    sys.argv), and under torchrun with `processes` processes in `folder/two`; return the two folders. Outputs named
+    by relative paths then record the same command line. Every process computes on one thread, as torchrun's
     processes do by default (OMP_NUM_THREADS=1): CPU sums may depend on the number of threads."""
     one, two = folder / "one", folder / "two"
     one.mkdir(parents=True)
@@ -113,9 +130,16 @@ def one_and_two_processes(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: 
             run(*args)
         finally:
             torch.set_num_threads(threads)
-    done = torchrun("--quiet", *args, cwd=two)
+    done = torchrun("--quiet", *args, cwd=two, processes=processes)
     assert done.returncode == 0, done.stderr
     return one, two
+
+
+def merged(parts: Path) -> Path:
+    """`vltools merge PARTS -o PARTS.merged`: the one file of a folder of parts, as one process writes it."""
+    target = parts.with_name(f"{parts.name}.merged")
+    run("merge", str(parts), "-o", str(target))
+    return target
 
 
 def same_but_created(first: Path, second: Path) -> None:

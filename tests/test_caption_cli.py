@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from kill_helpers import killed_midway
-from pipeline_fixtures import one_and_two_processes, same_but_created
+from pipeline_fixtures import merged, one_and_two_processes, same_but_created
 from tiny_captioning import make_caption_world, mute_captioner, save_captioner
 
 import vltools.infer.caption as caption_step  # the caption stage imports its steps from here when it runs
@@ -77,8 +77,8 @@ def test_greedy_sample_shard_and_all_images(world):
     first = run("caption", "--model", aa, features, "--sample", "--temperature", "2", "--seed", "3")
     again = run("caption", "--model", aa, features, "--sample", "--temperature", "2", "--seed", "3")
     assert first == again and first != greedy
-    shard = run("caption", "--model", aa, features, "--beam", "1", "--shard", "1/3")
-    assert shard == greedy[1::3]
+    shard = run("caption", "--model", aa, features, "--beam", "1", "--shard", "1/3", "--batch-size", "4")
+    assert shard == greedy[8:20]      # batches 2, 3 and 4 of the 8 batches of 4
 
 
 def interrupted(monkeypatch, batches_done: int):
@@ -298,15 +298,17 @@ def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monke
         assert warnings == expected
 
 
-def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
-    """30 images sampled in batches of 4 (process 0 samples batches 0, 2, 4, 6 and process 1 batches 1, 3, 5, 7,
-    each batch with its own keyed draws), and log p(c | I) with blocks of 4 images shared the same way."""
+def test_torchrun_processes_write_their_parts_and_share_the_logp_matrix(world, tmp_path, monkeypatch):
+    """30 images sampled in batches of 4 (process 0 samples batches 0-3 into its part, process 1 batches 4-7 into
+    its own, each batch with its own keyed draws): the folder reads as the captions one process writes, and merged
+    it is their bytes. log p(c | I), a matrix, has its blocks of 4 images shared and the first process write it."""
     _, features, captions, aa, _ = world
     one, two = one_and_two_processes(tmp_path / "sample", monkeypatch, "caption", "--model", aa, features,
                                      "--sample", "--temperature", "2", "--batch-size", "4", "--device", "cpu",
                                      "-o", "caps.jsonl")
-    assert len(read_records(two / "caps.jsonl", "captions")) == 30
-    assert (one / "caps.jsonl").read_bytes() == (two / "caps.jsonl").read_bytes()
+    assert [len(read_records(part, "captions")) for part in sorted((two / "caps.jsonl").iterdir())] == [16, 14]
+    assert read_records(two / "caps.jsonl", "captions") == read_records(one / "caps.jsonl", "captions")
+    assert (one / "caps.jsonl").read_bytes() == merged(two / "caps.jsonl").read_bytes()
     one, two = one_and_two_processes(tmp_path / "logp", monkeypatch, "caption", "--model", aa, features, captions,
                                      "--split", "test", "--logp", "--block-images", "4", "--device", "cpu",
                                      "-o", "logp.h5")

@@ -11,13 +11,14 @@ import torch
 from click.testing import CliRunner
 from kill_helpers import interrupted_then_resumed
 from matching_helpers import VOCAB, fails, make_world, save_tiny
-from pipeline_fixtures import one_and_two_processes, same_but_created
+from pipeline_fixtures import merged, one_and_two_processes, same_but_created
 
 import vltools
 import vltools.infer.encode as encode_step
 from vltools.cli import cli
 from vltools.errors import VLToolsError
 from vltools.io.checkpoints import save_checkpoint
+from vltools.io.embeddings import read_embeddings
 from vltools.io.features import FeaturesWriter
 from vltools.io.hdf5 import decode_strings
 from vltools.io.sims import read_sims
@@ -215,15 +216,25 @@ def test_sentences_or_concepts_a_model_does_not_read_are_refused(world, ctx_sen,
     assert not (folder / "sen.h5").exists()
 
 
-def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
-    """8 images in blocks of 3 (process 0 takes blocks 0 and 2, process 1 block 1) and 18 captions in blocks of 4
-    (blocks 0, 2, 4 and 1, 3): the embeddings of each block come from one process, the file from the first."""
+def test_torchrun_processes_each_write_their_part_and_the_set_is_what_one_process_writes(world, tmp_path,
+                                                                                         monkeypatch):
+    """Issue 50: 8 images in blocks of 3 (process 0 takes blocks 0 and 1, process 1 block 2) and 18 captions in
+    blocks of 4 (blocks 0, 1 and 2, 3, 4): each process writes its part; the folder is read as one embeddings
+    file (match reads it), and merged it is the file one process writes but its creation time."""
     _, features, captions, vse, _ = world
     one, two = one_and_two_processes(tmp_path / "images", monkeypatch, "encode", "--model", vse, features,
                                      "--batch-size", "3", "--device", "cpu", "-o", "emb.h5")
-    same_but_created(one / "emb.h5", two / "emb.h5")
+    same_but_created(one / "emb.h5", merged(two / "emb.h5"))
+    images = two
     one, two = one_and_two_processes(tmp_path / "captions", monkeypatch, "encode", "--model", vse, captions,
                                      "--batch-size", "4", "--device", "cpu", "-o", "emb.h5")
-    same_but_created(one / "emb.h5", two / "emb.h5")
-    with h5py.File(two / "emb.h5") as handle:
-        assert handle["emb"].shape[0] == 18
+    same_but_created(one / "emb.h5", merged(two / "emb.h5"))
+    with h5py.File(two / "emb.h5" / "part-00001-of-00002.h5") as handle:
+        assert handle["emb"].shape[0] == 18 - 8 and handle.attrs["span"] == "8:18/18"
+    single = read_embeddings(one / "emb.h5")
+    parts = read_embeddings(two / "emb.h5")
+    assert parts.ids == single.ids and parts.caption_image_ids == single.caption_image_ids
+    assert np.array_equal(parts.vectors, single.vectors) and parts.attrs["ids_digest"] == single.attrs["ids_digest"]
+    run("match", str(images / "emb.h5"), str(two / "emb.h5"), "-o", str(tmp_path / "sets.jsonl"))
+    run("match", str(images / "emb.h5.merged"), str(merged(two / "emb.h5")), "-o", str(tmp_path / "files.jsonl"))
+    assert (tmp_path / "sets.jsonl").read_bytes() == (tmp_path / "files.jsonl").read_bytes()

@@ -21,10 +21,18 @@ import numpy as np
 import pytest
 from kill_helpers import kill, start_paused, stopped
 from PIL import Image
-from pipeline_fixtures import one_and_two_processes, run_process, same_but_created, synth_world, torchrun
+from pipeline_fixtures import (
+    merged,
+    one_and_two_processes,
+    run_process,
+    same_but_created,
+    synth_world,
+    torchrun,
+    torchrun_nodes,
+)
 
 from vltools.cli import main
-from vltools.io.features import FeaturesReader
+from vltools.io.features import FeaturesReader, comparable_attrs
 from vltools.vision import backbones
 
 PHOTOS = Path(__file__).parent / "data" / "photos"
@@ -326,8 +334,7 @@ def test_shards_merged_equal_a_single_run(photos, tmp_path):
         assert _vltools("-q", *args, "--shard", f"{index}/2", "-o", tmp_path / f"shard{index}.h5") == 0
     assert _vltools("-q", "merge", tmp_path / "shard0.h5", tmp_path / "shard1.h5", "-o", tmp_path / "all.h5") == 0
     with FeaturesReader(tmp_path / "single.h5") as single, FeaturesReader(tmp_path / "all.h5") as merged:
-        assert merged.ids == ["chelsea.png", "coffee.png", "china.jpg"]  # shard 0 then shard 1
-        assert sorted(merged.ids) == sorted(single.ids)
+        assert merged.ids == single.ids == ["chelsea.png", "china.jpg", "coffee.png"]  # shard 0, then shard 1's two
         a, b = single.read(single.ids), merged.read(single.ids)
         assert "shard" not in merged.attrs and merged.attrs["backbone"] == "resnet18"
     for name in a:
@@ -343,26 +350,89 @@ def bad_world(tmp_path_factory) -> Path:
 
 
 def _torchrun_args(world: Path) -> list[object]:
-    """Batches of 2 of the 10 images: process 0 of 2 takes batches 0, 2, 4 and process 1 batches 1, 3 (with the
-    bad image 3)."""
+    """Batches of 2 of the 10 images (the fourth bad): 5 batches, cut into runs of whole batches, one per process."""
     return ["extract-regions", world / "images.jsonl", "--regions", "boxes", "--global", "avg", *TINY,
             "--batch-size", "2", "-o", "feats.h5"]
 
 
-def test_torchrun_two_gloo_processes_write_what_one_process_writes(bad_world, tmp_path, monkeypatch):
-    one, two = one_and_two_processes(tmp_path, monkeypatch, *_torchrun_args(bad_world))
-    assert sorted(p.name for p in two.iterdir()) == ["feats.h5"]
-    with FeaturesReader(two / "feats.h5") as reader:   # the failure seen by process 1 is listed
-        assert len(reader.ids) == 9 and reader.failed == ["img00003\tnot an image file Pillow can read"]
-    same_but_created(one / "feats.h5", two / "feats.h5")
+@pytest.mark.parametrize("processes", [1, 2, 4])
+def test_torchrun_processes_each_write_their_part_and_the_set_is_what_one_process_writes(bad_world, tmp_path,
+                                                                                         monkeypatch, processes):
+    """Issue 50: each gloo process writes its own part (nothing passes through one process); the folder read as
+    one input holds the rows one process writes, in its order, and merged it is that file byte for byte but the
+    creation time. One process under torchrun writes the file itself."""
+    one, two = one_and_two_processes(tmp_path, monkeypatch, *_torchrun_args(bad_world), processes=processes)
+    if processes == 1:
+        same_but_created(one / "feats.h5", two / "feats.h5")
+        return
+    names = [f"part-{k:05d}-of-{processes:05d}.h5" for k in range(processes)]
+    assert sorted(p.name for p in (two / "feats.h5").iterdir()) == names
+    with FeaturesReader(one / "feats.h5") as single, FeaturesReader(two / "feats.h5") as parts:
+        assert parts.ids == single.ids and len(parts.ids) == 9
+        assert parts.failed == single.failed == ["img00003\tnot an image file Pillow can read"]
+        backwards = single.ids[::-1]
+        for name in single.fields:
+            assert np.array_equal(parts.read(backwards, [name])[name], single.read(backwards, [name])[name]), name
+    same_but_created(one / "feats.h5", merged(two / "feats.h5"))
 
 
-def test_torchrun_a_failure_in_one_process_stops_both(bad_world, tmp_path):
-    """With --strict the bad image of process 1 stops both, with the one line one process prints; nothing is left."""
+def test_torchrun_a_failure_in_one_process_stops_it_and_leaves_the_others_parts(bad_world, tmp_path):
+    """With --strict the bad image (in process 0's part) stops that process with the one line one process prints;
+    torchrun stops the job, and what the others finished stays in their own parts or checkpoints."""
     done = torchrun("-q", *_torchrun_args(bad_world), "--strict", cwd=tmp_path)
     assert done.returncode != 0
     assert f"vltools: error: {bad_world}/images/img00003.png: image 'img00003': not an image file" in done.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert not (tmp_path / "feats.h5" / "part-00000-of-00002.h5").exists()
+
+
+def test_shards_by_hand_into_a_folder_make_the_set_one_process_would(bad_world, tmp_path, capsys):
+    """`--shard i/n -o FOLDER/` by hand (each on any machine): part i of n; the set once all are there."""
+    args = [*_torchrun_args(bad_world)[:-2]]
+    for index in (2, 0):
+        assert _vltools("-q", *args, "--shard", f"{index}/3", "-o", f"{tmp_path}/set/") == 0
+    capsys.readouterr()
+    assert _vltools("-q", "merge", tmp_path / "set", "-o", tmp_path / "early.h5") == 1
+    assert "part-00001-of-00003 is missing (2 of 3 parts are there); run it" in capsys.readouterr().err
+    assert not (tmp_path / "early.h5").exists()
+    assert _vltools("-q", *args, "--shard", "1/3", "-o", f"{tmp_path}/set/") == 0
+    assert _vltools("-q", *args, "-o", tmp_path / "one.h5") == 0
+    with FeaturesReader(tmp_path / "set") as parts, FeaturesReader(tmp_path / "one.h5") as single:
+        assert parts.ids == single.ids and parts.attrs["shard"] == "0/1"
+    assert _vltools("-q", "merge", tmp_path / "set", "-o", tmp_path / "merged.h5") == 0
+    same_but_created(tmp_path / "one.h5", tmp_path / "merged.h5")
+
+
+def test_a_part_killed_part_way_resumes_alone_under_torchrun(bad_world, tmp_path):
+    """Process 1's part (images 4-9, the same code path `--shard 1/2 -o FOLDER/` takes) is killed with SIGKILL after
+    its second commit; `torchrun ... --resume` then keeps part 0, finished, as it is and continues part 1 from its
+    checkpoint: the set is what one process writes."""
+    args = [*_torchrun_args(bad_world)[:-2], "--checkpoint-seconds", "0", "--threads", "1"]   # as torchrun's
+    assert _vltools("-q", *args, "-o", tmp_path / "one.h5") == 0
+    assert _vltools("-q", *args, "--shard", "0/2", "-o", f"{tmp_path}/set/") == 0
+    part0 = tmp_path / "set" / "part-00000-of-00002.h5"
+    written = part0.stat().st_mtime_ns
+    kill(start_paused("vltools.io.checkpoint:Checkpoint.commit", 2, *args, "--shard", "1/2", "-o", f"{tmp_path}/set/"))
+    assert len(_chunk_ids(tmp_path / "set" / "part-00001-of-00002.h5.partial")) == 4
+    done = torchrun(*args, "--resume", "-o", "set", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"{Path('set') / part0.name}: finished by the interrupted run; kept" in done.stderr   # the first reports
+    assert part0.stat().st_mtime_ns == written and not (tmp_path / "set" / "part-00001-of-00002.h5.partial").exists()
+    same_but_created(tmp_path / "one.h5", merged(tmp_path / "set"))
+
+
+def test_two_nodes_sharing_a_rendezvous_write_the_set_one_process_would(bad_world, tmp_path):
+    """Issue 50: `torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT` launched twice on this machine,
+    as two machines would, one process each: the two parts make what one process writes."""
+    for done in torchrun_nodes("-q", *_torchrun_args(bad_world)[:-2], "-o", "feats", cwd=tmp_path):
+        assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "feats").iterdir()) == ["part-00000-of-00002.h5",
+                                                                    "part-00001-of-00002.h5"]
+    assert _vltools("-q", *_torchrun_args(bad_world)[:-2], "--threads", "1", "-o", tmp_path / "one.h5") == 0
+    with FeaturesReader(tmp_path / "one.h5") as single, FeaturesReader(tmp_path / "feats") as parts:
+        assert parts.ids == single.ids and parts.failed == single.failed
+        assert comparable_attrs(parts.attrs) == comparable_attrs(single.attrs)
+        for name, rows in single.read(single.ids).items():
+            assert np.array_equal(parts.read(single.ids, [name])[name], rows), name
 
 
 def test_resume_recomputes_rows_whose_image_changed(tmp_path):

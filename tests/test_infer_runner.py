@@ -15,6 +15,7 @@ from vltools.io.checkpoint import Records, Rows
 from vltools.io.features import FeaturesReader, field_dtypes, write_features
 from vltools.io.progress import configure
 from vltools.io.records import write_records
+from vltools.io.shards import this_part
 
 IDS = [f"im{n}" for n in range(7)]
 FEATURES = Rows("float32", field_dtypes("float32"), "image id")
@@ -38,9 +39,10 @@ def captions(todo, fail_at=None, seen=None):
         yield ids, [{"image_id": i, "caption": i[::-1]} for i in ids]
 
 
-def test_shard_ids_takes_every_nth_from_i():
-    assert runner.shard_ids(IDS, "1/3") == ["im1", "im4"]
-    assert runner.shard_ids(IDS, None) == IDS
+def test_a_part_takes_a_run_of_whole_batches_and_the_parts_together_take_every_id_once_in_order():
+    parts = [this_part((index, 3), 0, 1, folder=True) for index in range(3)]
+    assert [runner.part_ids(IDS, part, 2) for part in parts] == [["im0", "im1"], ["im2", "im3"], ["im4", "im5", "im6"]]
+    assert runner.part_ids(IDS, None, 2) == IDS
 
 
 def test_records_resume_after_a_failure_and_recompute_nothing_done(tmp_path, capsys):
@@ -198,11 +200,6 @@ def test_computed_rows_come_back_in_order_and_leave_no_checkpoint(tmp_path, to_f
         if to_file:
             assert sorted(p.name for p in (tmp_path / "emb.h5.partial").iterdir()) == ["chunk-000000.h5", "state.json"]
     assert list(tmp_path.iterdir()) == []
-
-
-def test_failures_are_listed_in_input_order():
-    """As one process lists them, whichever process of a torchrun job met them first."""
-    assert runner.gathered_failures(["im4\tbad", "im1\tworse"], IDS) == ["im1\tworse", "im4\tbad"]
 
 
 def test_non_finite_results_are_refused_naming_the_id_and_the_precision_and_the_blocks_are_closed():

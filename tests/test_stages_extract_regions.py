@@ -33,9 +33,9 @@ def test_the_api_takes_shard_and_writes_what_the_command_writes(photos, tmp_path
     main(["-q", "extract-regions", str(photos), "--backbone", "resnet18", "--weights", "none", "--workers", "0",
           "--device", "cpu", "--regions", "grid", "--image-size", "64", "--batch-size", "2", "--shard", "1/2",
           "-o", str(tmp_path / "cli.h5")])
-    assert vltools.extract_regions([photos], tmp_path / "api.h5", shard="1/2", **TINY) == {"written": 2, "failed": 0}
+    assert vltools.extract_regions([photos], tmp_path / "api.h5", shard="1/2", **TINY) == {"written": 3, "failed": 0}
     (cli_ids, cli_rows), (api_ids, api_rows) = _rows(tmp_path / "cli.h5"), _rows(tmp_path / "api.h5")
-    assert cli_ids == api_ids == ["img1.png", "img3.png"]
+    assert cli_ids == api_ids == ["img2.png", "img3.png", "img4.png"]   # batches 1 and 2 of 0..2 (of two images)
     np.testing.assert_array_equal(cli_rows, api_rows)
 
 

@@ -23,7 +23,6 @@ from vltools.vision.images import (
     list_inputs,
     load_rgb,
     resized_shape,
-    shard_items,
     ten_crops,
 )
 from vltools.vision.limits import MAX_PIXELS_LIMIT
@@ -77,12 +76,6 @@ def test_a_named_pipe_or_a_device_is_named_as_such_not_missing(tmp_path):
         list_inputs(["/dev/null"])
     with pytest.raises(VLToolsError, match=r"absent: no such file or folder; give an image folder"):
         list_inputs([tmp_path / "absent"])
-
-
-def test_shard_takes_every_nth_item():
-    items = list(range(10))
-    assert shard_items(items, (1, 3)) == [1, 4, 7]
-    assert sorted(sum((shard_items(items, (i, 3)) for i in range(3)), [])) == items
 
 
 def test_resized_shape_modes():

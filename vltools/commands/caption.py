@@ -35,9 +35,10 @@ from vltools.commands.options import (
 @click.argument("features", type=InputFile("hdf5", formats=("features",)))
 @click.argument("captions", required=False, type=InputFile("jsonl", stdin=True))
 @click.option("--split", type=SPLIT, help="Only the images (or, with --logp, the captions) of this split of CAPTIONS.")
-@output_option("-o", "--output", type=click.Path(dir_okay=False),
+@output_option("-o", "--output", type=click.Path(),
                binary=lambda values: "HDF5" if values["logp"] else None,
-               help="Captions JSONL, or with --logp the log-probability HDF5 (default: standard output).")
+               help="Captions JSONL, or a folder of parts (--shard I/N, torchrun), or with --logp the "
+                    "log-probability HDF5 (default: standard output).")
 @click.option("--beam", type=BEAMS, default=3, show_default=True, help="Beam size; 1 = greedy.")
 @click.option("--sample", is_flag=True, help="Sample each word from softmax(logp / temperature) instead.")
 @click.option("--temperature", type=FiniteFloat(min=0, min_open=True), default=1.0, show_default=True)

@@ -19,7 +19,7 @@ from vltools.commands.options import (
 )
 from vltools.errors import VLToolsError
 from vltools.infer.checks import MAX_GRID_LEVEL
-from vltools.infer.settings import CONCEPT_LEVELS, RunOptions, parse_shard
+from vltools.infer.settings import CONCEPT_LEVELS, RunOptions, locked_part
 from vltools.vision.limits import DEFAULT_MAX_PIXELS
 
 
@@ -34,13 +34,14 @@ def _levels(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int,
     return levels
 
 
-@primary_output("output", stdout=True)
+@primary_output("output", stdout=True, locks=False)
 @click.command("concept-scores")
 @click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
 @click.option("--model", "model_path", required=True, type=InputFile("checkpoint"),
               help="A concept CNN checkpoint (vltools train --model concepts).")
-@output_option("-o", "--output", type=click.Path(dir_okay=False), binary="HDF5",
-               help="Features HDF5 (default: standard output, never a terminal).")
+@output_option("-o", "--output", type=click.Path(), binary="HDF5",
+               help="Features HDF5, or a folder of parts (--shard I/N, torchrun) (default: standard output, never a "
+                    "terminal).")
 @click.option("--concepts", "concepts_path", type=click.Path(dir_okay=False),
               help="Check that this concepts file is the one the CNN was trained on (same K and concepts).")
 @click.option("--levels", default=",".join(map(str, CONCEPT_LEVELS)), show_default=True, callback=_levels,
@@ -71,23 +72,25 @@ def command(inputs: tuple[str, ...], model_path: str, output: str | None, concep
     from vltools.io.checkpoints import TASK_SETTINGS, checkpoint_field, file_digest
     from vltools.io.fields import INTEGER
     from vltools.text.concepts import ConceptVocabulary
-    from vltools.vision.images import list_inputs, shard_items
+    from vltools.vision.images import list_inputs
 
-    check_output(output, resume)
-    loaded = load_model(model_path, "concepts")
-    model, payload = loaded.model, loaded.payload
-    concepts = list(payload.get("vocab") or [])
-    if concepts_path is not None:
-        given = ConceptVocabulary.load(concepts_path)
-        if given.concepts != concepts:
-            raise VLToolsError(f"{concepts_path}: has K={len(given)} concepts but {model_path} was trained on "
-                               f"K={len(concepts)} {'(other concepts)' if len(given) == len(concepts) else ''}; "
-                               "use the concepts file the CNN was trained with")
-    train_size = checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 224)
-    run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision, dtype="float32",
-                     strict=strict, resume=resume, commit_seconds=checkpoint_seconds, max_pixels=DEFAULT_MAX_PIXELS)
-    info = {"backbone": loaded.settings["backbone"], "checkpoint": model_path,
-            "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
-    scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)
-    all_items = list_inputs(inputs)
-    extract(scorer, all_items, shard_items(all_items, parse_shard(shard)), output, shard)
+    with locked_part(output, shard, "h5") as (target, part):
+        check_output(target, resume)
+        loaded = load_model(model_path, "concepts")
+        model, payload = loaded.model, loaded.payload
+        concepts = list(payload.get("vocab") or [])
+        if concepts_path is not None:
+            given = ConceptVocabulary.load(concepts_path)
+            if given.concepts != concepts:
+                raise VLToolsError(f"{concepts_path}: has K={len(given)} concepts but {model_path} was trained on "
+                                   f"K={len(concepts)} {'(other concepts)' if len(given) == len(concepts) else ''}; "
+                                   "use the concepts file the CNN was trained with")
+        train_size = checkpoint_field(payload, f"{TASK_SETTINGS}.image_size", INTEGER, model_path, 224)
+        run = RunOptions(batch_size=batch_size, workers=workers, device=device, precision=precision,
+                         dtype="float32", strict=strict, resume=resume, commit_seconds=checkpoint_seconds,
+                         max_pixels=DEFAULT_MAX_PIXELS)
+        info = {"backbone": loaded.settings["backbone"], "checkpoint": model_path,
+                "checkpoint_digest": file_digest(model_path), "concepts": " ".join(concepts)}
+        scorer = ConceptScorer(model, info, run, image_size, crop_size or train_size, levels)
+        all_items = list_inputs(inputs)
+        extract(scorer, all_items, target, part, shard)

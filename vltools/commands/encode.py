@@ -15,6 +15,7 @@ from vltools.commands.options import (
     precision_option,
     primary_output,
     resume_option,
+    shard_option,
     threads_option,
     workers_option,
 )
@@ -32,8 +33,9 @@ from vltools.commands.options import (
                    "openclip:ViT-B-32 (its default pretrained weights), openclip:ViT-B-32:laion2b_s34b_b79k (a tag), "
                    "openclip:ViT-B-32:FILE (a .pt, .bin or .safetensors file), openclip:ViT-B-32:random (seeded, "
                    "for tests); `vltools models available` lists tags.")
-@output_option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), binary="HDF5",
-               help="Embeddings HDF5 (default: standard output, never a terminal).")
+@output_option("-o", "--output", type=click.Path(allow_dash=True), binary="HDF5",
+               help="Embeddings HDF5, or a folder of parts (--shard I/N, torchrun) (default: standard output, never "
+                    "a terminal).")
 @click.option("--split", type=SPLIT,
               help="For captions: encode this split [test when the captions have a split field, else every "
                    "caption]; for rmac with --proxy: the images of this split [test].")
@@ -62,12 +64,13 @@ from vltools.commands.options import (
 @click.option("--image-size", type=image_side(32), help="rmac: longest image side [the training one].")
 @workers_option(0, "rmac, openclip: image decoding processes.")
 @resume_option("-o, checkpoint, inputs and options", "embeddings")
+@shard_option()
 @threads_option()
 def command(source: tuple[str, ...], model_path: str, output: str | None, split: str | None, captions_path: str | None,
             concepts_path: str | None, sentences_path: str | None, batch_size: int, precision: str, device: str,
             proxy_path: str | None, first: int | None, with_text: bool, add_words: tuple[str, ...],
             subtract_words: tuple[str, ...], image_size: int | None, workers: int, resume: bool,
-            checkpoint_seconds: float) -> None:
+            checkpoint_seconds: float, shard: str | None) -> None:
     """Write `/ids` and `/emb`: one l2-normalised vector per image of FEATS.h5 (in file order, or those that
     --captions names), or per caption of the split (in file order, with `/caption_image_ids`).
 
@@ -82,4 +85,4 @@ def command(source: tuple[str, ...], model_path: str, output: str | None, split:
            split=split, captions=captions_path, concepts=concepts_path, sentences=sentences_path,
            batch_size=batch_size, precision=precision, device=device, resume=resume,
            checkpoint_seconds=checkpoint_seconds, proxy=proxy_path, first=first, with_text=with_text, add=add_words,
-           subtract=subtract_words, image_size=image_size, workers=workers)
+           subtract=subtract_words, image_size=image_size, workers=workers, shard=shard)

@@ -23,6 +23,7 @@ from vltools.io.kinds import FOUND, LINE_KINDS, Placed, accepts, described, kind
 from vltools.io.model_store import is_openclip, resolve_models
 from vltools.io.progress import log
 from vltools.io.scratch import scratch_folder
+from vltools.io.shards import is_part_set
 from vltools.io.write_errors import output_error
 
 STDIN = "standard input (-)"
@@ -109,7 +110,7 @@ def check_files(params: list[click.Parameter], values: dict[str, object], stage:
     for param, path in _values(params, values):
         if path == "-":
             dashes.append(param)
-        elif Path(path).is_dir() and not accepts(param.type.kinds, "folder"):
+        elif Path(path).is_dir() and not is_part_set(path) and not accepts(param.type.kinds, "folder"):
             raise VLToolsError(f"{path}: is a directory; give {label(param)} {param.type.takes()} file"
                                + (" or a model name" if param.type.names else ""))
         elif (param.type.names or (is_openclip(path) and "checkpoint" in param.type.kinds)) and not Path(path).exists():

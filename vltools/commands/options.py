@@ -178,10 +178,12 @@ def workers_option(default: int | None, help: str | None = None) -> Callable:
 
 
 def shard_option() -> Callable:
-    """`--shard I/N`: every N-th input starting at I; shards are joined with `vltools merge`."""
+    """`--shard I/N`: the I-th of N runs of the inputs, into its own file or as part I of N of a set in a folder
+    (vltools.io.shards), read by later stages as one input; `vltools merge` joins them."""
     return click.option("--shard", metavar="I/N", callback=check_shard,
-                        help="Process every N-th input starting at I (0 <= I < N); join the shards with "
-                             "`vltools merge`.")
+                        help="Process the I-th of N runs of the inputs (0 <= I < N). With -o FOLDER/ it writes "
+                             "FOLDER/part-I-of-N (every stage reads the folder as one input once all N are there); "
+                             "`vltools merge` joins shards or a folder into one file.")
 
 
 def resume_option(same: str = "-o, inputs and options", items: str = "items", where: str = "OUT.partial/",
@@ -236,8 +238,9 @@ def block_options(images: int, captions: int) -> Callable:
 def image_run_options(func: Callable) -> Callable:
     """The options every image-extraction stage shares (devices, batching, output dtype, resume, shard)."""
     return apply([
-        output_option("-o", "--output", "output", type=click.Path(dir_okay=False), binary="HDF5",
-                      help="Output features HDF5 (default: standard output, never a terminal)."),
+        output_option("-o", "--output", "output", type=click.Path(), binary="HDF5",
+                      help="Output features HDF5, or a folder of parts (--shard I/N, torchrun) (default: standard "
+                           "output, never a terminal)."),
         click.option("--backbone", type=click.Choice(BACKBONE_NAMES), default="resnet101", show_default=True,
                      help="Torchvision network; features come from its last convolutional stage."),
         click.option("--weights", default="imagenet", show_default=True,

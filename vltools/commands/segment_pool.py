@@ -8,10 +8,10 @@ import click
 
 from vltools.commands.inputs import InputFile
 from vltools.commands.options import image_run_options, image_side, make_run, primary_output
-from vltools.infer.settings import parse_shard
+from vltools.infer.settings import locked_part
 
 
-@primary_output("output", stdout=True)
+@primary_output("output", stdout=True, locks=False)
 @click.command("segment-pool")
 @click.argument("inputs", nargs=-1, required=True, type=InputFile("images"))
 @click.option("--image-size", type=image_side(), default=448, show_default=True,
@@ -32,13 +32,13 @@ def command(inputs: tuple[str, ...], image_size: int, class_name: str, seg_weigh
     values in [0, 1]: the input of L2C's segmentation-based pooling."""
     from vltools.infer.extract import SegmentExtractor, extract
     from vltools.infer.runner import check_output
-    from vltools.vision.images import list_inputs, shard_items
+    from vltools.vision.images import list_inputs
     from vltools.vision.masks import parse_class
 
-    check_output(output, bool(run["resume"]))
-    all_items = list_inputs(inputs)
-    items = shard_items(all_items, parse_shard(shard))
-    extractor = SegmentExtractor(make_run(**run), backbone=backbone, weights=weights, image_size=image_size,
-                                 class_index=parse_class(class_name), seg_weights=seg_weights,
-                                 mask_dir=Path(mask_dir) if mask_dir else None)
-    extract(extractor, all_items, items, output, shard)
+    with locked_part(output, shard, "h5") as (target, part):
+        check_output(target, bool(run["resume"]))
+        all_items = list_inputs(inputs)
+        extractor = SegmentExtractor(make_run(**run), backbone=backbone, weights=weights, image_size=image_size,
+                                     class_index=parse_class(class_name), seg_weights=seg_weights,
+                                     mask_dir=Path(mask_dir) if mask_dir else None)
+        extract(extractor, all_items, target, part, shard)

@@ -17,7 +17,6 @@ import torch
 from vltools.data.blocks import CaptionBlocks, FeatureBlocks
 from vltools.data.captions import DEFAULT_SPLIT, check_images, read_split
 from vltools.data.sco import VectorBlocks, check_split_images, model_vectors
-from vltools.distributed import place
 from vltools.errors import VLToolsError, argument
 from vltools.infer.embed import embed_blocks, require_separable
 from vltools.infer.loader import LoadedModel, OpenClipModel, check_features
@@ -28,7 +27,7 @@ from vltools.infer.runner import (
     checkpoint,
     computed_rows,
     finite_results,
-    gathered_failures,
+    part_ids,
     report_skipped,
     run,
 )
@@ -40,6 +39,7 @@ from vltools.io.hdf5 import hdf5_kind, refuse_nonfinite
 from vltools.io.held import Embeddings
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, input_digest
+from vltools.io.shards import Part
 
 PathLike = str | os.PathLike
 # what takes an encode's embeddings: (ids, [B, E] blocks in their order, attributes, caption image ids[, the images
@@ -52,7 +52,7 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
                 split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
                 sentences: PathLike | None = None, batch_size: int = 256, precision: str = "fp32",
                 rmac: QueryOptions | None = None, resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS,
-                write: WriteEmbeddings | None = None) -> int:
+                write: WriteEmbeddings | None = None, part: Part | None = None) -> int:
     """Write `/ids` and `/emb` of SOURCE to `output` (None: standard output) and return how many: one vector per
     image of a features file (in file order, or those the `split` of `captions` names, first mention), per caption
     of a captions file's `split`, or (an rmac model) per image of an images input, as `rmac` says (its split and
@@ -60,14 +60,16 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     sen") its generated sentences from `sentences`. Finished embeddings are committed to `OUT.partial/` as they
     come, so that `resume` continues an interrupted run (see vltools.infer.runner). `write` takes the embeddings
     instead of the file (ids, blocks, attributes, caption image ids[, images skipped]). An OpenCLIP model encodes
-    the images of an images input (its decoding `workers` are rmac's) or the captions of a captions file."""
+    the images of an images input (its decoding `workers` are rmac's) or the captions of a captions file. With a
+    `part` (vltools.io.shards), the part's run of the ids alone, written as a part of its set (rmac's queries are
+    made over a whole split: refused)."""
     out = None if output is None else str(output)
     write = write or functools.partial(write_embeddings, output)
     check_output(out, resume)
     clip = isinstance(loaded, OpenClipModel)
     if clip and not captions_given(source):
         return _encode_images(loaded, source, out, device, write, batch_size, precision,
-                              (rmac or QueryOptions()).workers, resume, checkpoint_seconds)
+                              (rmac or QueryOptions()).workers, resume, checkpoint_seconds, part)
     checkpoint = str(loaded.path)
     # else captions, or rmac's images
     features_in = loaded.name != "rmac" and not clip and hdf5_kind(source) is not None
@@ -75,6 +77,9 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     _refuse_unread(loaded, features_in, vectors_in, concepts, sentences)
     provenance = {"checkpoint": checkpoint, "checkpoint_digest": loaded.digest, "source": str(source)}
     if loaded.name == "rmac":
+        if part is not None:
+            raise VLToolsError(f"{checkpoint}: an rmac model encodes a split's images in one process (its queries are "
+                               "made over the whole split); run it without --shard or torchrun")
         query = replace(rmac or QueryOptions(), split=split or DEFAULT_SPLIT, batch_size=batch_size)
         images = rmac_images(loaded, source, query)
         digests = {i: input_digest([checkpoint, item.path])
@@ -102,17 +107,24 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
     attrs = {"model": loaded.name, **provenance, "precision": precision, **(loaded.clip.provenance() if clip else {})}
 
     def encode(ids: Sequence[str], blocks_of: Callable[[list[int]], Sequence], side: str,
-               written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> None:
-        """Encode `ids` (`blocks_of(positions)`: their blocks; for OpenCLIP, their texts) into `write`."""
-        def compute(mine: list[int]) -> Iterator[np.ndarray]:
-            computed = text_embeddings(loaded.clip, blocks_of(mine), device, precision, batch_size) if clip else \
-                embed_blocks(loaded.model, blocks_of(mine), side, device, precision, show_progress=False)
-            return finite_results(computed, [ids[k] for k in mine], "embeddings", f"{side[:-1]} id", precision)
+               written: dict[str, object], caption_image_ids: Sequence[str] | None = None) -> int:
+        """Encode `ids` (`blocks_of(positions)`: their blocks; for OpenCLIP, their texts), those of `part` with one,
+        into `write`; return how many."""
+        start, stop = part.span(len(ids), batch_size) if part is not None else (0, len(ids))
+        own = list(ids[start:stop])
 
-        with computed_rows("encode", out, ids, compute, side, batch_size, {**rows, "side": side},
+        def compute(mine: list[int]) -> Iterator[np.ndarray]:
+            positions = [start + k for k in mine]
+            computed = text_embeddings(loaded.clip, blocks_of(positions), device, precision, batch_size) if clip \
+                else embed_blocks(loaded.model, blocks_of(positions), side, device, precision, show_progress=False)
+            return finite_results(computed, [ids[k] for k in positions], "embeddings", f"{side[:-1]} id", precision)
+
+        with computed_rows("encode", out, own, compute, side, batch_size, {**rows, "side": side},
                            input_digest(inputs), resume, EMBEDDINGS, checkpoint_seconds) as blocks:
-            if blocks is not None:
-                write(ids, blocks, {**attrs, "side": side, **written}, caption_image_ids)
+            place_attrs = part.attrs(len(ids), batch_size) if part is not None else {}
+            write(own, blocks, {**attrs, "side": side, **written, "ids_digest": ids_digest(own), **place_attrs},
+                  None if caption_image_ids is None else caption_image_ids[start:stop])
+        return len(own)
 
     if vectors_in:
         vectors = model_vectors(loaded.config, source, concepts, sentences, loaded.vocab)
@@ -125,10 +137,10 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
             ids = chosen.image_ids
         if vectors.sentences is not None:
             vectors.sentences.check(ids, captions or source)
-        encode(ids, lambda mine: VectorBlocks(vectors, [ids[k] for k in mine], batch_size), "images",
-               {"concepts": str(concepts or ""), "sentences": str(sentences or ""), "ids_digest": ids_digest(ids)})
+        count = encode(ids, lambda mine: VectorBlocks(vectors, [ids[k] for k in mine], batch_size), "images",
+                       {"concepts": str(concepts or ""), "sentences": str(sentences or "")})
         vectors.close()
-        count, side = len(ids), "images"
+        side = "images"
     elif features_in:
         ids = None
         if captions is not None:
@@ -138,28 +150,27 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         with FeaturesReader(source) as reader:
             check_features(reader, [loaded])
             ids = reader.ids if ids is None else ids
-            encode(ids, lambda mine: FeatureBlocks(reader, [ids[k] for k in mine], batch_size), "images",
-                   {"ids_digest": ids_digest(ids)})
-            count, side = len(ids), "images"
+            count = encode(ids, lambda mine: FeatureBlocks(reader, [ids[k] for k in mine], batch_size), "images", {})
+            side = "images"
     else:
         chosen = read_split(source, split)
         tokens = None if clip else loaded.tokenize(chosen.captions)
-        encode(chosen.caption_ids, (lambda mine: [chosen.captions[k] for k in mine]) if clip else
-               (lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size)), "captions",
-               {"split": chosen.name, "ids_digest": ids_digest(chosen.caption_ids)},
-               [chosen.image_ids[i] for i in chosen.caption_image_index])
-        count, side = len(chosen.caption_ids), "captions"
+        count = encode(chosen.caption_ids, (lambda mine: [chosen.captions[k] for k in mine]) if clip else
+                       (lambda mine: CaptionBlocks([tokens[k] for k in mine], batch_size)), "captions",
+                       {"split": chosen.name}, [chosen.image_ids[i] for i in chosen.caption_image_index])
+        side = "captions"
     log.info("encoded %d %s with %s", count, side, loaded.name)
     return count
 
 
 def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike], out: str | None,
                    device: torch.device, write: WriteEmbeddings, batch_size: int, precision: str, workers: int,
-                   resume: bool, checkpoint_seconds: float) -> int:
-    """`encode_file` of the images of an images input (or a list of them) by an OpenCLIP model: decoded in
-    `workers` processes, those that cannot be used skipped, counted and recorded (`/failed`), as extract-regions
-    does; returns how many were encoded."""
-    items = image_inputs(source)
+                   resume: bool, checkpoint_seconds: float, part: Part | None) -> int:
+    """`encode_file` of the images of an images input (or a list of them; those of `part` with one) by an OpenCLIP
+    model: decoded in `workers` processes, those that cannot be used skipped, counted and recorded (`/failed`), as
+    extract-regions does; returns how many were encoded."""
+    every = image_inputs(source)
+    items = part_ids(every, part, batch_size)
     by_id = {item.image_id: item for item in items}
     ids = list(by_id)
     failed: list[str] = []
@@ -174,9 +185,6 @@ def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike],
 
     with checkpoint(out, EMBEDDINGS, rows, digests, resume, checkpoint_seconds) as kept:
         run("encode", ids, kept, produce, "images", batch_size)
-        failed = gathered_failures(failed, ids)
-        if kept is None:       # another process of a torchrun job: the first writes every embedding
-            return len(ids)
         done = [i for i in ids if i in kept.done]
         if not done:
             kept.discard()
@@ -185,7 +193,7 @@ def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike],
                                "encode")
         attrs = {"model": "openclip", "checkpoint": str(loaded.path), "checkpoint_digest": loaded.digest,
                  "source": str(source), "precision": precision, **loaded.clip.provenance(), "side": "images",
-                 "ids_digest": ids_digest(done)}
+                 "ids_digest": ids_digest(done), **(part.attrs(len(every), batch_size) if part is not None else {})}
         write(done, (arrays["rows"] for _, arrays in kept.gather(done, batch_size)), attrs, None, failed)
         kept.remove()
     report_skipped("encode", out, len(done), failed)
@@ -195,7 +203,7 @@ def _encode_images(loaded: OpenClipModel, source: PathLike | Sequence[PathLike],
 def encode_embeddings(loaded: LoadedModel, source: PathLike, device: torch.device,
                       **options: object) -> Embeddings | None:
     """`encode_file` (with its keyword `options`) without a file: the embeddings in memory, checked as their file's
-    reader checks them (the first process of a torchrun job; the others None)."""
+    reader checks them (under torchrun, each process's part)."""
     found: list[Embeddings] = []
 
     def keep(ids: Sequence[str], blocks: Iterable[np.ndarray], attrs: dict[str, object],
@@ -207,7 +215,7 @@ def encode_embeddings(loaded: LoadedModel, source: PathLike, device: torch.devic
                                 {**attrs, **({} if failed is None else {"num_failed": len(failed)})}))
 
     encode_file(loaded, source, None, device, write=keep, **options)
-    return found[0] if found and place().main else None
+    return found[0] if found else None
 
 
 def _refuse_unread(loaded: LoadedModel, features_in: bool, vectors_in: bool, concepts: PathLike | None,

@@ -22,10 +22,10 @@ from vltools.infer import runner
 from vltools.infer.runner import check_output
 from vltools.infer.settings import RunOptions
 from vltools.io.checkpoint import Rows
-from vltools.io.features import field_dtypes, write_features
-from vltools.io.merge import comparable_attrs
+from vltools.io.features import FeaturesReader, comparable_attrs, field_dtypes, write_features
 from vltools.io.output import written
 from vltools.io.provenance import ids_digest, input_digest
+from vltools.io.shards import Part
 from vltools.io.write_errors import OutputError
 from vltools.vision.backbones import build_backbone, fetch_pretrained, normalize, pretrained_name
 from vltools.vision.images import ImageDataset, ImageItem, collate_items
@@ -307,14 +307,20 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
-def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem],
-            items: Sequence[ImageItem], out: str | None, shard: str | None = None) -> dict[str, int]:
-    """Run `extractor` over `items` (this shard of `all_items`) through the runner and write the features file
-    `out` (None = stdout). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts.
-    Under torchrun the processes share the images' batches and the first writes `out` (the others return 0s)."""
+def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[ImageItem], out: str | None,
+            part: Part | None = None, shard: str | None = None) -> dict[str, int]:
+    """Run `extractor` over the items of `part` of `all_items` (all without) through the runner and write the
+    features file `out` (None = stdout): `--shard`'s own file, or this process's part of a set
+    (vltools.io.shards). Bad images are skipped and recorded in /failed (fatal with `strict`). Returns counts."""
     run = extractor.run
     check_output(out, run.resume)
-    attrs = {**extractor.attrs(all_items), "shard": shard or "0/1"}
+    if runner.finished_part(out, part, run.resume):
+        with FeaturesReader(out) as kept:
+            return {"written": len(kept), "failed": len(kept.failed)}
+    items = runner.part_ids(all_items, part, run.batch_size)
+    whole = shard or "0/1" if part is None or not part.in_folder else part.whole
+    attrs = {**extractor.attrs(all_items), "shard": whole,
+             **(part.attrs(len(all_items), run.batch_size) if part is not None else {})}
     by_id = {item.image_id: item for item in items}
     digests = {item.image_id: extractor.item_digest(item) for item in items}
     failed: list[str] = []
@@ -324,9 +330,6 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
         runner.run(extractor.stage, list(by_id), kept,
                    lambda todo: _decoded_batches(extractor, [by_id[i] for i in todo], failed), "images",
                    run.batch_size)
-        failed = runner.gathered_failures(failed, list(by_id))
-        if kept is None:
-            return {"written": 0, "failed": 0}
         if items and not kept.done:
             kept.discard()
             image_id, reason = failed[0].split("\t", 1)

@@ -221,7 +221,7 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
 
     with computed_rows("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
                        options.block_captions, rows, input_digest(inputs), resume, SIMILARITIES,
-                       options.checkpoint_seconds) as blocks:
+                       options.checkpoint_seconds, shared=True) as blocks:
         if blocks is None:
             yield None
             return

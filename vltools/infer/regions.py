@@ -11,13 +11,14 @@ from vltools.errors import VLToolsError
 from vltools.infer.bottom_up import BottomUpExtractor
 from vltools.infer.extract import RegionExtractor, extract
 from vltools.infer.runner import check_output
-from vltools.infer.settings import BOTTOM_UP_WEIGHTS, RegionOptions, RunOptions, parse_shard
-from vltools.vision.images import list_inputs, shard_items
+from vltools.infer.settings import BOTTOM_UP_WEIGHTS, RegionOptions, RunOptions
+from vltools.io.shards import Part
+from vltools.vision.images import list_inputs
 
 
 def extract_regions(inputs: Sequence[str | os.PathLike], output: str | os.PathLike | None,
                     options: RegionOptions | None = None, run: RunOptions | None = None,
-                    shard: str | None = None) -> dict[str, int]:
+                    part: Part | None = None, shard: str | None = None) -> dict[str, int]:
     """Region features of the images of `inputs` (folders, image files, tar shards, path lists, images JSONL)
     written to `output` (None: standard output); returns the counts written and failed."""
     options = options or RegionOptions()
@@ -26,7 +27,6 @@ def extract_regions(inputs: Sequence[str | os.PathLike], output: str | os.PathLi
         raise VLToolsError(problem)
     check_output(None if output is None else str(output), run.resume)
     all_items = list_inputs([str(path) for path in inputs])
-    items = shard_items(all_items, parse_shard(shard))
     fixed = None if options.variable else options.num_regions or 36
     if options.regions == "bottom-up":
         extractor: RegionExtractor | BottomUpExtractor = BottomUpExtractor(
@@ -38,4 +38,4 @@ def extract_regions(inputs: Sequence[str | os.PathLike], output: str | os.PathLi
             global_pool=options.global_pool, image_size=options.image_size, crop_size=options.crop_size,
             num_regions=fixed, min_regions=options.min_regions or 10, max_regions=options.max_regions or 100,
             score_threshold=options.score_threshold, detector_weights=options.detector_weights or "coco")
-    return extract(extractor, all_items, items, None if output is None else str(output), shard)
+    return extract(extractor, all_items, None if output is None else str(output), part, shard)

@@ -1,11 +1,12 @@
 """The one inference runner: ids -> model step -> checkpoint, resumable and shardable; it knows no file format.
 
 Every stage that computes one result per input item (extract-regions, segment-pool, concept-scores, encode,
-caption, caption --pairs, match over features) runs `run`: the items of this shard that its checkpoint
+caption, caption --pairs, match over features) runs `run`: the items of this part (`part_ids`) that its checkpoint
 (vltools.io.checkpoint) does not already hold are read in batches, passed through the model step (the stage's
 `produce`), and kept by the checkpoint as they come, so that a killed run continues with `--resume`; the stage then
-reads them back in input order (`Checkpoint.gather`) into its output's writer. Under torchrun the processes share
-the batches and the first one, the only one with a checkpoint, keeps what one process would.
+reads them back in input order (`Checkpoint.gather`) into its output's writer. Under torchrun each process runs
+its own part into its own output (vltools.io.shards); only a run that is `shared` (match scoring every pair) has
+the processes share the batches and the first one, the only one with a checkpoint, keep what one process would.
 """
 
 from __future__ import annotations
@@ -13,30 +14,33 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from vltools.devices import nonfinite_advice
-from vltools.distributed import from_main, gather, gathered, place, share
+from vltools.distributed import from_main, gathered, place, share
 from vltools.errors import VLToolsError, argument, keep_note
-from vltools.infer.settings import COMMIT_SECONDS, parse_shard
+from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.checkpoint import Checkpoint, Codec, Rows
 from vltools.io.hdf5 import first_nonfinite
 from vltools.io.output import is_device, is_stdout, output_name
 from vltools.io.progress import log, progress
 from vltools.io.scratch import scratch_folder
+from vltools.io.shards import Part
 
 MAX_FAILED_SHOWN = 20      # skipped items named one by one on stderr (the output's /failed lists them all)
+T = TypeVar("T")
 Results = Mapping[str, np.ndarray] | Sequence[dict]
 Produce = Callable[[list[str]], Iterable[tuple[list[str], Results]]]
 
 
-def shard_ids(ids: Sequence[str], shard: str | None) -> list[str]:
-    """The ids of shard `I/N` (every N-th from I), or all of them."""
-    if shard is None:
+def part_ids(ids: Sequence[T], part: Part | None, batch_size: int = 1) -> list[T]:
+    """The ids of `part` (a contiguous run of whole batches of `batch_size`, vltools.io.shards), or all of them."""
+    if part is None:
         return list(ids)
-    index, count = parse_shard(shard)
-    return list(ids[index::count])
+    start, stop = part.span(len(ids), batch_size)
+    return list(ids[start:stop])
 
 
 def resumable(out: str | None) -> bool:
@@ -49,6 +53,17 @@ def check_output(out: str | None, resume: bool) -> None:
     if resume and not resumable(out):
         raise VLToolsError("--resume needs -o PATH of a file: progress of a run to standard output or a device "
                            "cannot be kept")
+
+
+def finished_part(out: str | None, part: Part | None, resume: bool) -> bool:
+    """Whether `--resume` finds this process's part of a set already written by the interrupted run (its file there,
+    no checkpoint beside it): it is kept as it is, and the run says so, so that a job whose one process was killed
+    continues that process's part alone."""
+    if not resume or part is None or not part.in_folder or out is None or not Path(out).is_file() \
+            or Path(f"{out}.partial").exists():
+        return False
+    log.info(f"{out}: finished by the interrupted run; kept")
+    return True
 
 
 def refuse_nonfinite_results(rows: np.ndarray, ids: Sequence[str], what: str, id_kind: str, precision: str) -> None:
@@ -79,11 +94,12 @@ def finite_results(blocks: Iterable[np.ndarray], ids: Sequence[str], what: str, 
 
 @contextlib.contextmanager
 def checkpoint(out: str | None, codec: Codec, options: Mapping[str, object], digests: Mapping[str, str] | str,
-               resume: bool, commit_seconds: float = COMMIT_SECONDS) -> Iterator[Checkpoint | None]:
+               resume: bool, commit_seconds: float = COMMIT_SECONDS,
+               shared: bool = False) -> Iterator[Checkpoint | None]:
     """The checkpoint of a run writing `out`: `OUT.partial/` for a file (covered by the lock of OUT, which the
-    stage holds), a scratch folder otherwise; None on the other processes of a torchrun job, whose results the
-    first keeps."""
-    if not place().main:
+    stage holds), a scratch folder otherwise; in a `shared` run, None on the other processes of a torchrun job,
+    whose results the first keeps."""
+    if shared and not place().main:
         yield None
         return
     with contextlib.ExitStack() as stack:
@@ -92,15 +108,18 @@ def checkpoint(out: str | None, codec: Codec, options: Mapping[str, object], dig
 
 
 def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produce, unit: str = "items",
-        batch_size: int = 1) -> int:
+        batch_size: int = 1, shared: bool = False) -> int:
     """Pass every id of `ids` the checkpoint `kept` does not hold through `produce` (which batches them) into it;
     on any failure the checkpoint keeps what is whole and drops the rest. Returns how many ids were computed now.
 
-    Under torchrun every process runs this, and only the first holds a checkpoint (the others pass None): each
-    process produces whole batches of `batch_size` of the ids left in turn (batch k on process k mod N, so that
-    every batch is the one a single process makes, and so are its results), and the first keeps them all."""
-    done = from_main(kept.done if kept is not None else None)
+    A `shared` run under torchrun runs this in every process, and only the first holds a checkpoint (the others
+    pass None): each process produces whole batches of `batch_size` of the ids left in turn (batch k on process k
+    mod N, so that every batch is the one a single process makes, and so are its results), and the first keeps
+    them all. Any other run is this process's own."""
+    done = from_main(kept.done if kept is not None else None) if shared else kept.done
     todo = [i for i in ids if i not in done]
+    mine = [todo[k] for k in share(len(todo), batch_size)] if shared else todo
+    exchanged = gathered if shared else _alone
     if kept is not None and kept.resume:
         if len(todo) < len(ids):
             log.info(f"{stage}: resuming {kept.output}: {len(ids) - len(todo)} of {len(ids)} {unit} kept from an "
@@ -109,7 +128,7 @@ def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produc
             log.info(f"{stage}: nothing to resume for {kept.output}; starting from the beginning")
     computed = 0
     try:
-        for batches in progress(gathered(produce([todo[k] for k in share(len(todo), batch_size)])),
+        for batches in progress(exchanged(produce(mine)),
                                 total=len(todo), desc=stage, unit=unit,  # counted in the user's unit
                                 size=lambda batches: sum(len(batch[0]) for batch in batches)):
             for done_ids, results in batches:
@@ -126,14 +145,10 @@ def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produc
     return computed
 
 
-def gathered_failures(failed: list[str], ids: Sequence[str]) -> list[str]:
-    """The failure lines ("id\treason") of every process of a torchrun job on the first ([] on the others), in the
-    order of `ids`, as one process lists them."""
-    found = gather(failed)
-    if found is None:
-        return []
-    position = {item: number for number, item in enumerate(ids)}
-    return sorted((line for lines in found for line in lines), key=lambda line: position[line.split("\t", 1)[0]])
+def _alone(batches: Iterable[T]) -> Iterator[list[T]]:
+    """Each batch of a run that is this process's own, as `gathered` gives a shared run's: one process's."""
+    for batch in batches:
+        yield [batch]
 
 
 def report_skipped(stage: str, out: str | None, count: int, failed: list[str]) -> None:
@@ -149,16 +164,16 @@ def report_skipped(stage: str, out: str | None, count: int, failed: list[str]) -
 @contextlib.contextmanager
 def computed_rows(stage: str, out: str | None, ids: Sequence[str], compute: Callable[[list[int]], Iterator[np.ndarray]],
                   unit: str, batch_size: int, options: Mapping[str, object], digests: Mapping[str, str] | str,
-                  resume: bool, codec: Rows,
-                  commit_seconds: float = COMMIT_SECONDS) -> Iterator[Iterator[np.ndarray] | None]:
+                  resume: bool, codec: Rows, commit_seconds: float = COMMIT_SECONDS,
+                  shared: bool = False) -> Iterator[Iterator[np.ndarray] | None]:
     """One float row per id of `ids` (an embedding, a caption's similarities) through `run` and the checkpoint of
     `out`; `compute(positions)` yields the [B, ...] rows of the items at those positions of `ids`, in blocks of
     `batch_size`. Then yield every row of `ids` in order, in blocks, for the caller to write, and remove the
-    checkpoint once the caller is done (a failed write keeps it for --resume). None on the other processes of a
-    torchrun job, whose rows the first keeps. Where nothing could be resumed (standard output, a device, memory)
-    in one process, the rows come straight from `compute`: its caller holds them anyway, and a checkpoint in a
-    scratch folder would only be one more place to run out of room."""
-    if not place().active and not resumable(out):
+    checkpoint once the caller is done (a failed write keeps it for --resume). In a `shared` run, None on the other
+    processes of a torchrun job, whose rows the first keeps. Where nothing could be resumed (standard output, a
+    device, memory) in a run of one process, the rows come straight from `compute`: its caller holds them anyway,
+    and a checkpoint in a scratch folder would only be one more place to run out of room."""
+    if not (shared and place().active) and not resumable(out):
         yield progress(compute(list(range(len(ids)))), total=len(ids), desc=stage, unit=unit, size=len)
         return
     position = {item: number for number, item in enumerate(ids)}
@@ -169,8 +184,8 @@ def computed_rows(stage: str, out: str | None, ids: Sequence[str], compute: Call
             yield todo[start:start + len(block)], {"rows": block}
             start += len(block)
 
-    with checkpoint(out, codec, options, digests, resume, commit_seconds) as kept:
-        run(stage, ids, kept, produce, unit, batch_size)
+    with checkpoint(out, codec, options, digests, resume, commit_seconds, shared) as kept:
+        run(stage, ids, kept, produce, unit, batch_size, shared)
         if kept is None:
             yield None
             return

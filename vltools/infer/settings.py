@@ -9,12 +9,18 @@ inference modules take them from here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from vltools.devices import PRECISIONS
-from vltools.errors import ArgumentError, argument
+from vltools.distributed import place
+from vltools.errors import ArgumentError, VLToolsError, argument
 from vltools.infer import checks
+from vltools.io.lock import output_lock
+from vltools.io.output import is_stdout
+from vltools.io.shards import TORCHRUN_STDOUT, Part, names_folder, part_path, this_part
 from vltools.vision.limits import DEFAULT_MAX_PIXELS, MAX_PIXELS_LIMIT
 
 REGION_KINDS = ("detector", "grid", "boxes", "none", "bottom-up")
@@ -91,6 +97,45 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if count < 1 or not 0 <= index < count:
         raise ArgumentError("shard", f"{text!r}: need 0 <= i < n")
     return index, count
+
+
+def process_part(shard: str | None, output: str | os.PathLike | None) -> Part | None:
+    """Which inputs this process takes and where it writes them (vltools.io.shards.Part; None: all of them, one
+    output): under torchrun every process writes its own part, and so does a `--shard i/n` run whose output is a
+    folder. Under torchrun,
+    standard output is refused (each process needs a file of its own); results kept in memory (`output` None, the
+    API) are each process's part."""
+    where = place()
+    if where.active and output is not None and is_stdout(output):
+        raise VLToolsError(TORCHRUN_STDOUT)
+    folder = output is not None and not is_stdout(output) and names_folder(output)
+    return this_part(parse_shard(shard), where.rank, where.world_size, folder)
+
+
+def part_output(output: str | os.PathLike | None, part: Part | None, suffix: str) -> str | None:
+    """The file this process writes: `output` itself, or its part's file in the folder `output` (created)."""
+    if part is None or not part.in_folder or output is None:
+        return None if output is None else str(output)
+    return part_path(output, part, suffix)
+
+
+@contextlib.contextmanager
+def locked_part(output: str | os.PathLike | None, shard: str | None,
+                suffix: str) -> Iterator[tuple[str | None, Part | None]]:
+    """(the file this process writes, its `Part`) for a per-item stage writing `output` (`process_part`,
+    `part_output`), with that file's lock held: a part's by every process of a torchrun job, each its own. A failed
+    run removes the folder of parts it made while it is empty."""
+    part = process_part(shard, output)
+    made = part is not None and part.in_folder and output is not None and not os.path.exists(output)
+    target = part_output(output, part, suffix)
+    try:
+        with output_lock(target, own=part is not None and part.in_folder):
+            yield target, part
+    except BaseException:
+        if made:       # the folder this run made, unless another process's part is in it
+            with contextlib.suppress(OSError):
+                os.rmdir(output)
+        raise
 
 
 @dataclass

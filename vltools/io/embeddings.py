@@ -28,8 +28,15 @@ from vltools.io.hdf5 import (
 )
 from vltools.io.held import Embeddings
 from vltools.io.output import written
+from vltools.io.part_sets import PartsDataset, PartsHandle, check_spans, unique_ids
+from vltools.io.provenance import ids_digest
+from vltools.io.shards import part_files
 
 REENCODE = "rerun vltools encode"
+# what the writer records anew of its own file: its format, time, count of failures and the digests of the string
+# datasets written after the attributes (`ids_digest` is the encoder's own attribute, of every id)
+WRITER_ATTRS = {"format", "format_version", "created", "num_failed", "caption_image_ids_digest", "failed_digest"}
+MERGE_ROWS = 65536
 
 
 @dataclass
@@ -42,14 +49,18 @@ class EmbeddingsFile:
     side: str
     checkpoint_digest: str | None
     caption_image_ids: list[str] | None
-    handle: h5py.File
+    handle: h5py.File | PartsHandle
+    failed: list[str] | None      # the images skipped ("id<TAB>reason"), where the writer recorded them
 
     def close(self) -> None:
         self.handle.close()
 
 
 def open_embeddings(path: str | os.PathLike) -> EmbeddingsFile:
-    """Open and check an embeddings file written by `vltools encode`."""
+    """Open and check an embeddings file written by `vltools encode`, or the parts of a set in a folder as one
+    (vltools.io.shards; `open_parts`)."""
+    if Path(path).is_dir():
+        return open_parts(Path(path))
     handle = open_h5(path, "embeddings")
     try:
         return _checked(path, handle)
@@ -74,7 +85,37 @@ def _checked(path: str | os.PathLike, handle: h5py.File) -> EmbeddingsFile:
     side = field(attrs, "side", TEXT, path, REENCODE, what="attribute", default="")
     digest = field(attrs, "checkpoint_digest", optional(TEXT), path, REENCODE, what="attribute", default=None)
     image_ids = read_strings(handle, "caption_image_ids") if "caption_image_ids" in handle else None
-    return EmbeddingsFile(Path(path), ids, emb, side, digest, image_ids, handle)
+    failed = read_strings(handle, "failed") if "failed" in handle else None
+    return EmbeddingsFile(Path(path), ids, emb, side, digest, image_ids, handle, failed)
+
+
+def open_parts(folder: Path) -> EmbeddingsFile:
+    """The parts of the set in `folder` as one embeddings file: each checked as a file is, of one run (one model,
+    side and dimension; inputs each covers once, in order), no id in two; its `ids_digest` is of every id."""
+    parts: list[EmbeddingsFile] = []
+    try:
+        for file in part_files(folder):
+            parts.append(open_embeddings(file))
+        check_spans(folder, [(part.path, attributes(part.handle)) for part in parts])
+        full = [part for part in parts if part.ids] or parts[:1]     # a part of no row has no dimension
+        for part in full[1:]:
+            check_same_model(full[0], part)
+            if part.side != full[0].side:
+                raise VLToolsError(f"{part.path}: embeds {part.side} but {full[0].path} {full[0].side}; keep one "
+                                   "run's parts in a folder")
+        ids = unique_ids([(part.path, part.ids) for part in parts], "id")
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise
+    first = parts[0]
+    handle = PartsHandle(folder, {**attributes(first.handle), "ids_digest": ids_digest(ids)},
+                         {"emb": PartsDataset([part.emb for part in full])}, [part.close for part in parts],
+                         own=("caption_image_ids_digest", "failed_digest", "num_failed"))
+    image_ids = None if first.caption_image_ids is None else \
+        [item for part in parts for item in part.caption_image_ids or ()]
+    failed = None if first.failed is None else [line for part in parts for line in part.failed or ()]
+    return EmbeddingsFile(folder, ids, handle["emb"], first.side, first.checkpoint_digest, image_ids, handle, failed)
 
 
 def read_embeddings(path: str | os.PathLike) -> Embeddings:
@@ -111,6 +152,21 @@ def write_embeddings(path: str | os.PathLike | None, ids: Sequence[str], blocks:
             row += len(block)
         if row != len(ids):
             raise ValueError(f"{row} embeddings written for {len(ids)} ids")
+        if "emb" not in handle:     # no id (a part of a set that got none): no rows, and no dimension to give them
+            create_dataset(handle, "emb", shape=(0, 0), dtype=np.float32)
+
+
+def merge_parts(folder: Path, target: str | os.PathLike) -> int:
+    """The embeddings of the set of parts in `folder` joined into one file at `target`, as one process writes it
+    (its creation time is the merge's); returns how many rows."""
+    opened = open_embeddings(folder)
+    try:
+        attrs = {key: value for key, value in attributes(opened.handle).items() if key not in WRITER_ATTRS}
+        blocks = (read(opened.emb, np.s_[start:start + MERGE_ROWS]) for start in range(0, len(opened.ids), MERGE_ROWS))
+        write_embeddings(target, opened.ids, blocks, attrs, opened.caption_image_ids, opened.failed)
+        return len(opened.ids)
+    finally:
+        opened.close()
 
 
 def write_embeddings_of(path: str | os.PathLike, embeddings: Embeddings) -> None:

@@ -21,7 +21,9 @@ from vltools.io.hdf5 import (
     string_dtype,
 )
 from vltools.io.held import FIELDS, FeaturesInMemory
+from vltools.io.part_sets import PartsDataset, PartsHandle, check_spans, unique_ids
 from vltools.io.rows import IDS_CHECKSUM, RowsWriter, stored_rows
+from vltools.io.shards import part_files
 
 FLOAT_FIELDS = ("regions", "global", "featmap")
 FIELD_DTYPES = {"boxes": np.float32, "num_regions": np.int32, "image_size": np.int32, "mask": np.float32,
@@ -36,6 +38,23 @@ AXES = {"regions": ("images", "regions", "dims"), "boxes": ("images", "regions",
         "image_size": ("images", 2), "global": ("images", "dims"), "featmap": ("images", "channels", "height", "width"),
         "mask": ("images", "height", "width"), "labels": ("images", "regions"), "label_scores": ("images", "regions"),
         "attributes": ("images", "regions"), "attribute_scores": ("images", "regions")}
+
+# provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
+PROVENANCE_ATTRS = {"vltools_version", "command", "created", "shard", "inputs_digest", "source", "split",
+                    "merged_from", "parts", "part", "span"}
+# attributes that describe the file rather than what its features are (dtype is compared on the datasets)
+BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed", "dtype", IDS_CHECKSUM}
+
+
+def is_provenance(key: str) -> bool:
+    """Whether attribute `key` records where rows came from (source, command, time, digests...)."""
+    return key in PROVENANCE_ATTRS or key.endswith("_digest")
+
+
+def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
+    """The attributes two files must share to be merged: what the features are (backbone, weights, regions,
+    sizes...), not where they came from."""
+    return {k: str(v) for k, v in attrs.items() if k not in BOOKKEEPING_ATTRS and not is_provenance(k)}
 
 
 def field_dtypes(dtype: str) -> dict[str, object]:
@@ -88,13 +107,17 @@ def stored_features(path: object, ids: Sequence[str], arrays: Mapping[str, objec
 
 
 class FeaturesReader:
-    """Read rows of a features file by id, in the order asked, without loading the whole file; or of features held
-    in memory (`FeaturesInMemory`: the Python API's), with the same checks, named as their argument."""
+    """Read rows of a features file by id, in the order asked, without loading the whole file; of the parts of a
+    set in a folder (vltools.io.shards), as one file holding their rows in order; or of features held in memory
+    (`FeaturesInMemory`: the Python API's), with the same checks, named as their argument."""
 
     def __init__(self, path: str | os.PathLike | FeaturesInMemory) -> None:
         if isinstance(path, FeaturesInMemory):
             self.path: Path | FeaturesInMemory = path
             self.handle = path
+        elif Path(path).is_dir():
+            self._open_parts(Path(path))
+            return
         else:
             self.path = Path(path)
             self.handle = open_h5(self.path, "features")
@@ -103,6 +126,30 @@ class FeaturesReader:
         except BaseException:
             self.handle.close()
             raise
+
+    def _open_parts(self, folder: Path) -> None:
+        """Open every part of the set in `folder`, each checked as a file is; they must be of one run (the same
+        options, and inputs each covers once, in order: their `span`s), and hold no id twice."""
+        self.path = folder
+        parts: list[FeaturesReader] = []
+        try:
+            for file in part_files(folder):
+                parts.append(FeaturesReader(file))
+            check_spans(folder, [(part.path, part.attrs) for part in parts])
+            full = [part for part in parts if len(part)] or parts[:1]   # a part of no image may lack datasets
+            for part in full[1:]:
+                check_compatible(full[0], part)
+            self.ids = unique_ids([(part.path, part.ids) for part in parts], "image id")
+        except BaseException:
+            for part in parts:
+                part.close()
+            raise
+        datasets = {name: PartsDataset([part.handle[name] for part in full]) for name in full[0].fields}
+        self.handle = PartsHandle(folder, parts[0].attrs, datasets, [part.close for part in parts],
+                                  own=(IDS_CHECKSUM, "num_failed"))
+        self.parts = parts
+        self.attrs = dict(self.handle.attrs)
+        self.index = {image_id: row for row, image_id in enumerate(self.ids)}
 
     def _check(self) -> None:
         """Read and check the ids and the attributes, and that every dataset has one row per id."""
@@ -160,6 +207,8 @@ class FeaturesReader:
     @property
     def failed(self) -> list[str]:
         """The "id<TAB>reason" lines of images the writing stage skipped (empty when none were recorded)."""
+        if isinstance(self.handle, PartsHandle):
+            return [line for part in self.parts for line in part.failed]
         return decode_strings(self.handle["failed"][:]) if "failed" in self.handle else []
 
     def shape(self, field: str) -> tuple[int, ...]:
@@ -231,6 +280,23 @@ class FeaturesReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
+    """Raise a one-line error naming `other` when its options, fields, shapes or dtypes differ."""
+    mine, theirs = comparable_attrs(reference.attrs), comparable_attrs(other.attrs)
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            raise VLToolsError(f"{other.path}: attribute {key!r} is {theirs.get(key)!r} but {reference.path} has "
+                               f"{mine.get(key)!r}; only files made with the same options can be merged")
+    if reference.fields != other.fields:
+        raise VLToolsError(f"{other.path}: has datasets {other.fields} but {reference.path} has {reference.fields}; "
+                           "only files made with the same options can be merged")
+    for name in reference.fields:
+        a, b = reference.handle[name], other.handle[name]
+        if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
+            raise VLToolsError(f"{other.path}: /{name} rows are {b.shape[1:]} {b.dtype} but {reference.path} has "
+                               f"{a.shape[1:]} {a.dtype}; only files made with the same options can be merged")
 
 
 def features_extractor(attrs: Mapping[str, object]) -> str | None:

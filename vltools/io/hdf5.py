@@ -18,6 +18,7 @@ from vltools.io.kinds import same_file, sniff
 from vltools.io.output import written
 from vltools.io.progress import log
 from vltools.io.provenance import ids_digest, provenance
+from vltools.io.shards import is_part_set, part_files
 from vltools.io.write_errors import DeferredWrites, check_room
 
 FORMAT_VERSION = 1
@@ -291,12 +292,13 @@ def file_kind(handle: h5py.File) -> str | None:
 def hdf5_kind(path: str | os.PathLike | FeaturesInMemory) -> str | None:
     """The vltools kind of an HDF5 file (`features`, `embeddings`, ...; "hdf5" when it declares none), or None
     when the file is not HDF5 at all (so it is read as JSONL); `-` (standard input) is never HDF5. Features held in
-    memory (`FeaturesInMemory`, read as their file) are of the kind "features"."""
+    memory (`FeaturesInMemory`, read as their file) are of the kind "features"; a folder of parts
+    (vltools.io.shards), of its parts' kind."""
     if isinstance(path, FeaturesInMemory):
         return "features"
     if not is_hdf5(path):
         return None
-    return _declared_kind(same_file(path))
+    return _declared_kind(same_file(part_files(path)[0] if is_part_set(path) else path))
 
 
 @functools.lru_cache(maxsize=256)
@@ -307,10 +309,12 @@ def _declared_kind(key: tuple[object, ...]) -> str:
 
 
 def set_attrs(handle: h5py.File, kind: str, attrs: dict[str, object]) -> None:
-    """Write the `format`, `format_version` and provenance attributes, plus `attrs`."""
+    """Write the `format`, `format_version` and provenance attributes, plus `attrs` (those it names override the
+    provenance's), in the order of their names: a file rewritten with the same attributes is the same bytes (a
+    set's parts joined by `vltools merge`, the file one process writes)."""
     handle.attrs["format"] = f"vltools.{kind}"
     handle.attrs["format_version"] = FORMAT_VERSION
-    for key, value in {**provenance(), **attrs}.items():
+    for key, value in sorted({**provenance(), **attrs}.items()):
         handle.attrs[key] = value if not isinstance(value, (list, tuple, dict)) else str(value)
 
 
@@ -336,10 +340,11 @@ def create_dataset(handle: h5py.Group, name: str, data: object = None, **kwargs:
     return handle.create_dataset(name, data=data, **kwargs)
 
 
-def read(dataset: h5py.Dataset | np.ndarray, selection: object = ()) -> np.ndarray:
+def read(dataset: object, selection: object = ()) -> np.ndarray:
     """`dataset[selection]`; a failed checksum or unreadable chunk is a one-line error naming file and dataset. The
-    array of a dataset held in memory (`FeaturesInMemory`) is indexed as it is (a slice: a view of it)."""
-    if isinstance(dataset, np.ndarray):
+    array of a dataset held in memory (`FeaturesInMemory`) is indexed as it is (a slice: a view of it), and the
+    parts of a set (`vltools.io.features.PartsDataset`) read each part through here."""
+    if not isinstance(dataset, h5py.Dataset):
         return dataset[selection]
     with reading(dataset.file.filename, dataset.name):
         return dataset[selection]

@@ -23,6 +23,7 @@ import jsonlines
 from vltools.errors import VLToolsError, input_error
 from vltools.io.bounded import parse_json, text_lines
 from vltools.io.kinds import kind_of, peek
+from vltools.io.shards import is_part_set, part_files
 
 
 @contextmanager
@@ -76,7 +77,12 @@ def iter_json_lines(path: str | os.PathLike, fix: str | None) -> Iterator[tuple[
     jsonlines.Reader with the bounded parser (whose every failure is a json.JSONDecodeError, the cause jsonlines
     gives); a `null` line is None. A malformed line is a one-line error naming
     the file and the line and ending with `fix`; with `fix` None it is skipped (the last line of a file whose
-    writer was killed), and a line that is not UTF-8 text ends the reading (one cut inside a character)."""
+    writer was killed), and a line that is not UTF-8 text ends the reading (one cut inside a character). A folder
+    of parts (vltools.io.shards) is read as the one file its parts make, in order (each error names its part)."""
+    if is_part_set(path):
+        for part in part_files(path):
+            yield from iter_json_lines(part, fix)
+        return
     with _opened(path, json_lines=True) as (stream, name):
         lines = _Numbered(stream, name, cut_ends=fix is None)
         reader = jsonlines.Reader(lines, loads=parse_json)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vltools.errors import VLToolsError, require_file
+from vltools.io.shards import is_part_set, part_files
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # a line of Flickr8k/30k's captions.token: "1000268201_693b08cb0e.jpg#0\tA child in a pink dress ..."
@@ -77,10 +78,13 @@ def _head_kind(key: tuple[object, ...]) -> str:
 
 
 def sniff(path: str | os.PathLike, folder_ok: bool = False) -> str:
-    """The kind of file `path` ("folder" for a folder when `folder_ok`); anything else that is not a regular file
-    (missing, a named pipe, a device) is the one-line error of `require_file`. A file is read once per process
-    while it stays the same (the command line's check and the stage's reader ask the same question)."""
-    if folder_ok and Path(path).is_dir():
+    """The kind of file `path` (a folder of parts, vltools.io.shards: its parts' kind; "folder" for another folder
+    when `folder_ok`); anything else that is not a regular file (missing, a named pipe, a device) is the one-line
+    error of `require_file`. A file is read once per process while it stays the same (the command line's check and
+    the stage's reader ask the same question)."""
+    if is_part_set(path):
+        path = part_files(path)[0]
+    elif folder_ok and Path(path).is_dir():
         return "folder"
     return _head_kind(same_file(require_file(path)))
 

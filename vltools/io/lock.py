@@ -116,13 +116,14 @@ def _release(lock: Path) -> None:
 
 
 @contextlib.contextmanager
-def output_lock(*paths: str | os.PathLike | None) -> Iterator[None]:
+def output_lock(*paths: str | os.PathLike | None, own: bool = False) -> Iterator[None]:
     """Hold the lock of each output of `paths` while the block runs; take it once, at a stage's entry.
 
     Standard output (`None` / `-`) and devices need no lock, nor do the other processes of a torchrun job (RANK > 0),
-    which leave writing to the first. A path named twice is refused."""
+    which leave writing to the first, unless each writes its `own` outputs (its part of a set, vltools.io.shards).
+    A path named twice is refused."""
     with contextlib.ExitStack() as stack:
-        if place().main:
+        if own or place().main:
             for path in paths:
                 if not is_stdout(path) and not is_device(path):
                     stack.callback(_release, _acquire(path))

@@ -13,28 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from vltools.errors import VLToolsError
-from vltools.io.features import IDS_CHECKSUM, FeaturesReader, write_features
-from vltools.io.hdf5 import REWRITE
+from vltools.io.embeddings import merge_parts
+from vltools.io.features import (
+    IDS_CHECKSUM,
+    FeaturesReader,
+    check_compatible,
+    is_provenance,
+    write_features,
+)
+from vltools.io.hdf5 import REWRITE, hdf5_kind
+from vltools.io.shards import is_part_set, part_files
 
-# provenance: where a file's rows came from and how it was made (kept per part by a merge, never compared)
-PROVENANCE_ATTRS = {"vltools_version", "command", "created", "shard", "inputs_digest", "source", "split",
-                    "merged_from", "parts"}
-# attributes that describe the file rather than what its features are (dtype is compared on the datasets)
-BOOKKEEPING_ATTRS = PROVENANCE_ATTRS | {"format", "format_version", "num_failed", "dtype", IDS_CHECKSUM}
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
-MERGE_BLOCK = 256
-
-
-def is_provenance(key: str) -> bool:
-    """Whether attribute `key` records where rows came from (source, command, time, digests...)."""
-    return key in PROVENANCE_ATTRS or key.endswith("_digest")
-
-
-def comparable_attrs(attrs: dict[str, object]) -> dict[str, str]:
-    """The attributes two files must share to be merged: what the features are (backbone, weights, regions,
-    sizes...), not where they came from."""
-    return {k: str(v) for k, v in attrs.items() if k not in BOOKKEEPING_ATTRS and not is_provenance(k)}
+SET_WRITER_ATTRS = WRITER_ATTRS - {"vltools_version", "command"}   # what the writer of a set's one file records anew
+MERGE_BLOCK = 256     # rows per write: the block a per-item stage writes its output in (Checkpoint.gather's)
 
 
 def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str]]:
@@ -51,9 +44,42 @@ def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str
     return [{"file": path.name, **{k: str(v) for k, v in attrs.items() if is_provenance(k)}}]
 
 
+def merge_inputs(paths: Sequence[Path], target: Path) -> tuple[int, str]:
+    """`vltools merge`: (rows written, what they are). One folder of parts (vltools.io.shards) becomes the file one
+    process would have written: features, embeddings or JSON lines (captions, descriptions), by its parts' kind;
+    features files (shards, splits) are joined by `merge_files`."""
+    if len(paths) == 1 and is_part_set(paths[0]):
+        first = part_files(paths[0])[0]
+        if first.suffix == ".jsonl":
+            return merge_lines(paths[0], target), "lines"
+        if hdf5_kind(first) == "embeddings":
+            return merge_parts(paths[0], target), "embeddings"
+        return merge_set(paths[0], target), "images"
+    for path in paths:
+        if Path(path).is_dir() or hdf5_kind(path) is None:
+            raise VLToolsError(f"{path}: merge joins features files, or one folder of parts (--shard I/N or torchrun "
+                               "with -o FOLDER); give those")
+    return merge_files(paths, target), "images"
+
+
+def merge_lines(folder: Path, target: Path) -> int:
+    """The JSON lines of the parts in `folder`, in order, into `target` (each part's lines as it wrote them)."""
+    count = 0
+    with open(target, "wb") as out:
+        for part in part_files(folder):
+            with open(part, "rb") as lines:
+                for line in lines:
+                    out.write(line if line.endswith(b"\n") else line + b"\n")
+                    count += 1
+    return count
+
+
 def merge_files(paths: Sequence[Path], target: Path) -> int:
     """`vltools merge`: the rows of `paths` in order into `target`, which keeps the options the files share
-    and, in its `parts` attribute (JSON), each part's provenance; /failed lists are concatenated."""
+    and, in its `parts` attribute (JSON), each part's provenance; /failed lists are concatenated. One folder of
+    parts (vltools.io.shards) becomes the file one process would have written (`merge_set`)."""
+    if len(paths) == 1 and Path(paths[0]).is_dir():
+        return merge_set(paths[0], target)
     with FeaturesReader(paths[0]) as first:
         attrs = {k: v for k, v in first.attrs.items() if not is_provenance(k)}
     failed: list[str] = []
@@ -66,21 +92,13 @@ def merge_files(paths: Sequence[Path], target: Path) -> int:
     return merge_features(paths, target, attrs, failed=failed)
 
 
-def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
-    """Raise a one-line error naming `other` when its options, fields, shapes or dtypes differ."""
-    mine, theirs = comparable_attrs(reference.attrs), comparable_attrs(other.attrs)
-    for key in sorted(set(mine) | set(theirs)):
-        if mine.get(key) != theirs.get(key):
-            raise VLToolsError(f"{other.path}: attribute {key!r} is {theirs.get(key)!r} but {reference.path} has "
-                               f"{mine.get(key)!r}; only files made with the same options can be merged")
-    if reference.fields != other.fields:
-        raise VLToolsError(f"{other.path}: has datasets {other.fields} but {reference.path} has {reference.fields}; "
-                           "only files made with the same options can be merged")
-    for field in reference.fields:
-        a, b = reference.handle[field], other.handle[field]
-        if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
-            raise VLToolsError(f"{other.path}: /{field} rows are {b.shape[1:]} {b.dtype} but {reference.path} has "
-                               f"{a.shape[1:]} {a.dtype}; only files made with the same options can be merged")
+def merge_set(folder: Path, target: Path) -> int:
+    """The parts of the set in `folder` joined into `target` as one process would have written it: the same
+    rows, attributes and command line (its creation time is the merge's), written in the same blocks."""
+    with FeaturesReader(folder) as reader:
+        attrs = {k: v for k, v in reader.attrs.items() if k not in SET_WRITER_ATTRS}
+        return write_features(target, attrs, str(reader.attrs.get("dtype", "float16")),
+                              reader.iter_batches(MERGE_BLOCK), reader.failed)
 
 
 def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, object],

@@ -61,7 +61,7 @@ class RowsWriter:
         n = len(ids)
         stored_arrays = stored_rows(self.name, ids, arrays, self.dtype, self.dtypes, self.id_kind, self.fix)
         self.handle.check_room(sum(stored.nbytes for stored in stored_arrays.values()))
-        for name, stored in stored_arrays.items():
+        for name, stored in sorted(stored_arrays.items()):     # by name: the same file whatever the callers' order
             if name not in self.handle:
                 rest = stored.shape[1:]
                 create_dataset(self.handle, name, shape=(start, *rest), maxshape=(None, *rest), dtype=stored.dtype,

@@ -3,6 +3,7 @@ descriptions of the differences of image pairs (`pairs`, an L2C model)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING
 from vltools.devices import PRECISIONS, autocast, resolve_device
 from vltools.errors import ArgumentError, argument
 from vltools.infer import checks
-from vltools.infer.settings import COMMIT_SECONDS, parse_shard
+from vltools.infer.settings import COMMIT_SECONDS, locked_part, parse_shard
 from vltools.io.checkpoint import Checkpoint, Records
 from vltools.io.features import FeaturesReader
 from vltools.io.held import instance_of
+from vltools.io.jsonl import iter_json_lines
 from vltools.io.lock import output_lock
 from vltools.io.logp import write_logp
 from vltools.io.output import is_stdout
@@ -23,6 +25,7 @@ from vltools.io.records import caption_ids, write_records
 
 if TYPE_CHECKING:
     from vltools.infer.loader import LoadedModel
+    from vltools.io.shards import Part
 
 PathLike = str | os.PathLike
 # the inference modules (torch) are imported by the functions below, once `caption` has checked every argument
@@ -37,11 +40,13 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
             shard: str | None = None) -> list[dict] | None:
     """Caption the images of FEATURES (all, in file order, or those of the `split` of CAPTIONS, in first-mention
     order) by beam search (`beam` 1: greedy) or sampling: one {"image_id", "caption"} per image, in that order,
-    written as JSONL to `output` (`-`: standard output; None: not written) and returned (None on the other processes
-    of a torchrun job). Every run keeps its finished captions in `OUTPUT.partial/`; `resume` continues an
-    interrupted one (vltools.io.checkpoint). `shard` "i/n" captions every n-th image from the i-th. With `logp`,
-    write log p(c | I) of every caption of CAPTIONS under every image they name instead (HDF5, for `score
-    self-retrieval`). With `pairs` and an l2c model, describe the differences of each pair of PAIRS [`split`]."""
+    written as JSONL to `output` (`-`: standard output; None: not written) and returned. Every run keeps its finished
+    captions in `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint). `shard` "i/n"
+    captions the i-th of n runs of the images, into `output`, or as part i of n of a set when `output` is a folder
+    (vltools.io.shards); under torchrun each process captions its part (returned by each). With `logp`, write log
+    p(c | I) of every caption of CAPTIONS under every image they name instead (HDF5, for `score self-retrieval`;
+    under torchrun the processes share its blocks and the first writes it, returning None on the others). With
+    `pairs` and an l2c model, describe the differences of each pair of PAIRS [`split`]."""
     if not instance_of(model, "vltools.infer.loader", "LoadedModel"):
         checks.path(model, "model")
     checks.path(features, "features")
@@ -79,10 +84,18 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
     from vltools.infer.caption import images_to_caption, split_records
     from vltools.infer.loader import LoadedModel, load_model
 
-    with output_lock(output), autocast(resolve_device(device), precision):
+    with contextlib.ExitStack() as stack:
+        if logp:     # a matrix, which the first process of a torchrun job writes (vltools.infer.caption)
+            stack.enter_context(output_lock(output))
+            target, part = output, None
+        else:
+            target, part = stack.enter_context(locked_part(output, shard, "jsonl"))
+            if runner.finished_part(target, part, resume):
+                return [value for _, value in iter_json_lines(target, "rerun its part without --resume")]
+        stack.enter_context(autocast(resolve_device(device), precision))
         if pairs is not None:
-            return _describe(model, features, pairs, split, output, beam, max_len, batch_size, device, precision,
-                             resume, checkpoint_seconds, shard)
+            return _describe(model, features, pairs, split, target, beam, max_len, batch_size, device, precision,
+                             resume, checkpoint_seconds, part)
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "captioner")
         records = split_records(captions, split) if captions is not None else None
         with FeaturesReader(features) as reader:
@@ -91,8 +104,8 @@ def caption(model: PathLike | LoadedModel, features: PathLike, captions: PathLik
                 _logp(loaded, reader, image_ids, records, output, features, captions, block_images, block_captions,
                       device, precision)
                 return None
-            return _captions(loaded, reader, runner.shard_ids(image_ids, shard), output, features, beam, sample,
-                             temperature, max_len, length_penalty, batch_size, device, precision, seed, resume,
+            return _captions(loaded, reader, runner.part_ids(image_ids, part, batch_size), target, features, beam,
+                             sample, temperature, max_len, length_penalty, batch_size, device, precision, seed, resume,
                              checkpoint_seconds)
 
 
@@ -136,8 +149,6 @@ def _captions(loaded: LoadedModel, reader: FeaturesReader, image_ids: list[str],
                            {"--sample": sample, **options, "--max-len": max_len, "--precision": precision},
                            input_digest([loaded.path, features]), resume, checkpoint_seconds) as kept:
         runner.run("caption", image_ids, kept, produce, "captions", batch_size)
-        if kept is None:     # another process of a torchrun job: the first writes every caption
-            return None
         found = _written(kept, output, image_ids, loaded.path, "captions")
     if output is not None:
         log.info("caption: wrote %d captions (%s)", len(found), method if method != "beam" else f"beam {beam}")
@@ -158,7 +169,7 @@ def _written(kept: Checkpoint, output: PathLike | None, order: list[str], model:
 
 def _describe(model: PathLike | LoadedModel, features: PathLike, pairs_path: PathLike, split: str | None,
               output: PathLike | None, beam: int, max_len: int | None, batch_size: int, device: str,
-              precision: str, resume: bool, checkpoint_seconds: float, shard: str | None) -> list[dict] | None:
+              precision: str, resume: bool, checkpoint_seconds: float, part: Part | None) -> list[dict] | None:
     """The L2C descriptions of the pairs of PAIRS [`split`], resumable and shardable."""
     from vltools.data.l2c import FeatureMaps, check_map_features, read_pairs
     from vltools.infer import runner
@@ -169,7 +180,7 @@ def _describe(model: PathLike | LoadedModel, features: PathLike, pairs_path: Pat
     pairs = read_pairs(pairs_path, split)
     check_map_features(features, pairs.image_ids, pairs_path, loaded.config.get("feature_dim"), loaded.path)
     pair_index = {pair_id: n for n, pair_id in enumerate(pairs.pair_ids)}
-    order = runner.shard_ids(pairs.pair_ids, shard)
+    order = runner.part_ids(pairs.pair_ids, part, batch_size)
     max_len = max_len or loaded.prep.max_words or 64
     inputs = [loaded.path, features]
     options: dict[str, object] = {"--beam": beam, "--max-len": max_len, "--precision": precision}
@@ -194,8 +205,6 @@ def _describe(model: PathLike | LoadedModel, features: PathLike, pairs_path: Pat
     with runner.checkpoint(None if output is None else str(output), Records(), options, input_digest(inputs),
                            resume, checkpoint_seconds) as kept:
         runner.run("caption --pairs", order, kept, produce, "pairs", batch_size)
-        if kept is None:         # another process of a torchrun job: the first writes every description
-            return None
         found = _written(kept, output, order, loaded.path, "pair descriptions")
     if output is not None:
         log.info("caption: wrote %d pair descriptions (beam %d)", len(found), beam)

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from vltools.devices import PRECISIONS, resolve_device
 from vltools.errors import ArgumentError, argument
 from vltools.infer import checks
-from vltools.infer.settings import COMMIT_SECONDS, QueryOptions
+from vltools.infer.settings import COMMIT_SECONDS, QueryOptions, locked_part, parse_shard
 from vltools.io.held import Embeddings, instance_of
-from vltools.io.lock import output_lock
 from vltools.io.output import is_stdout
 
 if TYPE_CHECKING:
@@ -25,15 +24,18 @@ LOADER = "vltools.infer.loader"    # LoadedModel's module, imported (with torch)
 def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel, output: PathLike | None = None, *,
            split: str | None = None, captions: PathLike | None = None, concepts: PathLike | None = None,
            sentences: PathLike | None = None, batch_size: int = 256, device: str = "auto", precision: str = "fp32",
-           resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS, **rmac: object) -> Embeddings | None:
+           resume: bool = False, checkpoint_seconds: float = COMMIT_SECONDS, shard: str | None = None,
+           **rmac: object) -> Embeddings | None:
     """The embeddings of a separable model for the images of a features file (those the `split` of `captions`
     names, when given), the captions of a captions file's `split`, or (rmac) the images of an images input: written
     to `output` (`-`: standard output) as the HDF5 of `/ids` and `/emb`, or, without `output`, returned as
-    `Embeddings` (None on the other processes of a torchrun job, and when written). SCO reads `concepts` and ("ctx +
+    `Embeddings` (None when written). SCO reads `concepts` and ("ctx +
     sen") `sentences`; an rmac model takes the keywords of `vltools.infer.rmac.QueryOptions`. An OpenCLIP model
     (`openclip:ARCH[:PRETRAINED_OR_FILE]`) encodes the captions of a captions file or the images of images inputs
     (SOURCE may then be a list of them; `workers` decoding processes). Every run keeps its finished embeddings in
-    `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint)."""
+    `OUTPUT.partial/`; `resume` continues an interrupted one (vltools.io.checkpoint). `shard` "i/n" encodes the
+    i-th of n runs of the ids, into `output`, or as part i of n of a set when `output` is a folder
+    (vltools.io.shards); under torchrun each process encodes its part (in memory: each returns its own)."""
     if not instance_of(model, LOADER, "LoadedModel"):
         checks.path(model, "model")
     checks.path(output, "output", optional=True)
@@ -52,6 +54,7 @@ def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel,
     checks.optional_integer(rmac.get("image_size"), "image_size", 32, checks.MAX_IMAGE_SIDE)
     checks.integer(rmac.get("workers", 0), "workers", 0)
     checks.flag(resume, "resume")
+    parse_shard(shard)
     if resume and (output is None or is_stdout(output)):
         raise ArgumentError("resume", f"needs {argument('output', 'PATH')}, the file the interrupted run was writing")
     options = {"split": split, "captions": captions, "concepts": concepts, "sentences": sentences,
@@ -59,13 +62,17 @@ def encode(source: PathLike | Sequence[PathLike], model: PathLike | LoadedModel,
                "checkpoint_seconds": checkpoint_seconds}
     from vltools.infer.encode import encode_embeddings, encode_file  # torch: once every argument is checked
     from vltools.infer.loader import LoadedModel, load_model
+    from vltools.infer.runner import finished_part
 
-    with output_lock(output):
+    with locked_part(output, shard, "h5") as (target, part):
+        if finished_part(target, part, resume):
+            return None
         loaded = model if isinstance(model, LoadedModel) else load_model(model, "encodable")
         _check_sources(loaded, source, rmac, captions, concepts, sentences)
-        if output is None:
-            return encode_embeddings(loaded, source, resolve_device(device), **options)
-        encode_file(loaded, source, None if is_stdout(output) else output, resolve_device(device), **options)
+        if target is None:
+            return encode_embeddings(loaded, source, resolve_device(device), part=part, **options)
+        encode_file(loaded, source, None if is_stdout(target) else target, resolve_device(device), part=part,
+                    **options)
         return None
 
 

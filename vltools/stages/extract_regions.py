@@ -8,8 +8,7 @@ from dataclasses import fields
 
 from vltools.errors import CombinationError
 from vltools.infer import checks
-from vltools.infer.settings import COMMIT_SECONDS, RegionOptions, RunOptions, parse_shard
-from vltools.io.lock import output_lock
+from vltools.infer.settings import COMMIT_SECONDS, RegionOptions, RunOptions, locked_part, parse_shard
 from vltools.io.output import is_stdout
 
 PathLike = str | os.PathLike
@@ -25,9 +24,10 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
     """Region features of the images of INPUTS (folders, image files, tar shards, path lists, an images JSONL or
     Hugging Face datasets) in a features HDF5 at `output` (`-`: standard output); returns {"written": n,
     "failed": n}. Every run keeps its finished images in `OUTPUT.partial/`; `resume` continues an interrupted one
-    (vltools.io.checkpoint); `shard` "i/n" extracts every n-th image from the i-th. Further keyword options are those of
-    `vltools.infer.regions.RegionOptions` (num_regions, global_pool, image_size, ...) and
-    `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
+    (vltools.io.checkpoint); `shard` "i/n" extracts the i-th of n runs of the images, into `output`, or as part i
+    of n of a set when `output` is a folder (vltools.io.shards); under torchrun each process writes its part.
+    Further keyword options are those of `vltools.infer.regions.RegionOptions` (num_regions, global_pool,
+    image_size, ...) and `vltools.infer.settings.RunOptions` (precision, dtype, max_pixels, seed, ...)."""
     inputs = checks.paths(inputs, "inputs")
     checks.path(output, "output")
     checks.known(options, KEYWORDS | {"checkpoint_seconds", "shard"}, "extract_regions")
@@ -42,5 +42,5 @@ def extract_regions(inputs: PathLike | Sequence[PathLike], output: PathLike, *, 
         raise CombinationError(problem)
     from vltools.infer.regions import extract_regions as extract  # torch: once every argument is checked
 
-    with output_lock(output):
-        return extract(inputs, None if is_stdout(output) else output, chosen, run, shard)
+    with locked_part(output, shard, "h5") as (target, part):
+        return extract(inputs, None if is_stdout(target) else target, chosen, run, part, shard)

@@ -239,14 +239,6 @@ def list_inputs(inputs: Sequence[str | os.PathLike]) -> list[ImageItem]:
     return items
 
 
-def shard_items(items: Sequence[ImageItem], shard: tuple[int, int] | None) -> list[ImageItem]:
-    """Every n-th item starting at i (`--shard i/n`), in input order."""
-    if shard is None:
-        return list(items)
-    index, count = shard
-    return list(items[index::count])
-
-
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Any Pillow mode as 8-bit RGB: 16-bit and float images are rescaled, alpha is composited on white."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
