@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from vltools.errors import ArgumentError, VLToolsError
-from vltools.infer.settings import RunOptions, parse_shard
+from vltools.infer.settings import RunOptions, locked_part, parse_shard, process_part
 
 
 def test_parse_shard_reads_i_over_n_and_refuses_the_rest():
@@ -40,3 +40,32 @@ def test_run_options_check_each_value_when_made(options, message):
     with pytest.raises(VLToolsError, match=message):
         RunOptions(**options)
     assert RunOptions(workers=0).workers == 0
+
+
+def test_a_part_goes_in_its_folder_under_torchrun_and_standard_output_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with locked_part(tmp_path / "feats", None, "h5") as (target, part):
+        assert target == str(tmp_path / "feats" / "part-00001-of-00002.h5") and part.whole == "0/1"
+        assert (tmp_path / "feats" / "part-00001-of-00002.h5.lock").exists()     # each process locks its own part
+    with pytest.raises(VLToolsError, match="under torchrun each process writes its own part: give -o FOLDER"):
+        process_part(None, "-")
+    assert process_part(None, None).index == 1       # in memory: each process keeps its part
+
+
+def test_a_failed_run_removes_the_folder_it_made_while_it_is_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RuntimeError), locked_part(tmp_path / "feats", None, "h5"):
+        raise RuntimeError("the model failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_given_to_a_run_of_one_output_is_refused_before_any_work(tmp_path):
+    with pytest.raises(VLToolsError, match=r"is a folder; give -o a file, or --shard I/N \(or torchrun\)"), \
+            locked_part(tmp_path, None, "h5"):
+        pytest.fail("the run started")
+    with locked_part(f"{tmp_path}/set/", "1/3", "jsonl") as (target, part):
+        assert target == str(tmp_path / "set" / "part-00001-of-00003.jsonl") and part.in_folder
+    with locked_part(tmp_path / "one.jsonl", "1/3", "jsonl") as (target, part):
+        assert target == str(tmp_path / "one.jsonl") and not part.in_folder

@@ -21,6 +21,22 @@ def test_features(tmp_path):
     assert summary["attributes"]["backbone"] == "resnet18"
 
 
+def test_a_folder_of_parts_is_described_as_one_file_once_its_parts_agree(tmp_path):
+    (tmp_path / "set").mkdir()
+    for part, (ids, span) in enumerate([(["a", "b"], "0:2/3"), (["c"], "2:3/3")]):
+        with FeaturesWriter(tmp_path / "set" / f"part-0000{part}-of-00002.h5",
+                            {"backbone": "resnet18", "part": f"{part}/2", "span": span}) as writer:
+            writer.add(ids, regions=np.zeros((len(ids), 4, 8)))
+    summary = describe(tmp_path / "set")
+    assert summary["kind"] == "features" and summary["count"] == 3 and summary["parts"] == 2
+    assert summary["shapes"]["regions"] == [3, 4, 8] and "part" not in summary["attributes"]
+    with FeaturesWriter(tmp_path / "set" / "part-00001-of-00002.h5",
+                        {"backbone": "resnet18", "part": "1/2", "span": "1:3/3"}) as writer:
+        writer.add(["c"], regions=np.zeros((1, 4, 8)))
+    with pytest.raises(VLToolsError, match="holds inputs 1:3 of 3, but the parts before it end at input 2"):
+        describe(tmp_path / "set")
+
+
 def test_sims_without_required_dataset_is_invalid(tmp_path):
     write_arrays(tmp_path / "s.h5", "sims", {"sims": np.zeros((2, 3)), "image_ids": ["a", "b"]})
     with pytest.raises(VLToolsError, match="lacks the /caption_ids dataset"):

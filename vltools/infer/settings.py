@@ -126,6 +126,9 @@ def locked_part(output: str | os.PathLike | None, shard: str | None,
     `part_output`), with that file's lock held: a part's by every process of a torchrun job, each its own. A failed
     run removes the folder of parts it made while it is empty."""
     part = process_part(shard, output)
+    if (part is None or not part.in_folder) and output is not None and os.path.isdir(output):
+        raise VLToolsError(f"{output}: is a folder; give -o a file, or --shard I/N (or torchrun) to write a part of "
+                           "a set into it")
     made = part is not None and part.in_folder and output is not None and not os.path.exists(output)
     target = part_output(output, part, suffix)
     try:

@@ -8,11 +8,14 @@ from pathlib import Path
 
 from vltools.errors import VLToolsError, require_file
 from vltools.io.checkpoints import checkpoint_field, load_checkpoint
+from vltools.io.embeddings import open_embeddings
 from vltools.io.features import FeaturesReader
 from vltools.io.fields import TEXT, optional
 from vltools.io.hdf5 import attributes, decode_strings, file_kind, is_hdf5, open_h5, verify
 from vltools.io.jsonl import iter_json_lines
+from vltools.io.part_sets import PLACE_ATTRS
 from vltools.io.records import SCHEMAS, caption_ids, detect_kind, read_records
+from vltools.io.shards import is_part_set, part_files
 
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
@@ -90,10 +93,37 @@ def describe_jsonl(path: Path) -> dict:
     return summary
 
 
+def describe_parts(folder: Path) -> dict:
+    """Check the set of parts in `folder` (vltools.io.shards) as every reader takes it, each part as a file, and
+    summarise it as one file, with the number of its parts."""
+    files = part_files(folder)
+    if files[0].suffix == ".jsonl":
+        return {**describe_jsonl(folder), "parts": len(files)}
+    described = [describe_hdf5(file) for file in files]
+    kind = described[0]["kind"]
+    if kind == "features":
+        FeaturesReader(folder).close()
+    elif kind == "embeddings":
+        open_embeddings(folder).close()
+    else:
+        raise VLToolsError(f"{folder}: holds parts of {kind} files, which no stage writes in parts")
+    shapes = {name: [sum(item["shapes"].get(name, [0])[0] for item in described), *shape[1:]]
+              for name, shape in described[0]["shapes"].items()}
+    attrs = {key: value for key, value in described[0]["attributes"].items()
+             if key not in (*PLACE_ATTRS, "ids_checksum", "ids_digest", "caption_image_ids_digest", "failed_digest")}
+    if "num_failed" in attrs:
+        attrs["num_failed"] = sum(int(item["attributes"].get("num_failed", 0)) for item in described)
+    return {"kind": kind, "count": sum(item["count"] or 0 for item in described), "parts": len(files),
+            "shapes": shapes, "attributes": attrs}
+
+
 def describe(path: str | os.PathLike) -> dict:
-    """Dispatch on the file's content: HDF5 signature, zip (torch checkpoint), else JSONL."""
+    """Dispatch on the file's content: HDF5 signature, zip (torch checkpoint), else JSONL; a folder of parts is
+    described as one file."""
     if str(path) == "-":
         raise VLToolsError("inspect reads files, not standard input (-); save the data to a file and give its path")
+    if is_part_set(path):
+        return {"path": str(path), **describe_parts(Path(path))}
     path = require_file(path)
     if path.stat().st_size == 0:
         raise VLToolsError(f"{path}: empty file")
