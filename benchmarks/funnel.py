@@ -42,8 +42,8 @@ def worker(reports: Path, args: list[str]) -> None:
         status = int(exc.code or 0)
     listing = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=False).stdout
     received, owned = 0, False
-    for line in listing.splitlines():     # a socket's line names its process; its counters follow on the next line
-        if "users:" in line:
+    for line in listing.splitlines():     # a socket's line names its process; its counters follow, indented
+        if not line[:1].isspace():
             owned = f"pid={os.getpid()}," in line
         elif owned and (found := re.search(r"bytes_received:(\d+)", line)):
             received += int(found.group(1))

@@ -298,6 +298,7 @@ def test_more_than_a_tenth_of_captions_empty_is_one_warning(world, capsys, monke
         assert warnings == expected
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_torchrun_processes_write_their_parts_and_share_the_logp_matrix(world, tmp_path, monkeypatch):
     """30 images sampled in batches of 4 (process 0 samples batches 0-3 into its part, process 1 batches 4-7 into
     its own, each batch with its own keyed draws): the folder reads as the captions one process writes, and merged

@@ -216,6 +216,7 @@ def test_sentences_or_concepts_a_model_does_not_read_are_refused(world, ctx_sen,
     assert not (folder / "sen.h5").exists()
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_torchrun_processes_each_write_their_part_and_the_set_is_what_one_process_writes(world, tmp_path,
                                                                                          monkeypatch):
     """Issue 50: 8 images in blocks of 3 (process 0 takes blocks 0 and 1, process 1 block 2) and 18 captions in

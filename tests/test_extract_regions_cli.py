@@ -355,6 +355,7 @@ def _torchrun_args(world: Path) -> list[object]:
             "--batch-size", "2", "-o", "feats.h5"]
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 @pytest.mark.parametrize("processes", [1, 2, 4])
 def test_torchrun_processes_each_write_their_part_and_the_set_is_what_one_process_writes(bad_world, tmp_path,
                                                                                          monkeypatch, processes):
@@ -376,6 +377,7 @@ def test_torchrun_processes_each_write_their_part_and_the_set_is_what_one_proces
     same_but_created(one / "feats.h5", merged(two / "feats.h5"))
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_torchrun_a_failure_in_one_process_stops_it_and_leaves_the_others_parts(bad_world, tmp_path):
     """With --strict the bad image (in process 0's part) stops that process with the one line one process prints;
     torchrun stops the job, and what the others finished stays in their own parts or checkpoints."""
@@ -402,6 +404,7 @@ def test_shards_by_hand_into_a_folder_make_the_set_one_process_would(bad_world, 
     same_but_created(tmp_path / "one.h5", tmp_path / "merged.h5")
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_a_part_killed_part_way_resumes_alone_under_torchrun(bad_world, tmp_path):
     """Process 1's part (images 4-9, the same code path `--shard 1/2 -o FOLDER/` takes) is killed with SIGKILL after
     its second commit; `torchrun ... --resume` then keeps part 0, finished, as it is and continues part 1 from its
@@ -420,6 +423,7 @@ def test_a_part_killed_part_way_resumes_alone_under_torchrun(bad_world, tmp_path
     same_but_created(tmp_path / "one.h5", merged(tmp_path / "set"))
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_two_nodes_sharing_a_rendezvous_write_the_set_one_process_would(bad_world, tmp_path):
     """Issue 50: `torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT` launched twice on this machine,
     as two machines would, one process each: the two parts make what one process writes."""

@@ -341,6 +341,7 @@ def test_a_saved_index_over_more_images_than_the_split_searches_the_split_alone(
     assert not (tmp_path / "r.jsonl").exists()
 
 
+@pytest.mark.slow      # torchrun: processes of their own, 10-30 s
 def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
     """18 captions in blocks of 4 (process 0 scores blocks 0, 2 and 4 against every image, process 1 blocks 1 and 3)
     with the SGR + SAF ensemble: the first gathers the columns and writes the rankings and the sims one process
