@@ -9,7 +9,15 @@ import pytest
 
 from vltools.errors import VLToolsError
 from vltools.io.hdf5 import write_arrays
-from vltools.io.sims import Sims, average_sims, caption_image_index, read_npy_sims, read_sims, write_sims
+from vltools.io.sims import (
+    Sims,
+    average_sims,
+    caption_image_index,
+    merge_parts,
+    read_npy_sims,
+    read_sims,
+    write_sims,
+)
 
 IMAGES = ["i0", "i1"]
 CAPTIONS = ["c0", "c1", "c2"]
@@ -160,3 +168,23 @@ def test_an_uncaptioned_image_is_refused_unless_allowed():
     assert message.endswith("every image needs at least one caption to be scored")
     index = caption_image_index(images, caption_images, "sims.h5", every_image_captioned=False)
     assert index.tolist() == [2, 0, 2]
+
+
+def test_a_folder_of_parts_is_the_matrix_their_columns_make_and_merges_into_its_file(tmp_path):
+    sims = np.array([[0.5, -1.0, 2.25], [3.0, 0.0, -0.125]], dtype=np.float32)
+    (tmp_path / "set").mkdir()
+    for part, (start, stop) in enumerate([(0, 2), (2, 3)]):
+        write_sims(tmp_path / "set" / f"part-0000{part}-of-00002.h5", sims[:, start:stop], IMAGES,
+                   CAPTIONS[start:stop], CAPTION_IMAGES[start:stop],
+                   {"model": "sgr", "part": f"{part}/2", "span": f"{start}:{stop}/3"})
+    joined = read_sims(tmp_path / "set")
+    assert np.array_equal(joined.sims, sims) and joined.caption_ids == CAPTIONS
+    assert joined.caption_image_ids == CAPTION_IMAGES and joined.image_ids == IMAGES
+    assert merge_parts(tmp_path / "set", tmp_path / "one.h5") == 3
+    with h5py.File(tmp_path / "one.h5") as handle:
+        assert "part" not in handle.attrs and handle.attrs["model"] == "sgr"
+    assert np.array_equal(read_sims(tmp_path / "one.h5").sims, sims)
+    write_sims(tmp_path / "set" / "part-00001-of-00002.h5", sims[::-1, 2:], IMAGES[::-1], CAPTIONS[2:],
+               CAPTION_IMAGES[2:], {"model": "sgr", "part": "1/2", "span": "2:3/3"})
+    one_line(lambda: read_sims(tmp_path / "set"), "/image_ids: has other images than .*part-00000-of-00002.h5",
+             tmp_path / "set" / "part-00001-of-00002.h5")

@@ -7,13 +7,14 @@ import logging
 import os
 import sys
 
+import h5py
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 from kill_helpers import interrupted_then_resumed
 from matching_helpers import VOCAB, fails, make_world, save_overflowing, save_tiny
-from pipeline_fixtures import one_and_two_processes, run_process, same_but_created
+from pipeline_fixtures import merged, one_and_two_processes, run_process, same_but_created, torchrun
 
 import vltools
 import vltools.infer.match as match_step
@@ -342,17 +343,25 @@ def test_a_saved_index_over_more_images_than_the_split_searches_the_split_alone(
 
 
 @pytest.mark.slow      # torchrun: processes of their own, 10-30 s
-def test_torchrun_two_gloo_processes_write_what_one_process_writes(world, tmp_path, monkeypatch):
-    """18 captions in blocks of 4 (process 0 scores blocks 0, 2 and 4 against every image, process 1 blocks 1 and 3)
-    with the SGR + SAF ensemble: the first gathers the columns and writes the rankings and the sims one process
-    writes."""
+def test_torchrun_processes_score_their_parts_of_the_sims_which_rank_as_one_process_does(world, tmp_path,
+                                                                                        monkeypatch):
+    """Issue 50: 18 captions in blocks of 4 with the SGR + SAF ensemble; process 0 scores blocks 0-1 (8 captions)
+    against every image, process 1 blocks 2-4, each into its part of --sims FOLDER; `match FOLDER` ranks them as one
+    process ranks its matrix, and merged they are that matrix, byte for byte but the creation time."""
     _, features, captions, models = world
-    one, two = one_and_two_processes(tmp_path, monkeypatch, "match", "--model", models["sgr"], "--model",
-                                     models["saf"], features, captions, "--block-images", "2", "--block-captions", "4",
-                                     "--device", "cpu", "--sims", "sims.h5", "-o", "rankings.jsonl")
+    args = ["match", "--model", models["sgr"], "--model", models["saf"], features, captions, "--block-images", "2",
+            "--block-captions", "4", "--device", "cpu", "--sims", "sims.h5"]
+    one, two = one_and_two_processes(tmp_path, monkeypatch, *args)
+    with h5py.File(two / "sims.h5" / "part-00000-of-00002.h5") as handle:
+        assert handle["sims"].shape == (6, 8) and handle.attrs["span"] == "0:8/18"
+    same_but_created(one / "sims.h5", merged(two / "sims.h5"))
+    run("match", str(one / "sims.h5"), "-o", str(one / "rankings.jsonl"))
+    run("match", str(two / "sims.h5"), "-o", str(two / "rankings.jsonl"))
     assert len(read_records(two / "rankings.jsonl", "rankings")) == 6 + 18
     assert (one / "rankings.jsonl").read_bytes() == (two / "rankings.jsonl").read_bytes()
-    same_but_created(one / "sims.h5", two / "sims.h5")
+    done = torchrun(*args[:-2], "-o", "r.jsonl", cwd=tmp_path)
+    assert done.returncode != 0 and "under torchrun each process scores its part of the captions into --sims " \
+        "FOLDER (rankings need every caption)" in done.stderr
 
 
 def test_an_interrupted_plain_match_continues_with_resume(world, tmp_path, capsys, monkeypatch):

@@ -70,7 +70,8 @@ def test_one_path_named_as_two_outputs_is_refused_before_any_work(world, tmp_pat
 
 def test_a_missing_second_input_and_a_resume_without_output_are_refused_in_pythons_words(world):
     features, captions, sgr = world
-    with pytest.raises(VLToolsError, match=r"^second is missing \(only index_file searches one input\)"):
+    with pytest.raises(VLToolsError, match=r"^second is missing \(only index_file searches one input, and a "
+                                           r"similarity matrix is ranked alone\)"):
         vltools.match(features, model=sgr)
     with pytest.raises(VLToolsError, match="--resume needs -o PATH"):
         vltools.match(features, captions, sgr, resume=True)

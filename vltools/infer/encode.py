@@ -91,8 +91,6 @@ def encode_file(loaded: LoadedModel, source: PathLike, output: PathLike | None, 
         with computed_rows("encode", out, images.ids, phi_batches, "images", batch_size,
                            {"model": "rmac", "checkpoint": checkpoint, "image_size": images.size,
                             "precision": precision}, digests, resume, EMBEDDINGS, checkpoint_seconds) as phi:
-            if phi is None:       # another process of a torchrun job: the first writes every embedding
-                return len(images.ids)
             emb, attrs = rmac_queries(loaded, images, np.concatenate(list(phi)), query, device)
             write(images.ids, [emb], {"model": "rmac", **provenance, "ids_digest": ids_digest(images.ids), **attrs})
         log.info("encoded %d images (%s) with rmac", len(images.ids), attrs["query"])

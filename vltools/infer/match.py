@@ -45,6 +45,7 @@ from vltools.io.features import FeaturesReader
 from vltools.io.hdf5 import hdf5_kind
 from vltools.io.provenance import ids_digest, input_digest
 from vltools.io.records import ranking_records
+from vltools.io.shards import Part
 from vltools.io.sims import average_sims, read_sims
 from vltools.text.vocab import Coverage
 
@@ -118,7 +119,8 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                    search_options: Search | None = None, full: bool = False, rerank_k: int | None = None,
                    first_stage: LoadedModel | None = None, output: PathLike | None = None, resume: bool = False,
                    write: Callable[[Matches], None] | None = None,
-                   first_stage_images: PathLike | Sequence[PathLike] | None = None) -> Matches | None:
+                   first_stage_images: PathLike | Sequence[PathLike] | None = None,
+                   part: Part | None = None) -> Matches:
     """The captions of `split` (see `read_split`) and the images they name, ranked both ways by the mean
     similarity of `models`; with `rerank_k`, `first_stage` (separable) proposes that many candidates per query
     and only those are scored (an OpenCLIP first stage embeds the images of `first_stage_images`, images inputs
@@ -127,8 +129,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
     Without reranking every pair is scored, caption block by caption block, through the inference runner: each
     finished caption's similarities are committed to `OUT.partial/` beside the rankings `output` (a temporary
     folder for standard output) as they come, so that `resume` continues an interrupted run; `write` gets the
-    `Matches` before those parts are removed, so that a failed write keeps them. Under torchrun the processes
-    share the blocks of captions, and the other processes than the first return None."""
+    `Matches` before those parts are removed, so that a failed write keeps them. With a `part` (under torchrun,
+    vltools.io.shards) only its run of the caption blocks is scored, and `output` is its part of the matrix: the
+    `Matches` of those captions' columns, written as a part of the set of sims."""
     options = search_options or Search()
     if rerank_k is not None and first_stage is None:
         raise VLToolsError(f"{argument('rerank_k', 'K')} needs {argument('first_stage', 'VSE.pt')}, the separable "
@@ -179,10 +182,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                                          options.precision)
         else:
             inputs = [str(path) for path in (features, captions, *(item.path for item in models))]
+            start, stop = part.span(len(chosen.caption_ids), options.block_captions) if part else (0, None)
             found = stack.enter_context(_all_pairs(modules, images, chosen, tokens, options, output, resume, inputs,
-                                                   ",".join(f"{i.path} ({i.digest})" for i in models)))
-            if found is None:       # another process of a torchrun job: the first writes
-                return None
+                                                   ",".join(f"{i.path} ({i.digest})" for i in models), start, stop))
             forward, backward = _topk_both(torch.from_numpy(found), options.top_k)
             sims = found if full else None
         attrs = {"models": ",".join(str(i.path) for i in models), "model_names": ",".join(i.name for i in models),
@@ -190,8 +192,13 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
                  "captions": str(captions), "split": chosen.name, "precision": options.precision,
                  "image_ids_digest": ids_digest(chosen.image_ids),
                  "caption_ids_digest": ids_digest(chosen.caption_ids)}
-        matches = Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims,
-                          [chosen.image_ids[i] for i in chosen.caption_image_index], attrs)
+        caption_images = [chosen.image_ids[i] for i in chosen.caption_image_index]
+        if part is not None:     # the columns of this part's captions
+            attrs.update(part.attrs(len(chosen.caption_ids), options.block_captions))
+            matches = Matches(chosen.image_ids, chosen.caption_ids[start:stop], forward, backward, sims,
+                              caption_images[start:stop], attrs)
+        else:
+            matches = Matches(chosen.image_ids, chosen.caption_ids, forward, backward, sims, caption_images, attrs)
         if write is not None:
             write(matches)
     return matches
@@ -199,9 +206,9 @@ def match_features(features: PathLike, captions: PathLike, models: Sequence[Load
 
 @contextlib.contextmanager
 def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: CaptionSplit, tokens: list,
-               options: Search, output: PathLike | None, resume: bool, inputs: list[PathLike],
-               models: str) -> Iterator[np.ndarray | None]:
-    """The [images, captions] similarities of every pair (None on the other processes of a torchrun job), each
+               options: Search, output: PathLike | None, resume: bool, inputs: list[PathLike], models: str,
+               start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
+    """The [images, captions] similarities of every pair (of the captions start..stop), each
     caption's column kept as it comes (`vltools.infer.runner.computed_rows`: the caption's row of a checkpoint
     chunk) and the checkpoint removed when the block ends. What a column depends on (`models`: each model's path
     and checkpoint digest; the files, split, images, precision) is recorded with the checkpoint, so that a resume
@@ -210,26 +217,24 @@ def _all_pairs(modules: list[torch.nn.Module], images: FeatureBlocks, chosen: Ca
     rows = {"models": models, "features": str(inputs[0]), "captions": str(inputs[1]), "caption_split": chosen.name,
             "images": ids_digest(chosen.image_ids), "precision": options.precision}
 
+    own = chosen.caption_ids[start:stop]
+
     def columns(mine: list[int]) -> Iterator[np.ndarray]:
-        blocks = CaptionBlocks([tokens[k] for k in mine], options.block_captions)
+        blocks = CaptionBlocks([tokens[start + k] for k in mine], options.block_captions)
         computed = similarity_columns(modules, images, blocks, options.device, options.precision,
                                       options.image_cache_mb)
         with contextlib.closing(computed):    # a refusal leaves no autocast on (see finite_results)
             yield from finite_results((block.T.contiguous().numpy() for block in computed),
-                                      [chosen.caption_ids[k] for k in mine], "similarities", "caption id",
-                                      options.precision)
+                                      [own[k] for k in mine], "similarities", "caption id", options.precision)
 
-    with computed_rows("match", None if output is None else str(output), chosen.caption_ids, columns, "captions",
+    with computed_rows("match", None if output is None else str(output), own, columns, "captions",
                        options.block_captions, rows, input_digest(inputs), resume, SIMILARITIES,
-                       options.checkpoint_seconds, shared=True) as blocks:
-        if blocks is None:
-            yield None
-            return
-        found = np.empty((len(chosen.image_ids), len(chosen.caption_ids)), dtype=np.float32)
-        start = 0
+                       options.checkpoint_seconds) as blocks:
+        found = np.empty((len(chosen.image_ids), len(own)), dtype=np.float32)
+        done = 0
         for block in blocks:
-            found[:, start:start + len(block)] = block.T
-            start += len(block)
+            found[:, done:done + len(block)] = block.T
+            done += len(block)
         yield found
 
 
@@ -293,17 +298,18 @@ def _both_ways(image_ids: Sequence[str], images, caption_ids: Sequence[str], cap
                    None if caption_image_ids is None else list(caption_image_ids), attrs)
 
 
-def match_sims(first: PathLike, second: PathLike, top_k: int = 10) -> Matches:
-    """Rankings of the mean of two saved similarity matrices (the SGRAF ensemble of `match --sims` outputs of SGR
-    and SAF), without scoring any pair again."""
-    if hdf5_kind(second) != "sims":
+def match_sims(first: PathLike, second: PathLike | None, top_k: int = 10) -> Matches:
+    """Rankings of a saved similarity matrix (`match --sims`: a file, or the folder of parts a torchrun job wrote),
+    or of the mean of two (the SGRAF ensemble of the matrices of SGR and SAF), without scoring any pair again."""
+    if second is not None and hdf5_kind(second) != "sims":
         raise VLToolsError(f"{second}: expected a second similarity matrix (match --sims) after {first}")
-    mean = average_sims([(path, read_sims(path)) for path in (first, second)])
+    paths = [first] if second is None else [first, second]
+    mean = average_sims([(path, read_sims(path)) for path in paths])
     sims = torch.from_numpy(mean.sims.astype(np.float32))
     forward, backward = _topk_both(sims, top_k)
     return Matches(list(mean.image_ids), list(mean.caption_ids), forward, backward, sims.numpy(),
                    None if mean.caption_image_ids is None else list(mean.caption_image_ids),
-                   {"ensemble_of": f"{first},{second}"})
+                   {"ensemble_of" if second is not None else "sims": ",".join(map(str, paths))})
 
 
 def match_embeddings(first: PathLike, second: PathLike, search_options: Search | None = None,
@@ -420,11 +426,12 @@ def check_index(kind: str, index: str, models: Sequence[LoadedModel] = (), reran
 def check_index_file(kind: str, second: PathLike | None, options: Search, rerank_k: int | None,
                      full: bool = False) -> None:
     """A saved index is searched by one embeddings file (no second input) or by the first stage of --rerank;
-    without one, `match` needs its second input."""
+    without one, `match` needs its second input, but to rank one similarity matrix."""
     if options.index_file is None:
-        if second is None:
+        if second is None and kind != "sims":
             raise VLToolsError("match needs a second input (captions, caption embeddings or a sims file) unless "
-                               f"{argument('index_file')} gives a saved index to search")
+                               f"{argument('index_file')} gives a saved index to search, or the first is a sims "
+                               "file to rank alone")
         return
     if full:
         raise VLToolsError("--sims needs every pair scored, which searching a saved index avoids; drop one of them")

@@ -5,8 +5,7 @@ caption, caption --pairs, match over features) runs `run`: the items of this par
 (vltools.io.checkpoint) does not already hold are read in batches, passed through the model step (the stage's
 `produce`), and kept by the checkpoint as they come, so that a killed run continues with `--resume`; the stage then
 reads them back in input order (`Checkpoint.gather`) into its output's writer. Under torchrun each process runs
-its own part into its own output (vltools.io.shards); only a run that is `shared` (match scoring every pair) has
-the processes share the batches and the first one, the only one with a checkpoint, keep what one process would.
+its own part of the inputs into its own output (vltools.io.shards): nothing passes through one process.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import TypeVar
 import numpy as np
 
 from vltools.devices import nonfinite_advice
-from vltools.distributed import from_main, gathered, place, share
 from vltools.errors import VLToolsError, argument, keep_note
 from vltools.infer.settings import COMMIT_SECONDS
 from vltools.io.checkpoint import Checkpoint, Codec, Rows
@@ -94,33 +92,20 @@ def finite_results(blocks: Iterable[np.ndarray], ids: Sequence[str], what: str, 
 
 @contextlib.contextmanager
 def checkpoint(out: str | None, codec: Codec, options: Mapping[str, object], digests: Mapping[str, str] | str,
-               resume: bool, commit_seconds: float = COMMIT_SECONDS,
-               shared: bool = False) -> Iterator[Checkpoint | None]:
+               resume: bool, commit_seconds: float = COMMIT_SECONDS) -> Iterator[Checkpoint]:
     """The checkpoint of a run writing `out`: `OUT.partial/` for a file (covered by the lock of OUT, which the
-    stage holds), a scratch folder otherwise; in a `shared` run, None on the other processes of a torchrun job,
-    whose results the first keeps."""
-    if shared and not place().main:
-        yield None
-        return
+    stage holds), a scratch folder otherwise."""
     with contextlib.ExitStack() as stack:
         folder = Path(f"{out}.partial") if resumable(out) else stack.enter_context(scratch_folder()) / "partial"
         yield Checkpoint(folder, output_name(out), codec, options, digests, resume, commit_seconds, resumable(out))
 
 
-def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produce, unit: str = "items",
-        batch_size: int = 1, shared: bool = False) -> int:
+def run(stage: str, ids: Sequence[str], kept: Checkpoint, produce: Produce, unit: str = "items",
+        batch_size: int = 1) -> int:
     """Pass every id of `ids` the checkpoint `kept` does not hold through `produce` (which batches them) into it;
-    on any failure the checkpoint keeps what is whole and drops the rest. Returns how many ids were computed now.
-
-    A `shared` run under torchrun runs this in every process, and only the first holds a checkpoint (the others
-    pass None): each process produces whole batches of `batch_size` of the ids left in turn (batch k on process k
-    mod N, so that every batch is the one a single process makes, and so are its results), and the first keeps
-    them all. Any other run is this process's own."""
-    done = from_main(kept.done if kept is not None else None) if shared else kept.done
-    todo = [i for i in ids if i not in done]
-    mine = [todo[k] for k in share(len(todo), batch_size)] if shared else todo
-    exchanged = gathered if shared else _alone
-    if kept is not None and kept.resume:
+    on any failure the checkpoint keeps what is whole and drops the rest. Returns how many ids were computed now."""
+    todo = [i for i in ids if i not in kept.done]
+    if kept.resume:
         if len(todo) < len(ids):
             log.info(f"{stage}: resuming {kept.output}: {len(ids) - len(todo)} of {len(ids)} {unit} kept from an "
                      "interrupted run")
@@ -128,27 +113,18 @@ def run(stage: str, ids: Sequence[str], kept: Checkpoint | None, produce: Produc
             log.info(f"{stage}: nothing to resume for {kept.output}; starting from the beginning")
     computed = 0
     try:
-        for batches in progress(exchanged(produce(mine)),
-                                total=len(todo), desc=stage, unit=unit,  # counted in the user's unit
-                                size=lambda batches: sum(len(batch[0]) for batch in batches)):
-            for done_ids, results in batches:
-                kept.add(done_ids, results)
-                computed += len(done_ids)
+        for done_ids, results in progress(produce(todo), total=len(todo), desc=stage, unit=unit,  # the user's unit
+                                          size=lambda batch: len(batch[0])):
+            kept.add(done_ids, results)
+            computed += len(done_ids)
     except BaseException as exc:
-        if kept is not None:
-            kept.discard()
-            if kept.resumable:
-                held = len(kept.done)
-                keep_note(exc, f"{held} of {len(ids)} {unit} kept in {kept.folder}/" if held else "nothing was kept",
-                          resumable=held > 0)
+        kept.discard()
+        if kept.resumable:
+            held = len(kept.done)
+            keep_note(exc, f"{held} of {len(ids)} {unit} kept in {kept.folder}/" if held else "nothing was kept",
+                      resumable=held > 0)
         raise
     return computed
-
-
-def _alone(batches: Iterable[T]) -> Iterator[list[T]]:
-    """Each batch of a run that is this process's own, as `gathered` gives a shared run's: one process's."""
-    for batch in batches:
-        yield [batch]
 
 
 def report_skipped(stage: str, out: str | None, count: int, failed: list[str]) -> None:
@@ -164,16 +140,14 @@ def report_skipped(stage: str, out: str | None, count: int, failed: list[str]) -
 @contextlib.contextmanager
 def computed_rows(stage: str, out: str | None, ids: Sequence[str], compute: Callable[[list[int]], Iterator[np.ndarray]],
                   unit: str, batch_size: int, options: Mapping[str, object], digests: Mapping[str, str] | str,
-                  resume: bool, codec: Rows, commit_seconds: float = COMMIT_SECONDS,
-                  shared: bool = False) -> Iterator[Iterator[np.ndarray] | None]:
+                  resume: bool, codec: Rows, commit_seconds: float = COMMIT_SECONDS) -> Iterator[Iterator[np.ndarray]]:
     """One float row per id of `ids` (an embedding, a caption's similarities) through `run` and the checkpoint of
     `out`; `compute(positions)` yields the [B, ...] rows of the items at those positions of `ids`, in blocks of
     `batch_size`. Then yield every row of `ids` in order, in blocks, for the caller to write, and remove the
-    checkpoint once the caller is done (a failed write keeps it for --resume). In a `shared` run, None on the other
-    processes of a torchrun job, whose rows the first keeps. Where nothing could be resumed (standard output, a
-    device, memory) in a run of one process, the rows come straight from `compute`: its caller holds them anyway,
-    and a checkpoint in a scratch folder would only be one more place to run out of room."""
-    if not (shared and place().active) and not resumable(out):
+    checkpoint once the caller is done (a failed write keeps it for --resume). Where nothing could be resumed
+    (standard output, a device, memory), the rows come straight from `compute`: its caller holds them anyway, and a
+    checkpoint in a scratch folder would only be one more place to run out of room."""
+    if not resumable(out):
         yield progress(compute(list(range(len(ids)))), total=len(ids), desc=stage, unit=unit, size=len)
         return
     position = {item: number for number, item in enumerate(ids)}
@@ -184,10 +158,7 @@ def computed_rows(stage: str, out: str | None, ids: Sequence[str], compute: Call
             yield todo[start:start + len(block)], {"rows": block}
             start += len(block)
 
-    with checkpoint(out, codec, options, digests, resume, commit_seconds, shared) as kept:
-        run(stage, ids, kept, produce, unit, batch_size, shared)
-        if kept is None:
-            yield None
-            return
+    with checkpoint(out, codec, options, digests, resume, commit_seconds) as kept:
+        run(stage, ids, kept, produce, unit, batch_size)
         yield (arrays["rows"] for _, arrays in kept.gather(ids, batch_size))
         kept.remove()

@@ -16,6 +16,7 @@ from vltools.io.jsonl import iter_json_lines
 from vltools.io.part_sets import PLACE_ATTRS
 from vltools.io.records import SCHEMAS, caption_ids, detect_kind, read_records
 from vltools.io.shards import is_part_set, part_files
+from vltools.io.sims import read_sims
 
 REQUIRED_DATASETS = {
     "proxy": ("ids", "tfidf/data", "tfidf/indices", "tfidf/indptr", "vocab", "idf"),
@@ -105,6 +106,8 @@ def describe_parts(folder: Path) -> dict:
         FeaturesReader(folder).close()
     elif kind == "embeddings":
         open_embeddings(folder).close()
+    elif kind == "sims":
+        read_sims(folder)
     else:
         raise VLToolsError(f"{folder}: holds parts of {kind} files, which no stage writes in parts")
     shapes = {name: [sum(item["shapes"].get(name, [0])[0] for item in described), *shape[1:]]

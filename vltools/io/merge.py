@@ -23,6 +23,7 @@ from vltools.io.features import (
 )
 from vltools.io.hdf5 import REWRITE, hdf5_kind
 from vltools.io.shards import is_part_set, part_files
+from vltools.io.sims import merge_parts as merge_sims
 
 WRITER_ATTRS = {"format", "format_version", "vltools_version", "command", "created", "dtype", "num_failed",
                 IDS_CHECKSUM}
@@ -46,14 +47,17 @@ def parts_provenance(path: Path, attrs: dict[str, object]) -> list[dict[str, str
 
 def merge_inputs(paths: Sequence[Path], target: Path) -> tuple[int, str]:
     """`vltools merge`: (rows written, what they are). One folder of parts (vltools.io.shards) becomes the file one
-    process would have written: features, embeddings or JSON lines (captions, descriptions), by its parts' kind;
+    process would have written: features, embeddings, sims or JSON lines (captions, descriptions), by its parts' kind;
     features files (shards, splits) are joined by `merge_files`."""
     if len(paths) == 1 and is_part_set(paths[0]):
         first = part_files(paths[0])[0]
         if first.suffix == ".jsonl":
             return merge_lines(paths[0], target), "lines"
-        if hdf5_kind(first) == "embeddings":
+        kind = hdf5_kind(first)
+        if kind == "embeddings":
             return merge_parts(paths[0], target), "embeddings"
+        if kind == "sims":
+            return merge_sims(paths[0], target), "captions' similarities"
         return merge_set(paths[0], target), "images"
     for path in paths:
         if Path(path).is_dir() or hdf5_kind(path) is None:

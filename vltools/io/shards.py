@@ -47,13 +47,18 @@ class Part:
             start, stop = min(start + first * batch, stop), min(start + last * batch, stop)
         return start, stop
 
+    @property
+    def name(self) -> str:
+        """"k/K": this part's place in its set."""
+        return f"{self.index}/{self.count}"
+
     def attrs(self, total: int, batch: int = 1) -> dict[str, object]:
         """What a part's file records of its place in its set (nothing for a file of its own): `part` "k/K" and
         `span` "start:stop/total", which the set's reader checks (the parts must cover every input once)."""
         if not self.in_folder:
             return {}
         start, stop = self.span(total, batch)
-        return {"part": f"{self.index}/{self.count}", "span": f"{start}:{stop}/{total}"}
+        return {"part": self.name, "span": f"{start}:{stop}/{total}"}
 
 
 def this_part(shard: tuple[int, int] | None, rank: int, world_size: int, folder: bool) -> Part | None:

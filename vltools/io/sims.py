@@ -7,13 +7,20 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from vltools.errors import input_error, shown_ids
-from vltools.io.hdf5 import first_nonfinite, open_h5, read_strings, write_arrays
+from vltools.io.hdf5 import attributes, first_nonfinite, open_h5, read_strings, write_arrays
+from vltools.io.part_sets import PLACE_ATTRS, check_spans, unique_ids
+from vltools.io.provenance import ids_digest
+from vltools.io.shards import is_part_set, part_files
 
 PRECOMP_CAPTIONS_PER_IMAGE = 5
+# what the writer records anew: its format, time, and the digest of the caption images it writes after the
+# attributes (match records the digests of the image and caption ids among its own attributes)
+WRITER_ATTRS = {"format", "format_version", "created", "caption_image_ids_digest"}
 
 
 @dataclass
@@ -57,7 +64,10 @@ def _unique(ids: list[str], path: object, name: str) -> None:
 
 
 def read_sims(path: str | os.PathLike) -> Sims:
-    """Read and check a sims HDF5 file: a 2-D finite matrix whose shape matches its unique id lists."""
+    """Read and check a sims HDF5 file: a 2-D finite matrix whose shape matches its unique id lists; a folder of
+    parts (vltools.io.shards: each the columns of a run of the captions) is read as the one matrix they make."""
+    if is_part_set(path):
+        return read_parts(Path(path))[0]
     with open_h5(path, "sims") as handle:
         for name in ("sims", "image_ids", "caption_ids"):
             if name not in handle:
@@ -76,6 +86,39 @@ def read_sims(path: str | os.PathLike) -> Sims:
         raise input_error(path, "/caption_image_ids", f"{len(caption_image_ids)} entries for {len(caption_ids)} "
                           "captions")
     return Sims(sims, image_ids, caption_ids, caption_image_ids)
+
+
+def read_parts(folder: Path) -> tuple[Sims, dict[str, object]]:
+    """The matrix of the sims parts in `folder`, each checked as a file is, of one run (the same images; captions
+    each part covers once, in order; no caption twice), and its attributes (the first part's, but its place)."""
+    parts, places = [], []
+    for file in part_files(folder):
+        parts.append(read_sims(file))
+        with open_h5(file, "sims") as handle:
+            places.append((file, attributes(handle)))
+    check_spans(folder, places)
+    for (file, _), part in zip(places[1:], parts[1:], strict=True):
+        if part.image_ids != parts[0].image_ids:
+            raise input_error(file, "/image_ids", f"has other images than {places[0][0]}",
+                              "keep one run's parts in a folder")
+    caption_ids = unique_ids([(file, part.caption_ids) for (file, _), part in zip(places, parts, strict=True)],
+                             "caption id")
+    image_ids = None if parts[0].caption_image_ids is None else \
+        [item for part in parts for item in part.caption_image_ids or ()]
+    attrs = {key: value for key, value in places[0][1].items() if key not in PLACE_ATTRS}
+    attrs["caption_ids_digest"] = ids_digest(caption_ids)       # each part's is of its own captions
+    return Sims(np.concatenate([part.sims for part in parts], axis=1), parts[0].image_ids, caption_ids,
+                image_ids), attrs
+
+
+def merge_parts(folder: Path, target: str | os.PathLike) -> int:
+    """The sims parts in `folder` joined into one file at `target`, as one process writes it (its creation time is
+    the merge's); returns how many captions."""
+    joined, attrs = read_parts(folder)
+    write_sims(target, joined.sims, joined.image_ids, joined.caption_ids, joined.caption_image_ids,
+               {**{key: value for key, value in attrs.items() if key not in WRITER_ATTRS},
+                "caption_ids_digest": ids_digest(joined.caption_ids)})
+    return len(joined.caption_ids)
 
 
 def read_npy_sims(path: str | os.PathLike, image_ids: list[str] | None = None, caption_ids: list[str] | None = None,

@@ -12,17 +12,19 @@ from vltools.devices import resolve_device
 from vltools.distributed import place
 from vltools.errors import ArgumentError, VLToolsError, argument, shown
 from vltools.infer import checks
-from vltools.infer.settings import COMMIT_SECONDS, EXACT, check_search
+from vltools.infer.settings import COMMIT_SECONDS, EXACT, check_search, locked_part
+from vltools.io.hdf5 import hdf5_kind
 from vltools.io.held import instance_of
 from vltools.io.lock import output_lock
 from vltools.io.model_store import is_openclip, resolve_models
+from vltools.io.output import is_stdout
 from vltools.io.progress import log
 from vltools.io.records import write_records
 from vltools.io.sims import write_sims
 
 if TYPE_CHECKING:
     from vltools.infer.loader import LoadedModel
-    from vltools.infer.match import Matches
+    from vltools.infer.match import Matches, Search
 
 PathLike = str | os.PathLike
 LOADER = "vltools.infer.loader"    # LoadedModel's module: imported (with torch) once the arguments are checked
@@ -59,15 +61,18 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
     """Rank captions for every image (i2t) and images for every caption (t2i), top `top_k` per query: FIRST
     features and SECOND captions with `model` (cross-attention or separable checkpoints, store names, loaded models:
     their mean), FIRST images (a folder, or images inputs) and SECOND captions with one OpenCLIP `model`
-    (`openclip:ARCH[:PRETRAINED_OR_FILE]`, zero-shot), two similarity matrices (`match --sims` outputs), image then
-    caption embeddings, or query then database image embeddings (i2i); with `index_file` and no SECOND, FIRST's
-    embeddings search a saved index. With `rerank_k`, the separable `first_stage` proposes that many candidates per
-    query and only those are scored; an OpenCLIP first stage embeds the images of `first_stage_images`.
+    (`openclip:ARCH[:PRETRAINED_OR_FILE]`, zero-shot), a similarity matrix (`match --sims` output: a file or a
+    folder of parts) or the mean of two, image then caption embeddings, or query then database image embeddings
+    (i2i); with `index_file` and no SECOND, FIRST's embeddings search a saved index. With `rerank_k`, the separable
+    `first_stage` proposes that many candidates per query and only those are scored; an OpenCLIP first stage
+    embeds the images of `first_stage_images`.
 
     The rankings go to `output` as JSONL (`-`: standard output; None: not written) and the whole matrix to `sims`
-    (HDF5) when given; the `Matches` is returned (None on the other processes of a torchrun job), with `.sims`
-    where it is written or nothing is. A match scoring every pair keeps its finished captions in
-    `OUTPUT.partial/` for `resume` (vltools.io.checkpoint)."""
+    (HDF5) when given; the `Matches` is returned, with `.sims` where it is written or nothing is. A match scoring
+    every pair keeps its finished captions in `OUTPUT.partial/` for `resume` (vltools.io.checkpoint). Under torchrun
+    such a match has each process score its run of the caption blocks into its part of the folder `sims` (no
+    `output`: rankings need every caption; `match FOLDER` ranks them), and the other modes run on the first
+    process alone (None on the others)."""
     items = model_items(model, "model")
     checks.path(output, "output", optional=True)
     checks.path(sims, "sims", optional=True)
@@ -78,8 +83,9 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
         checks.path(first_stage, "first_stage")
     checks.device(device, "device")
     check_search(top_k, precision, block_images, block_captions, image_cache_mb, index, nprobe, checkpoint_seconds)
-    if second is None and index_file is None:
-        raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input)")
+    if second is None and index_file is None and hdf5_kind(first) != "sims":
+        raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input, and a "
+                                      "similarity matrix is ranked alone)")
     from vltools.infer.loader import OpenClipModel  # torch: once each argument is checked, before their combinations
     from vltools.infer.match import (
         SIDES,
@@ -108,11 +114,20 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
     if first_stage_images is not None and not is_openclip(first_stage) and not isinstance(first_stage, OpenClipModel):
         raise VLToolsError(f"{argument('first_stage_images')} is read by an OpenCLIP {argument('first_stage')} "
                            "(openclip:ARCH), which embeds image files; drop it")
-    check_resume(kind, rerank_k, None if output is None else str(output), resume)
+    parts = place().active and kind == "features" and rerank_k is None
+    if parts and (not is_stdout(output) or sims is None):
+        raise VLToolsError(f"under torchrun each process scores its part of the captions into {argument('sims')} "
+                           f"FOLDER (rankings need every caption): give {argument('sims')} FOLDER and no "
+                           f"{argument('output')}, then rank them in one process: vltools match FOLDER -o "
+                           "RANKINGS.jsonl")
+    check_resume(kind, rerank_k, None if (sims if parts else output) is None else str(sims if parts else output),
+                 resume)
     full = sims is not None or (output is None and rerank_k is None and index_file is None)
     check_index_file(kind, second, options, rerank_k, full)
+    if parts:
+        return _match_parts(first, second, items, split, options, sims, resume)
     with output_lock(output, sims):
-        if not place().main and (kind != "features" or rerank_k is not None):
+        if not place().main:
             return None          # another process of a torchrun job: the first runs these modes alone
         if kind == "features":
             stage = None if first_stage is None else _first_stage(first_stage)
@@ -139,6 +154,23 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
     if found is not None:
         rows, columns = SIDES[found.direction]
         log.info("matched %d %s x %d %s with %s", len(found.row_ids), rows, len(found.column_ids), columns, what)
+    return found
+
+
+def _match_parts(first: PathLike, second: PathLike, items: Sequence[PathLike | LoadedModel], split: str | None,
+                 options: Search, sims: PathLike, resume: bool) -> Matches:
+    """Every pair scored under torchrun: this process's run of the caption blocks, its columns written as its part
+    of the set of sims in the folder `sims` (vltools.io.shards), which `match FOLDER` then ranks."""
+    from vltools.infer.match import check_index, match_features
+
+    with locked_part(sims, None, "h5") as (target, part):
+        loaded = loaded_models(items)
+        check_index("features", options.index, loaded, None)
+        found = match_features(first, second, loaded, split, options, True, output=target, resume=resume,
+                               write=lambda matches: _write(matches, None, target), part=part)
+    log.info("matched %d images x %d captions (part %s) with %s into %s; rank the set of parts with `vltools match "
+             "%s -o RANKINGS.jsonl`", len(found.row_ids), len(found.column_ids), part.name,
+             " + ".join(item.name for item in loaded), target, sims)
     return found
 
 
