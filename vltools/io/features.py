@@ -184,18 +184,18 @@ class FeaturesReader:
     def read(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The datasets `fields` (default: all present) for `ids`, rows in the order of `ids`."""
         rows = self.rows(ids)
-        order = np.argsort(rows, kind="stable")
-        sorted_rows = rows[order]
-        unique_rows, inverse = np.unique(sorted_rows, return_inverse=True)
-        back = np.empty_like(order)
-        back[order] = np.arange(len(order))
+        unique_rows, position = np.unique(rows, return_inverse=True)
+        # consecutive rows in file order (a block of a file's images in order): one slice read, no reordering copy
+        run = len(rows) > 0 and bool((np.diff(rows) == 1).all())
+        selection = slice(int(rows[0]), int(rows[-1]) + 1) if run else unique_rows if len(rows) else slice(0, 0)
         out = {}
         for name in fields or self.fields:
             if name not in self.handle:
                 raise VLToolsError(f"{self.path}: has no /{name} dataset")
-            block = read(self.handle[name], unique_rows if len(unique_rows) else slice(0, 0))
+            block = read(self.handle[name], selection)
             refuse_nonfinite(self.path, name, block, self.ids, unique_rows, "image id")
-            out[name] = block[inverse][back]
+            # features held in memory give a view of their array: copied, as a reordered read is
+            out[name] = block if run and block.base is None else block[position]
         return out
 
     def read_range(self, field: str, start: int, stop: int) -> np.ndarray:
