@@ -3,11 +3,12 @@ phases (phases.py, the same table gpu.py prints on a GPU) against the target of 
 2 cores.
 
 Inputs (written once into --folder, reused when there): a SCAN precomp split, `test_ims.npy` of --images x 36 x
-2048 random regions (standard normal, seeded) and `test_caps.txt` of 5 captions an image (the real Flickr30K test
-captions of tests/data, cycled, so that their lengths are real), converted by the real `vltools convert precomp`
-into a features HDF5 and a captions JSONL; random SGR and SAF checkpoints at the released sizes with the SGRAF
-Flickr30K vocabulary (match_sgraf.save_release_model). Two runs of `vltools match FEATS CAPS --model sgr.pt
---model saf.pt --sims S.h5 -o R.jsonl --device cpu`, each a fresh process with --threads torch threads:
+2048 random regions (standard normal, seeded) and `test_caps.txt` of 5 captions an image (Flickr30K's 5,000 test
+captions from ../shared/data, or where that folder is absent the 250 of tests/data; cycled beyond their count),
+converted by the real `vltools convert precomp` into a features HDF5 and a captions JSONL; random SGR and SAF
+checkpoints at the released sizes with the SGRAF Flickr30K vocabulary (match_sgraf.save_release_model). Two runs of
+`vltools match FEATS CAPS --model sgr.pt --model saf.pt --sims S.h5 -o R.jsonl --device cpu`, each a fresh process
+with --threads torch threads:
 
 - [A] every caption (1,000 x 5,000 by default) with the networks stood in for after the real checkpoint load
   (phases.py --stand-in: random scores at once): every phase but the model, at full size;
@@ -32,13 +33,19 @@ from pathlib import Path
 
 import numpy as np
 from machine import cpu_model, load_average
-from match_sgraf import CAPTIONS, save_release_model
+from match_sgraf import CAPTIONS, ROOT, save_release_model
 from phases import MODEL, Measured, measure, print_phases
 
 TARGET_S = 3.0          # outside the model, on 2 cores
 PER_IMAGE = 5           # captions an image, as in Flickr30K
 REGIONS = (36, 2048)
 WRITE_BLOCK = 100       # images generated at a time
+FLICKR_TEST = ROOT.parent / "shared/data/precomp_caps/f30k_precomp/test_caps.txt"   # SCAN's Flickr30K test captions
+
+
+def caption_source() -> Path:
+    """Flickr30K's test captions in SCAN's file, else the sample of them in tests/data."""
+    return FLICKR_TEST if FLICKR_TEST.is_file() else CAPTIONS
 
 
 def write_precomp(folder: Path, n_images: int, seed: int = 0) -> None:
@@ -53,7 +60,7 @@ def write_precomp(folder: Path, n_images: int, seed: int = 0) -> None:
         images[start:stop] = rng.standard_normal((stop - start, *REGIONS), dtype=np.float32)
     images.flush()
     del images
-    lines = [line for line in CAPTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for line in caption_source().read_text(encoding="utf-8").splitlines() if line.strip()]
     (folder / "test_caps.txt").write_text("".join(f"{lines[i % len(lines)]}\n" for i in range(n_images * PER_IMAGE)),
                                           encoding="utf-8")
 
@@ -92,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     print(f"CPU: {cpu_model()}, {os.cpu_count()} threads; torch threads {args.threads}; load average "
-          f"{load_average()}", flush=True)
+          f"{load_average()}; captions from {caption_source()}", flush=True)
     n_captions = args.images * PER_IMAGE
     model_captions = len(range(0, n_captions, args.model_every))
     model_images = len({i // PER_IMAGE for i in range(0, n_captions, args.model_every)})
