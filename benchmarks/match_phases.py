@@ -15,8 +15,9 @@ with --threads torch threads:
 - [B] every --model-every-th caption (and the images they name: 500 x 500 by default) with the real SGR and SAF:
   the model's time, projected to [A]'s pairs (an estimate: the images are encoded once either way).
 
-Printed: the CPU, its threads and the load average before and after each run; each phase's seconds in both runs;
-the total outside the model of [A] against the target; on the last line, one JSON object with every figure.
+Each run's inputs are read once just before it (a warm page cache). Printed: the CPU, its threads and the load
+average before and after each run; each phase's seconds in both runs; the total outside the model of [A] against
+the target; on the last line, one JSON object with every figure.
 
     python benchmarks/match_phases.py [--images 1000] [--model-every 10] [--threads 2] [--folder DIR]
 """
@@ -82,6 +83,15 @@ def inputs(folder: Path, n_images: int, every: int) -> dict[str, Path]:
     return paths
 
 
+def warm(paths: list[Path]) -> None:
+    """Read each file once, so that a run finds its inputs in the page cache (this machine evicts idle pages within
+    minutes, and reading 440 MB from the disk would be timed as loading)."""
+    for path in paths:
+        with path.open("rb") as stream:
+            while stream.read(1 << 24):
+                pass
+
+
 def match_argv(paths: dict[str, Path], captions: str, folder: Path, name: str) -> list[str]:
     """The arguments of the `match` command over `captions`, writing into `folder`."""
     return [str(paths["feats.h5"]), str(paths[captions]), "--model", str(paths["sgr.pt"]), "--model",
@@ -112,6 +122,7 @@ def main() -> None:
         for key, captions, stand_in, what in (
                 ("A", "caps.jsonl", True, "networks stood in for (random scores): every other phase"),
                 ("B", "caps_model.jsonl", False, "real SGR + SAF: the model")):
+            warm([paths["feats.h5"], paths[captions], paths["sgr.pt"], paths["saf.pt"]])
             before = load_average()
             runs[key] = measure(match_argv(paths, captions, folder, key), env, stand_in)
             loads[key] = (before, load_average())
