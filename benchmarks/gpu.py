@@ -14,11 +14,11 @@ next still runs; a section that no longer fits the whole run's --budget is skipp
   off too, so that the difference of the fp32 matrices is the algorithms', not TF32's. Printed: seconds, the ratio,
   the largest difference and how often the top-1 of each direction agrees with fp32's.
 - process: the same 1K x 1K as whole processes (flickr_1k.compare: `vltools match --model sgr.pt --model saf.pt
-  --sims --device D` against the released loop's process), then a third process, `gpu.py phases`, runs the same
-  command in-process with its phases timed: importing torch and vltools, CUDA's initialisation, loading the
-  checkpoints, their SHA-256 digests, reading the captions, checking the images, tokenising, the model (features read,
-  encoding, every pair), top-k, writing the matrix and the rankings; the interpreter's start is measured beside it
-  (help.median_wall).
+  --sims --device D` against the released loop's process), then a third process runs the same command in-process
+  with its phases timed (phases.py, the table match_phases.py prints on a CPU): the interpreter's start, importing
+  torch and vltools, CUDA's initialisation, the checkpoint load and digests, reading the captions, checking the
+  images, tokenising, reading the features, the model (encoding, every pair), the resume checkpoint, top-k, writing
+  the rankings and the matrix, and the process's exit.
 - train: one SGR training step at the released size (train_sgraf: the same batch of 128, dropout off, the
   hardest-negative loss, backward, clipping, Adam) of vltools and of the released structure, in fp32, tf32 and bf16;
   their losses and gradients compared in fp32.
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -64,7 +63,6 @@ START = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 SECTIONS = ("sgraf", "process", "train", "bottom_up", "coco")
 LEAST_SECONDS = 15          # a section is not started with less time than this left
-MODEL_PHASE = "model: read features, encode, every pair (synchronised)"
 # a dry run's SGR and SAF (the released regions, 36 x 2048; smaller embeddings), and its detector, small enough for
 # a CPU, with every part of the released one
 DRY_MATCHING = {"embed_size": 64, "word_dim": 32, "sim_dim": 16}
@@ -228,9 +226,8 @@ def section_sgraf(args: argparse.Namespace, sizes: Sizes, report: Report, folder
 def section_process(args: argparse.Namespace, sizes: Sizes, report: Report, folder: Path) -> None:
     """The whole `vltools match` process against the released loop's, then where vltools' process spends its time."""
     from flickr_1k import compare, write_captions, write_features
-    from help import median_wall
-    from machine import measured_run
     from match_sgraf import save_release_model
+    from phases import MODEL, measure, print_phases
 
     n_images, n_captions = sizes.pairs[0], sizes.pairs[0]
     features, captions = folder / "feats.h5", folder / "captions.jsonl"
@@ -245,21 +242,16 @@ def section_process(args: argparse.Namespace, sizes: Sizes, report: Report, fold
     report.row("SGRAF, whole `vltools match` process against the released loop's process (wall / CPU)",
                f"{ours['wall_s']:.1f} s / {ours['cpu_s']:.1f} s", f"{theirs['wall_s']:.1f} s / {theirs['cpu_s']:.1f} s",
                f"{whole['speedup_wall']}x", f"sims {whole['max_abs_diff']:.1e} apart", "fp32", what)
-    run = measured_run([sys.executable, __file__, "phases", str(features), str(captions), "--model",
-                        str(folder / "sgr.pt"), "--model", str(folder / "saf.pt"), "--sims", str(folder / "p.h5"),
-                        "-o", str(folder / "p.jsonl"), "--device", args.device],
-                       {**os.environ, "OMP_NUM_THREADS": str(args.threads)})
-    phases = json.loads(run.stdout.splitlines()[-1])
-    phases = {"interpreter start (python -c pass)": median_wall([sys.executable, "-c", "pass"], 1), **phases}
-    phases["rest of the process (exit, what no phase covers)"] = run.wall_s - sum(phases.values())
-    report.figures.update(phases=phases, phases_process_wall_s=run.wall_s)
-    print(f"where the match process's {run.wall_s:.2f} s go ({what}):", flush=True)
-    for label, spent in phases.items():
-        print(f"  {label:62s} {spent:7.2f} s  {100 * spent / run.wall_s:5.1f}%", flush=True)
-    model = phases[MODEL_PHASE]
-    report.row("where the `match` process's time goes", f"{run.wall_s:.1f} s", "-",
-               f"model {100 * model / run.wall_s:.0f}%",
-               f"start-up, loading, tokenising and writing {100 * (1 - model / run.wall_s):.0f}% "
+    found = measure([str(features), str(captions), "--model", str(folder / "sgr.pt"), "--model",
+                     str(folder / "saf.pt"), "--sims", str(folder / "p.h5"), "-o", str(folder / "p.jsonl"), "--device",
+                     args.device], {**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    report.figures.update(phases=found.phases, phases_process_wall_s=found.wall_s)
+    print(f"where the match process's {found.wall_s:.2f} s go:", flush=True)
+    print_phases({what: found})
+    model = found.phases[MODEL]
+    report.row("where the `match` process's time goes", f"{found.wall_s:.1f} s", "-",
+               f"model {100 * model / found.wall_s:.0f}%",
+               f"everything but the model {found.outside_model:.1f} s, {100 * (1 - model / found.wall_s):.0f}% "
                "(phases printed above)", "fp32", what)
 
 
@@ -376,60 +368,6 @@ def section_coco(args: argparse.Namespace, sizes: Sizes, report: Report, folder:
                    f"bf16 {projected['fp32'] / projected['bf16']:.2f}x faster", precision, what)
 
 
-# ---------- `gpu.py phases ...`: the real `vltools match` with each phase timed ----------
-
-def phases_main(argv: list[str]) -> None:
-    """`gpu.py phases MATCH_ARGS...`: run `vltools match MATCH_ARGS` in this process with its phases timed (each
-    phase's function wrapped, the device synchronised around it); prints one JSON object, phase -> seconds."""
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    import torch
-
-    seconds["import torch"] = seconds_since(start)
-    start = time.perf_counter()
-    modules = {name: importlib.import_module(f"vltools.{name}")
-               for name in ("cli", "commands.match", "infer.loader", "infer.match", "io.records", "io.sims")}
-    seconds["import vltools (the modules match runs)"] = seconds_since(start)
-    from vltools.devices import resolve_device
-
-    device = str(resolve_device(argv[argv.index("--device") + 1]))
-    if device.startswith("cuda"):
-        with clock(device, seconds, "CUDA initialisation (context, cuBLAS)"):
-            torch.cuda.init()
-            (torch.ones(8, 8, device=device) @ torch.ones(8, 8, device=device)).sum().item()
-
-    def timed(owner: object, name: str, label: str) -> None:
-        function = getattr(owner, name)
-
-        def wrapper(*args: object, **kwargs: object) -> object:
-            spent: dict[str, float] = {}
-            with clock(device, spent, "call"):
-                result = function(*args, **kwargs)
-            seconds[label] = seconds.get(label, 0.0) + spent["call"]
-            return result
-
-        setattr(owner, name, wrapper)
-
-    loader, match = modules["infer.loader"], modules["infer.match"]
-    for owner, name, label in (
-            (loader, "load_models", "load the checkpoints"),
-            (loader, "file_digest", "checkpoint digests (SHA-256, for the provenance)"),
-            (match, "read_split", "read the captions"),
-            (match, "check_images", "check the images are in the features file"),
-            (loader.LoadedModel, "tokenize", "tokenise the captions"),
-            (match, "similarity_blocks", MODEL_PHASE),
-            (match, "topk_rows", "top-k of each row and column"),
-            (modules["io.sims"], "write_sims", "write the sims matrix (HDF5)"),
-            (modules["io.records"], "write_records", "write the rankings (JSONL)")):
-        timed(owner, name, label)
-    before = dict(seconds)
-    start = time.perf_counter()
-    modules["cli"].main(["--quiet", "match", *argv])
-    inner = sum(value for key, value in seconds.items() if key not in before)
-    seconds["the rest of the command (options, checks, moving the models)"] = seconds_since(start) - inner
-    print(json.dumps(seconds))
-
-
 # ---------- running the sections ----------
 
 def section_main(args: argparse.Namespace) -> None:
@@ -518,9 +456,6 @@ def commit() -> str:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["phases"]:
-        phases_main(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes: every section and code path in minutes")
     parser.add_argument("--device", default="auto", help="auto (CUDA when there is one), cuda[:k] or cpu")

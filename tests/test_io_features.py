@@ -32,6 +32,27 @@ def test_rows_come_back_in_the_order_asked(tmp_path):
         np.testing.assert_array_equal(got["boxes"], boxes[expected_rows])
 
 
+@pytest.mark.parametrize("asked", [["img2", "img3", "img4"], ["img0"], ["img3", "img2"], ["img2", "img4"],
+                                   ["img2", "img2"], []])
+def test_runs_of_consecutive_rows_and_any_other_order_read_the_same_rows(tmp_path, asked):
+    _, regions, boxes = write_example(tmp_path / "f.h5")
+    rows = [int(name.removeprefix("img")) for name in asked]
+    with FeaturesReader(tmp_path / "f.h5") as file, FeaturesReader(held_example()) as memory:
+        for reader in (file, memory):
+            got = reader.read(asked)
+            np.testing.assert_array_equal(got["regions"], regions[rows])
+            np.testing.assert_array_equal(got["boxes"], boxes[rows])
+            assert got["regions"].shape == (len(rows), 3, 5)
+
+
+def test_a_run_of_features_held_in_memory_is_a_copy_not_a_view_of_the_callers_array():
+    held = held_example()
+    with FeaturesReader(held) as reader:
+        got = reader.read(["img1", "img2"])["regions"]
+        got[:] = 0
+    assert np.abs(held["regions"][1:3]).sum() > 0
+
+
 def test_float16_storage_and_chunking_by_image(tmp_path):
     _, regions, _ = write_example(tmp_path / "f.h5", dtype="float16")
     with h5py.File(tmp_path / "f.h5") as handle:

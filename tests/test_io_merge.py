@@ -81,3 +81,23 @@ def test_a_merge_of_many_parts_holds_few_files_open(tmp_path, monkeypatch):
     with FeaturesReader(tmp_path / "m.h5") as merged:
         assert merged.ids == order
         assert np.array_equal(merged.read(order)["regions"], np.stack([want[i] for i in order]))
+
+
+def test_a_shard_of_no_image_merges_by_its_options_alone(tmp_path):
+    """A shard that got no batch (5 images in one batch of 8 cut in two) has no datasets: it merges with the
+    others, whose datasets are still compared with each other."""
+    with FeaturesWriter(tmp_path / "empty.h5", ATTRS, dtype="float32"):
+        pass
+    a = _write(tmp_path / "a.h5", ["x"], seed=1)
+    _write(tmp_path / "b.h5", ["y"], seed=2)
+    assert merge_features([tmp_path / "empty.h5", tmp_path / "a.h5", tmp_path / "b.h5"], tmp_path / "m.h5",
+                          ATTRS) == 2
+    with FeaturesReader(tmp_path / "m.h5") as merged:
+        assert merged.ids == ["x", "y"] and np.array_equal(merged.read(["x"])["regions"], a["regions"])
+    _write(tmp_path / "wide.h5", ["z"], dim=5)
+    with pytest.raises(VLToolsError, match=r"wide.h5: /regions rows are \(2, 5\) float32 but .*a.h5 has"):
+        merge_features([tmp_path / "empty.h5", tmp_path / "a.h5", tmp_path / "wide.h5"], tmp_path / "m2.h5", ATTRS)
+    with FeaturesWriter(tmp_path / "other.h5", {**ATTRS, "backbone": "resnet50"}, dtype="float32"):
+        pass
+    with pytest.raises(VLToolsError, match="other.h5: attribute 'backbone' is 'resnet50'"):
+        merge_features([tmp_path / "a.h5", tmp_path / "other.h5"], tmp_path / "m3.h5", ATTRS)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,10 @@ def test_the_leading_words_of_a_caption_give_its_first_tokens(tokens):
             for tokenizer in (tokenize, karpathy_tokenize):
                 assert tokenizer(leading_words(text, tokens))[:tokens] == tokenizer(text)[:tokens]
     assert leading_words("a  b\nc", 1) == "a  b\nc" and leading_words("a b c d e", 1) == "a b c"
+
+
+def test_tokenising_imports_nltk_without_scipy_stats_which_still_imports_afterwards():
+    code = ("import sys; from vltools.text.tokenize import tokenize; assert tokenize('a dog. a cat') == "
+            "['a', 'dog', '.', 'a', 'cat']; assert 'scipy.stats' not in sys.modules; import scipy.stats; "
+            "assert scipy.stats.fisher_exact")
+    subprocess.run([sys.executable, "-c", code], check=True)

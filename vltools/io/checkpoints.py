@@ -43,7 +43,7 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
     if isinstance(value, torch.Tensor):
         tensor = value.detach().cpu().contiguous()
         digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")   # no copy
     elif isinstance(value, dict):
         digest.update(f"D{len(value)}".encode())
         for key in sorted(value, key=repr):

@@ -233,18 +233,18 @@ class FeaturesReader:
     def read(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The datasets `fields` (default: all present) for `ids`, rows in the order of `ids`."""
         rows = self.rows(ids)
-        order = np.argsort(rows, kind="stable")
-        sorted_rows = rows[order]
-        unique_rows, inverse = np.unique(sorted_rows, return_inverse=True)
-        back = np.empty_like(order)
-        back[order] = np.arange(len(order))
+        unique_rows, position = np.unique(rows, return_inverse=True)
+        # consecutive rows in file order (a block of a file's images in order): one slice read, no reordering copy
+        run = len(rows) > 0 and bool((np.diff(rows) == 1).all())
+        selection = slice(int(rows[0]), int(rows[-1]) + 1) if run else unique_rows if len(rows) else slice(0, 0)
         out = {}
         for name in fields or self.fields:
             if name not in self.handle:
                 raise VLToolsError(f"{self.path}: has no /{name} dataset")
-            block = read(self.handle[name], unique_rows if len(unique_rows) else slice(0, 0))
+            block = read(self.handle[name], selection)
             refuse_nonfinite(self.path, name, block, self.ids, unique_rows, "image id")
-            out[name] = block[inverse][back]
+            # features held in memory give a view of their array: copied, as a reordered read is
+            out[name] = block if run and block.base is None else block[position]
         return out
 
     def read_range(self, field: str, start: int, stop: int) -> np.ndarray:
@@ -283,12 +283,15 @@ class FeaturesReader:
 
 
 def check_compatible(reference: FeaturesReader, other: FeaturesReader) -> None:
-    """Raise a one-line error naming `other` when its options, fields, shapes or dtypes differ."""
+    """Raise a one-line error naming `other` when its options, fields, shapes or dtypes differ (the options alone
+    where either holds no image)."""
     mine, theirs = comparable_attrs(reference.attrs), comparable_attrs(other.attrs)
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             raise VLToolsError(f"{other.path}: attribute {key!r} is {theirs.get(key)!r} but {reference.path} has "
                                f"{mine.get(key)!r}; only files made with the same options can be merged")
+    if not len(reference) or not len(other):
+        return      # a file of no image (a shard that got none) has no datasets to compare
     if reference.fields != other.fields:
         raise VLToolsError(f"{other.path}: has datasets {other.fields} but {reference.path} has {reference.fields}; "
                            "only files made with the same options can be merged")

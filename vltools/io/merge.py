@@ -122,9 +122,15 @@ def merge_features(sources: Sequence[Path], target: Path, attrs: dict[str, objec
 
 
 def _checked_dtype(sources: Sequence[Path]) -> str:
-    """The dtype of `sources`, after checking that they agree and share no id."""
+    """The dtype of `sources`, after checking that they agree and share no id (a file of no image, a shard that got
+    none, is compared by its options alone)."""
     owner: dict[str, int] = {}
-    with FeaturesReader(sources[0]) as first:
+    sizes = []
+    for path in sources:
+        with FeaturesReader(path) as reader:
+            sizes.append(len(reader))
+    reference = next((path for path, size in zip(sources, sizes, strict=True) if size), sources[0])
+    with FeaturesReader(reference) as first:
         for number, path in enumerate(sources):
             with FeaturesReader(path) as reader:
                 check_compatible(first, reader)

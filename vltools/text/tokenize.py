@@ -22,7 +22,9 @@ the list (such a period then splits off as "." where punkt keeps "xyz.").
 
 from __future__ import annotations
 
+import importlib
 import string
+import sys
 from functools import cache
 from typing import Literal
 
@@ -43,20 +45,32 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 @cache
-def _treebank():
-    """NLTK's (improved) Treebank tokenizer, imported on first use (nltk takes about a second to import)."""
-    from nltk.tokenize import NLTKWordTokenizer
+def _nltk_tokenize():
+    """`nltk.tokenize`, imported on first use (nltk takes about a second to import). Importing nltk imports
+    scipy.stats for one collocation measure's Fisher test, which tokenising never runs and which is 0.7 s of that
+    second: unless scipy.stats is loaded already, nltk is imported with it absent (nltk then leaves that measure
+    unimplemented), and a later import of scipy.stats loads it as usual."""
+    absent = "scipy.stats" not in sys.modules
+    if absent:
+        sys.modules["scipy.stats"] = None     # an import of it raises ImportError, which nltk expects
+    try:
+        return importlib.import_module("nltk.tokenize")
+    finally:
+        if absent and sys.modules.get("scipy.stats", "") is None:
+            del sys.modules["scipy.stats"]
 
-    return NLTKWordTokenizer()
+
+@cache
+def _treebank():
+    """NLTK's (improved) Treebank tokenizer."""
+    return _nltk_tokenize().NLTKWordTokenizer()
 
 
 @cache
 def _punkt():
     """The punkt English sentence splitter, or None when its data (punkt_tab) is not installed."""
-    from nltk.tokenize import PunktTokenizer
-
     try:
-        return PunktTokenizer("english")
+        return _nltk_tokenize().PunktTokenizer("english")
     except LookupError:
         return None
 
@@ -64,11 +78,10 @@ def _punkt():
 @cache
 def _rule():
     """The offline sentence rule: punkt's algorithm with `ABBREVIATIONS` and no trained statistics."""
-    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
-
-    params = PunktParameters()
+    punkt = _nltk_tokenize().punkt
+    params = punkt.PunktParameters()
     params.abbrev_types = set(ABBREVIATIONS)
-    return PunktSentenceTokenizer(params)
+    return punkt.PunktSentenceTokenizer(params)
 
 
 def tokenizer_name(splitter: Splitter = "auto") -> str:

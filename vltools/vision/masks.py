@@ -1,6 +1,8 @@
 """Foreground masks for L2C: a class's probability from torchvision's FCN ResNet-101, or mask files.
 
-Either way the mask is area-averaged to the backbone feature map's h x w, values in [0, 1].
+Either way the mask is area-averaged to the backbone feature map's h x w, values in [0, 1]. torchvision is imported
+when an FCN is built, not with this module: reading mask files (vision/images.py, which every caption reader
+imports) needs none of it, and importing it costs a stage 1.3 s.
 """
 
 from __future__ import annotations
@@ -10,12 +12,10 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
 from PIL import Image
 from torch import nn
 
 from vltools.errors import VLToolsError
-from vltools.vision.backbones import load_into, load_weights_file, pretrained_state_dict, weights_enum
 
 VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
@@ -52,6 +52,10 @@ class ForegroundMask(nn.Module):
 
 def build_fcn(weights: str, class_index: int) -> tuple[ForegroundMask, str]:
     """FCN ResNet-101 with `weights` (`coco-voc`, `none` = random, or a state dict file)."""
+    import torchvision
+
+    from vltools.vision.backbones import load_into, load_weights_file, pretrained_state_dict, weights_enum
+
     fcn = torchvision.models.segmentation.fcn_resnet101(weights=None, weights_backbone=None, num_classes=21,
                                                         aux_loss=False)
     if weights in FCN_WEIGHTS:
