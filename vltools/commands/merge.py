@@ -26,8 +26,9 @@ def command(files: tuple[str, ...], output: str | None) -> None:
     dtypes; where they came from (source, split, command, time, digests) may differ and is kept per part in the
     `parts` attribute. An id in two files is an error. /failed lists are concatenated. Streams rows.
 
-    One FOLDER of parts (written by `--shard I/N -o FOLDER/`, or under torchrun with -o FOLDER) becomes the file one
-    process would have written: features, embeddings or JSON lines (captions), the same bytes but the creation time.
+    One FOLDER of parts (written by `--shard I/N -o FOLDER/`, or under torchrun with -o FOLDER or match's --sims
+    FOLDER) becomes the file one process would have written: features, embeddings, sims or JSON lines (captions),
+    the same bytes but the creation time.
     Every stage reads such a folder as one input, so merging is only for when one file is wanted.
     """
     from vltools.io.merge import merge_inputs
