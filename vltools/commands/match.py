@@ -80,14 +80,14 @@ def command(first: str, second: str | None, model_paths: tuple[str, ...], split:
     """Rank captions for every image (i2t) and images for every caption (t2i): top-k per query as rankings JSONL.
 
     Either FEATS.h5 (region features) and CAPS.jsonl with --model (cross-attention or separable checkpoints),
-    or IMAGES/ (a folder of the captions' images) and CAPS.jsonl with --model openclip:ARCH (zero-shot), or two
-    similarity matrices of `match --sims` (ranked by their mean: SGRAF from the saved SGR and SAF
-    matrices), or two files from `vltools encode` (image then caption embeddings of one separable model), or two image
-    embeddings files (query images then database images, e.g. rmac): images ranked for images (i2i), each query
-    left out of its own list. With --index-file, one embeddings file of queries searches a saved index of the
-    same model's embeddings (captions for images, images for captions, or images for images).
-    Queries follow input order: images in order of first mention in the split's captions, then captions
-    in file order. Every image a selected caption names must be in FEATS.h5.
+    or IMAGES/ (a folder of the captions' images) and CAPS.jsonl with --model openclip:ARCH (zero-shot), or a
+    similarity matrix of `match --sims` (a file, or the folder of parts a torchrun job wrote), or two (ranked by
+    their mean: SGRAF from the saved SGR and SAF matrices), or two files from `vltools encode` (image then caption
+    embeddings of one separable model), or two image embeddings files (query images then database images, e.g.
+    rmac): images ranked for images (i2i), each query left out of its own list. With --index-file, one embeddings
+    file of queries searches a saved index of the same model's embeddings (captions for images, images for
+    captions, or images for images). Queries follow input order: images in order of first mention in the split's
+    captions, then captions in file order. Every image a selected caption names must be in FEATS.h5.
     """
     from vltools.stages.match import match
 
