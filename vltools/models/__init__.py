@@ -10,6 +10,7 @@ attribute `separable` (True when similarity is an inner product of [B, E] embedd
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import math
@@ -127,10 +128,36 @@ def machine_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+# the initialisers that draw from a normal distribution, which the meta device runs through torch._refs
+NORMAL_INITS = ("normal_", "trunc_normal_", "xavier_normal_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _meta_normal_skipped() -> Iterator[None]:
+    """`NORMAL_INITS` of a meta tensor (shapes only) left undone while the block runs: on the meta device a normal
+    draw runs through torch._refs, whose first call imports torch._dynamo (about 1 s of every stage that loads a
+    model, issue 50), for values a meta tensor does not hold. Any other tensor, in any thread, is initialised as
+    always."""
+    real = {name: getattr(nn.init, name) for name in NORMAL_INITS}
+
+    def skipping(init: object) -> object:
+        def skipped(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+            return tensor if tensor.is_meta else init(tensor, *args, **kwargs)
+        return skipped
+
+    for name, init in real.items():
+        setattr(nn.init, name, skipping(init))
+    try:
+        yield
+    finally:
+        for name, init in real.items():
+            setattr(nn.init, name, init)
+
+
 def check_model_size(name: str, full: dict, vocab_size: int) -> None:
     """Refuse, in one line, a model whose parameters and buffers at 4 bytes each exceed this machine's memory:
     counted on a model built on the meta device (shapes only, nothing allocated), before the real one is built."""
-    with torch.device("meta"):
+    with torch.device("meta"), _meta_normal_skipped():
         shapes = _construct(name, full, vocab_size)
     count = sum(t.numel() for t in (*shapes.parameters(), *shapes.buffers()))
     memory = machine_memory()
