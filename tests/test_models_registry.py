@@ -159,14 +159,14 @@ def test_an_rmac_checkpoint_records_its_grid_and_one_written_after_the_floored_g
 def test_counting_a_model_on_meta_imports_no_dynamo_and_leaves_every_initialiser_as_it_was():
     """Issue 50: a normal draw on the meta device imported torch._dynamo (about 1 s of every `match`); the count
     skips the draws of meta tensors alone, and the real model is initialised as before."""
-    code = ("import sys, torch\\n"
-            "from torch import nn\\n"
-            "from vltools.models import NORMAL_INITS, build_model, check_model_size, default_config\\n"
-            "before = {name: getattr(nn.init, name) for name in NORMAL_INITS}\\n"
-            "check_model_size('sgr', default_config('sgr'), 100)\\n"
-            "print('torch._dynamo' in sys.modules, all(getattr(nn.init, n) is f for n, f in before.items()))\\n"
-            "torch.manual_seed(0)\\n"
-            "print(float(build_model('vse', {}, 100).state_dict()['txt_enc.embed.weight'].std()) > 0)\\n")
+    code = ("import sys, torch\n"
+            "from torch import nn\n"
+            "from vltools.models import NORMAL_INITS, build_model, check_model_size, default_config\n"
+            "before = {name: getattr(nn.init, name) for name in NORMAL_INITS}\n"
+            "check_model_size('sgr', default_config('sgr'), 100)\n"
+            "print('torch._dynamo' in sys.modules, all(getattr(nn.init, n) is f for n, f in before.items()))\n"
+            "torch.manual_seed(0)\n"
+            "print(float(build_model('vse', {}, 100).state_dict()['txt_enc.embed.weight'].std()) > 0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
