@@ -83,3 +83,12 @@ def test_anything_else_in_the_folder_or_two_sets_are_refused(tmp_path):
     (folder / "part-00000-of-00002.h5").write_bytes(b"")
     with pytest.raises(VLToolsError, match="holds parts of different sets"):
         part_files(folder)
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, monkeypatch):
+    def refused(self, *args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("pathlib.Path.mkdir", refused)
+    with pytest.raises(VLToolsError, match=r"feats: cannot write \(Read-only file system\)"):
+        part_path(tmp_path / "feats", this_part(None, 0, 2, folder=False), "h5")

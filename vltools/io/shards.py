@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vltools.errors import VLToolsError
+from vltools.io.write_errors import output_error
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.(h5|jsonl)")
 MAX_PARTS = 99999
@@ -90,7 +91,10 @@ def part_path(folder: str | os.PathLike, part: Part, suffix: str) -> str:
                            "folder (or delete the file)")
     if not path.parent.is_dir():
         raise VLToolsError(f"{folder}: the folder {path.parent.resolve()} does not exist; create it first")
-    path.mkdir(exist_ok=True)
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as exc:      # a read-only or full file system: one line naming the folder
+        raise output_error(path, exc) from exc
     return str(path / f"part-{part.index:05d}-of-{part.count:05d}.{suffix}")
 
 
