@@ -83,7 +83,7 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
         checks.path(first_stage, "first_stage")
     checks.device(device, "device")
     check_search(top_k, precision, block_images, block_captions, image_cache_mb, index, nprobe, checkpoint_seconds)
-    if second is None and index_file is None and hdf5_kind(first) != "sims":
+    if second is None and index_file is None and not _ranked_alone(first):
         raise ArgumentError("second", f"is missing (only {argument('index_file')} searches one input, and a "
                                       "similarity matrix is ranked alone)")
     from vltools.infer.loader import OpenClipModel  # torch: once each argument is checked, before their combinations
@@ -155,6 +155,15 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
         rows, columns = SIDES[found.direction]
         log.info("matched %d %s x %d %s with %s", len(found.row_ids), rows, len(found.column_ids), columns, what)
     return found
+
+
+def _ranked_alone(first: PathLike) -> bool:
+    """Whether FIRST is a similarity matrix (a file or a folder of parts), which `match` ranks without a second
+    input; a file that cannot be read is left to its reader, once the arguments are checked."""
+    try:
+        return hdf5_kind(first) == "sims"
+    except VLToolsError:
+        return False
 
 
 def _match_parts(first: PathLike, second: PathLike, items: Sequence[PathLike | LoadedModel], split: str | None,
