@@ -318,7 +318,7 @@ def extract(extractor: RegionExtractor | SegmentExtractor, all_items: Sequence[I
         with FeaturesReader(out) as kept:
             return {"written": len(kept), "failed": len(kept.failed)}
     items = runner.part_ids(all_items, part, run.batch_size)
-    whole = shard or "0/1" if part is None or not part.in_folder else part.whole
+    whole = (shard or "0/1") if part is None or not part.in_folder else part.whole
     attrs = {**extractor.attrs(all_items), "shard": whole,
              **(part.attrs(len(all_items), run.batch_size) if part is not None else {})}
     by_id = {item.image_id: item for item in items}

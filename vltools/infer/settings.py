@@ -102,9 +102,8 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 def process_part(shard: str | None, output: str | os.PathLike | None) -> Part | None:
     """Which inputs this process takes and where it writes them (vltools.io.shards.Part; None: all of them, one
     output): under torchrun every process writes its own part, and so does a `--shard i/n` run whose output is a
-    folder. Under torchrun,
-    standard output is refused (each process needs a file of its own); results kept in memory (`output` None, the
-    API) are each process's part."""
+    folder. Under torchrun, standard output is refused (each process needs a file of its own); results kept in
+    memory (`output` None, the API) are each process's part."""
     where = place()
     if where.active and output is not None and is_stdout(output):
         raise VLToolsError(TORCHRUN_STDOUT)

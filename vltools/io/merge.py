@@ -80,10 +80,7 @@ def merge_lines(folder: Path, target: Path) -> int:
 
 def merge_files(paths: Sequence[Path], target: Path) -> int:
     """`vltools merge`: the rows of `paths` in order into `target`, which keeps the options the files share
-    and, in its `parts` attribute (JSON), each part's provenance; /failed lists are concatenated. One folder of
-    parts (vltools.io.shards) becomes the file one process would have written (`merge_set`)."""
-    if len(paths) == 1 and Path(paths[0]).is_dir():
-        return merge_set(paths[0], target)
+    and, in its `parts` attribute (JSON), each part's provenance; /failed lists are concatenated."""
     with FeaturesReader(paths[0]) as first:
         attrs = {k: v for k, v in first.attrs.items() if not is_provenance(k)}
     failed: list[str] = []

@@ -116,8 +116,7 @@ def merge_parts(folder: Path, target: str | os.PathLike) -> int:
     the merge's); returns how many captions."""
     joined, attrs = read_parts(folder)
     write_sims(target, joined.sims, joined.image_ids, joined.caption_ids, joined.caption_image_ids,
-               {**{key: value for key, value in attrs.items() if key not in WRITER_ATTRS},
-                "caption_ids_digest": ids_digest(joined.caption_ids)})
+               {key: value for key, value in attrs.items() if key not in WRITER_ATTRS})
     return len(joined.caption_ids)
 
 

@@ -120,8 +120,8 @@ def match(first: PathLike, second: PathLike | None = None, model: ModelLike = ()
                            f"FOLDER (rankings need every caption): give {argument('sims')} FOLDER and no "
                            f"{argument('output')}, then rank them in one process: vltools match FOLDER -o "
                            "RANKINGS.jsonl")
-    check_resume(kind, rerank_k, None if (sims if parts else output) is None else str(sims if parts else output),
-                 resume)
+    kept = sims if parts else output      # what a resumed run continues: the sims parts under torchrun
+    check_resume(kind, rerank_k, None if kept is None else str(kept), resume)
     full = sims is not None or (output is None and rerank_k is None and index_file is None)
     check_index_file(kind, second, options, rerank_k, full)
     if parts:
